@@ -1,0 +1,47 @@
+# Declarations of the C API (src/c_api.h) only.
+from libc.stdint cimport int32_t, int64_t
+
+cdef extern from "c_api.h" nogil:
+    ctypedef struct mxp_core:
+        pass
+    ctypedef struct mxp_handle:
+        pass
+    ctypedef struct mxp_op:
+        const char* name
+        int32_t op_type
+        int32_t reduce_op
+        int32_t dtype
+        int32_t device
+        int32_t ndim
+        const int64_t* shape
+        int32_t out_ndim
+        const int64_t* out_shape
+        int32_t root_rank
+        double prescale
+        double postscale
+        int32_t nsplits
+        const int64_t* splits
+        int32_t priority
+        void* input
+        void* output
+    ctypedef struct mxp_topology:
+        int32_t rank, size, local_rank, local_size, cross_rank, cross_size, threads_multiple
+
+    const char* mxp_last_error()
+    int mxp_core_create(mxp_core** out)
+    int mxp_core_shutdown(mxp_core* core)
+    void mxp_core_destroy(mxp_core* core)
+    int mxp_core_topology(mxp_core* core, mxp_topology* out)
+    int mxp_add_process_set(mxp_core* core, const int32_t* ranks, int32_t n, int32_t* id)
+    int mxp_remove_process_set(mxp_core* core, int32_t id, int32_t* removed)
+    int mxp_process_set_ranks(mxp_core* core, int32_t id, int32_t* ranks, int32_t capacity, int32_t* n)
+    int mxp_process_set_rank(mxp_core* core, int32_t id, int32_t* rank)
+    int mxp_start_timeline(mxp_core* core, const char* path, int32_t mark_cycles)
+    int mxp_stop_timeline(mxp_core* core)
+    int mxp_enqueue_raw(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, mxp_handle** out)
+    int mxp_handle_done(mxp_handle* handle, int32_t* done)
+    int mxp_handle_wait(mxp_handle* handle)
+    void mxp_handle_free(mxp_handle* handle)
+    int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, int32_t priority)
+    int mxp_cuda_built()
+    int mxp_nccl_built()

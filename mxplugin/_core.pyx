@@ -1,0 +1,209 @@
+# cython: boundscheck=False, wraparound=False
+"""Binding over the C API. The one place where core errors become Python
+exceptions (see _raise)."""
+from libc.stdint cimport int32_t, int64_t, uintptr_t
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset
+
+from mxplugin.errors import (MXPluginError, MismatchError, PeerFailureError,
+                             NotInitializedError)
+
+# Must match src/common/types.h and src/common/status.h.
+OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER, OP_BARRIER = range(6)
+REDUCE_SUM, REDUCE_AVERAGE, REDUCE_MIN, REDUCE_MAX, REDUCE_PRODUCT = range(5)
+DTYPES = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float16": 4,
+          "float32": 5, "float64": 6, "bfloat16": 7}
+
+
+cdef _raise(int code):
+    message = mxp_last_error().decode("utf-8", "replace")
+    if code == 1:
+        raise ValueError(message)
+    if code == 2:
+        raise MismatchError(message)
+    if code == 3:
+        raise PeerFailureError(message)
+    if code == 5:
+        raise NotInitializedError(message)
+    raise MXPluginError(message)
+
+
+cdef inline int _check(int code) except -1:
+    if code != 0:
+        _raise(code)
+    return 0
+
+
+def cuda_built():
+    return bool(mxp_cuda_built())
+
+
+def nccl_built():
+    return int(mxp_nccl_built())
+
+
+cdef class _OpBatch:
+    """C structs for a group of ops, kept alive for the duration of one call."""
+    cdef mxp_op* ops
+    cdef int n
+    cdef list keep  # Python objects whose buffers the structs point into
+
+    def __cinit__(self, int n):
+        self.ops = <mxp_op*>malloc(max(n, 1) * sizeof(mxp_op))
+        memset(self.ops, 0, max(n, 1) * sizeof(mxp_op))
+        self.n = n
+        self.keep = []
+
+    def __dealloc__(self):
+        if self.ops != NULL:
+            free(self.ops)
+
+    cdef int64_t* _ints(self, values):
+        cdef int k = len(values)
+        cdef bytearray buf = bytearray(max(k, 1) * 8)
+        cdef int64_t* p = <int64_t*><char*>buf
+        cdef int j
+        for j in range(k):
+            p[j] = values[j]
+        self.keep.append(buf)
+        return p
+
+    cdef set(self, int i, bytes name, int op_type, int reduce_op, int dtype, int device,
+             shape, out_shape, int root_rank, double prescale, double postscale, splits,
+             int priority, uintptr_t inp, uintptr_t out):
+        cdef mxp_op* o = &self.ops[i]
+        self.keep.append(name)
+        o.name = name
+        o.op_type = op_type
+        o.reduce_op = reduce_op
+        o.dtype = dtype
+        o.device = device
+        o.ndim = len(shape)
+        o.shape = self._ints(shape)
+        o.out_ndim = len(out_shape)
+        o.out_shape = self._ints(out_shape)
+        o.root_rank = root_rank
+        o.prescale = prescale
+        o.postscale = postscale
+        if splits is None:
+            o.nsplits = 0
+            o.splits = NULL
+        else:
+            o.nsplits = len(splits)
+            o.splits = self._ints(splits)
+        o.priority = priority
+        o.input = <void*>inp
+        o.output = <void*>out
+
+
+cdef class Handle:
+    """Completion of a group of raw-pointer ops."""
+    cdef mxp_handle* h
+
+    def __dealloc__(self):
+        if self.h != NULL:
+            with nogil:
+                mxp_handle_free(self.h)
+
+    def done(self):
+        cdef int32_t d = 0
+        mxp_handle_done(self.h, &d)
+        return bool(d)
+
+    def wait(self):
+        cdef int rc
+        with nogil:
+            rc = mxp_handle_wait(self.h)
+        _check(rc)
+
+
+cdef class Core:
+    """Owns the C++ core (one per process in practice; tests may build more)."""
+    cdef mxp_core* c
+
+    def __cinit__(self):
+        cdef int rc
+        with nogil:
+            rc = mxp_core_create(&self.c)
+        _check(rc)
+
+    def __dealloc__(self):
+        if self.c != NULL:
+            with nogil:
+                mxp_core_destroy(self.c)
+
+    def shutdown(self):
+        cdef int rc
+        with nogil:
+            rc = mxp_core_shutdown(self.c)
+        _check(rc)
+
+    def topology(self):
+        cdef mxp_topology t
+        _check(mxp_core_topology(self.c, &t))
+        return dict(rank=t.rank, size=t.size, local_rank=t.local_rank, local_size=t.local_size,
+                    cross_rank=t.cross_rank, cross_size=t.cross_size,
+                    threads_multiple=bool(t.threads_multiple))
+
+    def add_process_set(self, ranks):
+        cdef int n = len(ranks)
+        cdef int32_t* r = <int32_t*>malloc(max(n, 1) * sizeof(int32_t))
+        cdef int32_t new_id = -1
+        cdef int rc, i
+        for i in range(n):
+            r[i] = ranks[i]
+        with nogil:
+            rc = mxp_add_process_set(self.c, r, n, &new_id)
+        free(r)
+        _check(rc)
+        return new_id
+
+    def remove_process_set(self, int set_id):
+        cdef int32_t removed = 0
+        cdef int rc
+        with nogil:
+            rc = mxp_remove_process_set(self.c, set_id, &removed)
+        _check(rc)
+        return bool(removed)
+
+    def process_set_ranks(self, int set_id):
+        cdef int32_t n = 0
+        _check(mxp_process_set_ranks(self.c, set_id, NULL, 0, &n))
+        cdef int32_t* r = <int32_t*>malloc(max(n, 1) * sizeof(int32_t))
+        rc = mxp_process_set_ranks(self.c, set_id, r, n, &n)
+        out = [r[i] for i in range(n)]
+        free(r)
+        _check(rc)
+        return out
+
+    def process_set_rank(self, int set_id):
+        cdef int32_t rank = -1
+        _check(mxp_process_set_rank(self.c, set_id, &rank))
+        return rank
+
+    def start_timeline(self, str path, bint mark_cycles=False):
+        _check(mxp_start_timeline(self.c, path.encode(), mark_cycles))
+
+    def stop_timeline(self):
+        _check(mxp_stop_timeline(self.c))
+
+    def enqueue(self, list ops, int process_set_id, bint mxnet=False, int priority=0):
+        """ops: tuples (name, op_type, reduce_op, dtype, device, shape, out_shape,
+        root_rank, prescale, postscale, splits, priority, input, output) where
+        input/output are data pointers (raw) or NDArrayHandles (mxnet=True).
+        Returns a Handle for raw ops, None for MXNet ops (the engine tracks them)."""
+        cdef int n = len(ops)
+        cdef _OpBatch batch = _OpBatch(n)
+        cdef int i
+        cdef Handle handle
+        cdef int rc
+        for i in range(n):
+            t = ops[i]
+            batch.set(i, t[0].encode() if isinstance(t[0], str) else t[0], t[1], t[2], t[3], t[4],
+                      t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13])
+        if mxnet:
+            _check(mxp_mxnet_enqueue(self.c, batch.ops, n, process_set_id, priority))
+            return None
+        handle = Handle()
+        _check(mxp_enqueue_raw(self.c, batch.ops, n, process_set_id, &handle.h))
+        return handle

@@ -1,0 +1,105 @@
+#include "backend/mpi/mpi_context.h"
+
+#include <algorithm>
+#include <functional>
+#include <string>
+
+#include "backend/mpi/mpi_communicator.h"
+#include "common/half.h"
+
+namespace mxplugin {
+namespace {
+
+// Note [Half reductions]: MPI has no float16/bfloat16, so these user ops
+// widen to float, combine, and round once per element.
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float), typename Combine>
+void ReduceHalf(void* in, void* inout, int* len, Combine combine) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = FromFloat(combine(ToFloat(a[i]), ToFloat(b[i])));
+}
+
+struct Sum { float operator()(float a, float b) const { return a + b; } };
+struct Min { float operator()(float a, float b) const { return std::min(a, b); } };
+struct Max { float operator()(float a, float b) const { return std::max(a, b); } };
+struct Prod { float operator()(float a, float b) const { return a * b; } };
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float), typename Combine>
+void HalfOp(void* in, void* inout, int* len, MPI_Datatype*) {
+  ReduceHalf<ToFloat, FromFloat>(in, inout, len, Combine());
+}
+
+template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+void CreateOps(MPI_Op* ops) {
+  // Index by ReduceOp value; Average is reduced as Sum.
+  MPI_Op_create(&HalfOp<ToFloat, FromFloat, Sum>, 1, &ops[0]);
+  ops[1] = ops[0];
+  MPI_Op_create(&HalfOp<ToFloat, FromFloat, Min>, 1, &ops[2]);
+  MPI_Op_create(&HalfOp<ToFloat, FromFloat, Max>, 1, &ops[3]);
+  MPI_Op_create(&HalfOp<ToFloat, FromFloat, Prod>, 1, &ops[4]);
+}
+
+void FreeOps(MPI_Op* ops) {
+  for (int i : {0, 2, 3, 4}) {
+    if (ops[i] != MPI_OP_NULL) MPI_Op_free(&ops[i]);
+  }
+}
+
+}  // namespace
+
+MpiContext::MpiContext() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  int provided = MPI_THREAD_SINGLE;
+  if (!initialized) {
+    // Only the background thread calls MPI, but report MULTIPLE when offered
+    // so mpi_threads_supported() tells the truth.
+    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+      throw Error(Status::Internal("MPI_Init_thread failed"));
+    }
+    owns_mpi_ = true;
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+
+  auto ops = std::make_shared<MpiHalfOps>();
+  MPI_Type_contiguous(2, MPI_BYTE, &ops->half_type);
+  MPI_Type_commit(&ops->half_type);
+  CreateOps<HalfToFloat, FloatToHalf>(ops->float16);
+  CreateOps<BFloat16ToFloat, FloatToBFloat16>(ops->bfloat16);
+  half_ops_ = ops;
+
+  Topology& t = topology_;
+  t.threads_multiple = provided >= MPI_THREAD_MULTIPLE;
+  MPI_Comm_rank(MPI_COMM_WORLD, &t.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &t.size);
+  MPI_Comm local;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &t.local_rank);
+  MPI_Comm_size(local, &t.local_size);
+  MPI_Comm cross;
+  MPI_Comm_split(MPI_COMM_WORLD, t.local_rank, t.rank, &cross);
+  MPI_Comm_rank(cross, &t.cross_rank);
+  MPI_Comm_size(cross, &t.cross_size);
+  MPI_Comm_free(&local);
+  MPI_Comm_free(&cross);
+}
+
+MpiContext::~MpiContext() {
+  if (skip_finalize_) return;
+  if (half_ops_) {
+    FreeOps(half_ops_->float16);
+    FreeOps(half_ops_->bfloat16);
+    MPI_Type_free(&half_ops_->half_type);
+  }
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (owns_mpi_ && !finalized) MPI_Finalize();
+}
+
+std::unique_ptr<Communicator> MpiContext::CreateWorld() {
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, half_ops_);
+}
+
+}  // namespace mxplugin

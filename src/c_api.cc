@@ -1,0 +1,216 @@
+// The only place where C++ exceptions become error codes.
+#include "c_api.h"
+
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "core/core.h"
+#include "mxnet/engine_op.h"
+
+using mxplugin::Core;
+using mxplugin::Error;
+using mxplugin::Status;
+using mxplugin::StatusCode;
+using mxplugin::TensorOp;
+
+struct mxp_core {
+  std::unique_ptr<Core> core;
+};
+
+struct mxp_handle {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+int Fail(const Status& s) {
+  last_error = s.reason();
+  return static_cast<int>(s.code() == StatusCode::kOk ? StatusCode::kInternal : s.code());
+}
+
+template <typename F>
+int Guard(F&& f) {
+  try {
+    f();
+    return 0;
+  } catch (const Error& e) {
+    return Fail(e.status());
+  } catch (const std::exception& e) {
+    return Fail(Status::Internal(e.what()));
+  }
+}
+
+Core& CoreOf(mxp_core* c) {
+  if (c == nullptr || !c->core) {
+    throw Error(Status(StatusCode::kNotInitialized, "mxplugin has not been initialized; call init() first"));
+  }
+  return *c->core;
+}
+
+std::vector<int64_t> Ints(const int64_t* p, int32_t n) {
+  return n > 0 ? std::vector<int64_t>(p, p + n) : std::vector<int64_t>();
+}
+
+std::vector<TensorOp> OpsFromC(const mxp_op* ops, int32_t n) {
+  std::vector<TensorOp> out(n);
+  for (int32_t i = 0; i < n; ++i) {
+    const mxp_op& c = ops[i];
+    if (!mxplugin::IsValidDataType(c.dtype)) {
+      throw Error(Status::InvalidArgument("unsupported dtype code " + std::to_string(c.dtype)));
+    }
+    TensorOp& t = out[i];
+    t.meta.name = c.name ? c.name : "";
+    t.meta.op = static_cast<mxplugin::OpType>(c.op_type);
+    t.meta.reduce_op = static_cast<mxplugin::ReduceOp>(c.reduce_op);
+    t.meta.dtype = static_cast<mxplugin::DataType>(c.dtype);
+    t.meta.device = c.device;
+    t.meta.shape = Ints(c.shape, c.ndim);
+    t.meta.root_rank = c.root_rank;
+    t.meta.prescale = c.prescale;
+    t.meta.postscale = c.postscale;
+    t.meta.splits = Ints(c.splits, c.nsplits);
+    t.meta.priority = c.priority;
+    t.input.shape = t.meta.shape;
+    t.input.dtype = t.meta.dtype;
+    t.input.device = c.device;
+    t.output.shape = Ints(c.out_shape, c.out_ndim);
+    t.output.dtype = t.meta.dtype;
+    t.output.device = c.device;
+  }
+  return out;
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* mxp_last_error(void) { return last_error.c_str(); }
+
+int mxp_core_create(mxp_core** out) {
+  return Guard([&] {
+    auto c = std::make_unique<mxp_core>();
+    c->core = std::make_unique<Core>(mxplugin::Config::FromEnvironment());
+    *out = c.release();
+  });
+}
+
+int mxp_core_shutdown(mxp_core* core) {
+  return Guard([&] { CoreOf(core).Shutdown(); });
+}
+
+void mxp_core_destroy(mxp_core* core) { delete core; }
+
+int mxp_core_topology(mxp_core* core, mxp_topology* out) {
+  return Guard([&] {
+    const auto& t = CoreOf(core).topology();
+    *out = mxp_topology{t.rank, t.size, t.local_rank, t.local_size, t.cross_rank, t.cross_size,
+                        t.threads_multiple ? 1 : 0};
+  });
+}
+
+int mxp_add_process_set(mxp_core* core, const int32_t* ranks, int32_t n, int32_t* id) {
+  return Guard([&] { *id = CoreOf(core).AddProcessSet(std::vector<int>(ranks, ranks + n)); });
+}
+
+int mxp_remove_process_set(mxp_core* core, int32_t id, int32_t* removed) {
+  return Guard([&] { *removed = CoreOf(core).RemoveProcessSet(id) ? 1 : 0; });
+}
+
+int mxp_process_set_ranks(mxp_core* core, int32_t id, int32_t* ranks, int32_t capacity, int32_t* n) {
+  return Guard([&] {
+    auto r = CoreOf(core).ProcessSetRanks(id);
+    *n = static_cast<int32_t>(r.size());
+    for (int32_t i = 0; i < *n && i < capacity; ++i) ranks[i] = r[i];
+  });
+}
+
+int mxp_process_set_rank(mxp_core* core, int32_t id, int32_t* rank) {
+  return Guard([&] { *rank = CoreOf(core).ProcessSetRank(id); });
+}
+
+int mxp_start_timeline(mxp_core* core, const char* path, int32_t mark_cycles) {
+  return Guard([&] { CoreOf(core).StartTimeline(path, mark_cycles != 0); });
+}
+
+int mxp_stop_timeline(mxp_core* core) {
+  return Guard([&] { CoreOf(core).StopTimeline(); });
+}
+
+int mxp_enqueue_raw(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, mxp_handle** out) {
+  return Guard([&] {
+    auto ts = OpsFromC(ops, n);
+    for (int32_t i = 0; i < n; ++i) {
+      ts[i].input.data = ops[i].input;
+      ts[i].output.data = ops[i].output;
+    }
+    auto handle = std::make_unique<mxp_handle>();
+    mxp_handle* h = handle.get();
+    CoreOf(core).Enqueue(process_set_id, std::move(ts), [h](const Status& s) {
+      std::lock_guard<std::mutex> lock(h->mutex);
+      h->status = s;
+      h->done = true;
+      h->cv.notify_all();
+    });
+    *out = handle.release();
+  });
+}
+
+int mxp_handle_done(mxp_handle* handle, int32_t* done) {
+  std::lock_guard<std::mutex> lock(handle->mutex);
+  *done = handle->done ? 1 : 0;
+  return 0;
+}
+
+int mxp_handle_wait(mxp_handle* handle) {
+  std::unique_lock<std::mutex> lock(handle->mutex);
+  handle->cv.wait(lock, [handle] { return handle->done; });
+  return handle->status.ok() ? 0 : Fail(handle->status);
+}
+
+void mxp_handle_free(mxp_handle* handle) {
+  if (handle == nullptr) return;
+  {
+    // Never free a handle the background thread may still signal.
+    std::unique_lock<std::mutex> lock(handle->mutex);
+    handle->cv.wait(lock, [handle] { return handle->done; });
+  }
+  delete handle;
+}
+
+int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, int32_t priority) {
+  return Guard([&] {
+    Core& c = CoreOf(core);
+    auto ts = OpsFromC(ops, n);
+    std::vector<void*> inputs(n), outputs(n);
+    for (int32_t i = 0; i < n; ++i) {
+      inputs[i] = ops[i].input;
+      outputs[i] = ops[i].output;
+    }
+    mxplugin::mxnet_adapter::PushCollective(&c, process_set_id, std::move(ts), inputs, outputs, priority);
+  });
+}
+
+int mxp_cuda_built(void) {
+#ifdef MXPLUGIN_WITH_CUDA
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+int mxp_nccl_built(void) {
+#ifdef MXPLUGIN_WITH_NCCL
+  return MXPLUGIN_NCCL_VERSION_CODE;
+#else
+  return 0;
+#endif
+}
+
+}  // extern "C"

@@ -1,0 +1,76 @@
+/* The C surface of the core, used by the Cython binding. Every function
+ * returns 0 on success or a StatusCode; mxp_last_error() then holds the
+ * message (per thread). */
+#ifndef MXPLUGIN_C_API_H_
+#define MXPLUGIN_C_API_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mxp_core mxp_core;
+typedef struct mxp_handle mxp_handle;
+
+/* One tensor of a collective. For mxp_enqueue_raw, input/output are data
+ * pointers; for mxp_mxnet_enqueue they are NDArrayHandles. */
+typedef struct {
+  const char* name;
+  int32_t op_type;   /* OpType */
+  int32_t reduce_op; /* ReduceOp */
+  int32_t dtype;     /* DataType */
+  int32_t device;    /* -1: CPU */
+  int32_t ndim;
+  const int64_t* shape;
+  int32_t out_ndim;
+  const int64_t* out_shape;
+  int32_t root_rank; /* global rank */
+  double prescale;
+  double postscale;
+  int32_t nsplits;
+  const int64_t* splits;
+  int32_t priority;
+  void* input;
+  void* output;
+} mxp_op;
+
+typedef struct {
+  int32_t rank, size, local_rank, local_size, cross_rank, cross_size, threads_multiple;
+} mxp_topology;
+
+const char* mxp_last_error(void);
+
+int mxp_core_create(mxp_core** out);
+int mxp_core_shutdown(mxp_core* core);
+void mxp_core_destroy(mxp_core* core);
+int mxp_core_topology(mxp_core* core, mxp_topology* out);
+
+int mxp_add_process_set(mxp_core* core, const int32_t* ranks, int32_t n, int32_t* id);
+int mxp_remove_process_set(mxp_core* core, int32_t id, int32_t* removed);
+/* Writes up to `capacity` ranks; *n receives the set's size. */
+int mxp_process_set_ranks(mxp_core* core, int32_t id, int32_t* ranks, int32_t capacity, int32_t* n);
+int mxp_process_set_rank(mxp_core* core, int32_t id, int32_t* rank);
+
+int mxp_start_timeline(mxp_core* core, const char* path, int32_t mark_cycles);
+int mxp_stop_timeline(mxp_core* core);
+
+/* Framework-neutral entry: raw pointers (host, or device in GPU builds). */
+int mxp_enqueue_raw(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, mxp_handle** out);
+int mxp_handle_done(mxp_handle* handle, int32_t* done);
+/* Blocks until done; returns the op's status code (message in mxp_last_error). */
+int mxp_handle_wait(mxp_handle* handle);
+void mxp_handle_free(mxp_handle* handle);
+
+/* MXNet entry: pushes one engine op for the group. */
+int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, int32_t priority);
+
+/* What was compiled in. */
+int mxp_cuda_built(void);
+int mxp_nccl_built(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif  /* MXPLUGIN_C_API_H_ */

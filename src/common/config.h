@@ -1,0 +1,32 @@
+// Every tunable of the core, read from the environment in one place
+// (MXPLUGIN_* first, HOROVOD_* as aliases).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/logging.h"
+
+namespace mxplugin {
+
+struct Config {
+  int64_t fusion_threshold_bytes = 64 << 20;  // MXPLUGIN_FUSION_THRESHOLD
+  // Allreduce tensors at least this large skip the fusion buffer and are
+  // reduced where they lie (no copy). MXPLUGIN_DIRECT_THRESHOLD
+  int64_t direct_threshold_bytes = 256 << 10;
+  double cycle_time_ms = 1.0;                  // MXPLUGIN_CYCLE_TIME
+  double stall_check_seconds = 60.0;           // MXPLUGIN_STALL_CHECK_TIME_SECONDS (0: off)
+  double stall_shutdown_seconds = 600.0;       // MXPLUGIN_STALL_SHUTDOWN_TIME_SECONDS (0: off)
+  // How long a negotiation round may wait for peers before the core declares
+  // them dead. MXPLUGIN_PEER_TIMEOUT_SECONDS
+  double peer_timeout_seconds = 120.0;
+  int cache_capacity = 4096;                   // MXPLUGIN_CACHE_CAPACITY (0: no cache)
+  int num_streams = 2;                         // MXPLUGIN_NUM_STREAMS (GPU builds)
+  std::string timeline_path;                   // MXPLUGIN_TIMELINE
+  bool timeline_mark_cycles = false;           // MXPLUGIN_TIMELINE_MARK_CYCLES
+  LogLevel log_level = LogLevel::kWarning;     // MXPLUGIN_LOG_LEVEL
+
+  static Config FromEnvironment();
+};
+
+}  // namespace mxplugin

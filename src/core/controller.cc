@@ -1,0 +1,131 @@
+#include "core/controller.h"
+
+#include <algorithm>
+
+namespace mxplugin {
+namespace {
+
+constexpr uint64_t kNoUncachedFlag = 1;   // set by a rank with nothing for the coordinator
+constexpr uint64_t kNoShutdownFlag = 2;   // set by a rank that wants to keep going
+
+}  // namespace
+
+Controller::Controller(Communicator* comm, const Config& config, const Logger* logger)
+    : comm_(comm), config_(config), logger_(logger), cache_(config.cache_capacity) {
+  if (comm_->rank() == 0) {
+    table_ = std::make_unique<MessageTable>(comm_->size(), config_, logger_, comm_->global_ranks());
+  }
+}
+
+void Controller::Submit(const RequestMeta& meta, Clock::time_point now) {
+  int bit = ResponseCache::Cacheable(meta.op) ? cache_.Lookup(meta) : -1;
+  if (bit >= 0) {
+    cached_pending_[bit] = Pending{meta, now};
+  } else {
+    outbox_.push_back(meta);
+  }
+}
+
+Status Controller::RunRound(bool want_shutdown, std::vector<Response>* responses, bool* shutdown) {
+  const Clock::time_point now = Clock::now();
+  const auto deadline = now + std::chrono::microseconds(
+                                  static_cast<int64_t>(config_.peer_timeout_seconds * 1e6));
+
+  // A cached request waiting too long is sent in full, so the coordinator's
+  // stall detection (which names the missing ranks) sees it.
+  if (config_.stall_check_seconds > 0) {
+    for (auto it = cached_pending_.begin(); it != cached_pending_.end();) {
+      if (std::chrono::duration<double>(now - it->second.since).count() > config_.stall_check_seconds) {
+        outbox_.push_back(it->second.meta);
+        it = cached_pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  const int words = 1 + (cache_.num_bits() + 63) / 64;
+  std::vector<uint64_t> bits(words, 0);
+  bool coordinator_busy = table_ && table_->NeedsBroadcast(now);
+  if (outbox_.empty() && !coordinator_busy) bits[0] |= kNoUncachedFlag;
+  if (!want_shutdown) bits[0] |= kNoShutdownFlag;
+  for (const auto& kv : cached_pending_) bits[1 + kv.first / 64] |= uint64_t{1} << (kv.first % 64);
+
+  Status st = comm_->AllreduceBitwiseAnd(&bits, deadline);
+  if (!st.ok()) return st;
+  *shutdown = (bits[0] & kNoShutdownFlag) == 0;
+  if (*shutdown) return Status::Ok();
+
+  // Cached requests ready everywhere: same bits, same cache, same order on all ranks.
+  std::vector<std::pair<int, int>> ready_bits;  // (priority, bit)
+  for (int bit = 0; bit < cache_.num_bits(); ++bit) {
+    if (bits[1 + bit / 64] & (uint64_t{1} << (bit % 64))) ready_bits.emplace_back(cache_.priority(bit), bit);
+  }
+  std::stable_sort(ready_bits.begin(), ready_bits.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (const auto& pb : ready_bits) {
+    const RequestMeta& m = cache_.meta(pb.second);
+    Response r;
+    r.name = m.name;
+    r.op = m.op;
+    r.priority = pb.first;
+    responses->push_back(std::move(r));
+    cached_pending_.erase(pb.second);
+  }
+
+  if (bits[0] & kNoUncachedFlag) return Status::Ok();
+
+  std::vector<std::string> gathered;
+  st = comm_->GatherBytes(SerializeMetas(outbox_), &gathered, deadline);
+  if (!st.ok()) return st;
+  for (auto& meta : outbox_) sent_[meta.name] = std::move(meta);
+  outbox_.clear();
+
+  std::string plan_bytes;
+  if (table_) {
+    RoundPlan plan;
+    for (const auto& bytes : gathered) {
+      for (const auto& meta : ParseMetas(bytes)) {
+        // A full request for a cached name means signatures changed (or a
+        // rank stalled): drop the entry everywhere and negotiate it in full.
+        if (cache_.Contains(meta.name) &&
+            std::find(plan.invalidated.begin(), plan.invalidated.end(), meta.name) == plan.invalidated.end()) {
+          plan.invalidated.push_back(meta.name);
+        }
+        table_->Add(meta, now);
+      }
+    }
+    table_->TakeReady(now, &plan.responses);
+    plan_bytes = SerializePlan(plan);
+  }
+  st = comm_->BroadcastBytes(&plan_bytes, deadline);
+  if (!st.ok()) return st;
+  RoundPlan plan = ParsePlan(plan_bytes);
+
+  for (const auto& name : plan.invalidated) {
+    for (auto it = cached_pending_.begin(); it != cached_pending_.end();) {
+      if (it->second.meta.name == name) {
+        outbox_.push_back(it->second.meta);
+        it = cached_pending_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    cache_.Erase(name);
+  }
+  for (auto& resp : plan.responses) {
+    auto sent = sent_.find(resp.name);
+    if (sent != sent_.end()) {
+      // Every member holds this name's request, validated equal to everyone
+      // else's, so every rank inserts the same signature at the same bit.
+      if (resp.kind == Response::Kind::kOk && ResponseCache::Cacheable(resp.op)) {
+        cache_.Put(sent->second, resp.priority);
+      }
+      sent_.erase(sent);
+    }
+    responses->push_back(std::move(resp));
+  }
+  return Status::Ok();
+}
+
+}  // namespace mxplugin

@@ -1,0 +1,411 @@
+#include "core/core.h"
+
+#include <algorithm>
+#include <future>
+#include <sstream>
+
+namespace mxplugin {
+namespace {
+
+std::string RanksText(const std::vector<int>& ranks) {
+  std::ostringstream s;
+  s << "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s << (i ? ", " : "") << ranks[i];
+  s << "]";
+  return s.str();
+}
+
+Status CheckTensorOp(const TensorOp& op, int set_size) {
+  const RequestMeta& m = op.meta;
+  const std::string who = std::string(OpTypeName(m.op)) + " '" + m.name + "'";
+  if (op.input.num_elements() > 0 && op.input.data == nullptr && m.op != OpType::kBarrier) {
+    return Status::InvalidArgument(who + ": input has no data pointer");
+  }
+  if (m.op == OpType::kAllreduce && op.output.num_elements() != op.input.num_elements()) {
+    return Status::InvalidArgument(who + ": output and input sizes differ");
+  }
+  if (m.op == OpType::kAlltoall) {
+    if (static_cast<int>(m.splits.size()) != set_size) {
+      return Status::InvalidArgument(who + ": splits must have one entry per rank of the process set (" +
+                                     std::to_string(set_size) + "), got " + std::to_string(m.splits.size()));
+    }
+    int64_t total = 0;
+    for (int64_t s : m.splits) {
+      if (s < 0) return Status::InvalidArgument(who + ": splits must be non-negative");
+      total += s;
+    }
+    int64_t rows = m.shape.empty() ? 1 : m.shape[0];
+    if (total != rows) {
+      return Status::InvalidArgument(who + ": splits sum to " + std::to_string(total) +
+                                     " but the first dimension is " + std::to_string(rows));
+    }
+  }
+  if ((m.op == OpType::kReducescatter || m.op == OpType::kAllgather || m.op == OpType::kAlltoall) &&
+      m.shape.empty()) {
+    return Status::InvalidArgument(who + ": needs a tensor with at least one dimension");
+  }
+  if ((m.op == OpType::kReducescatter || m.op == OpType::kAllreduce) && m.reduce_op != ReduceOp::kSum &&
+      m.reduce_op != ReduceOp::kAverage && m.op == OpType::kReducescatter) {
+    return Status::InvalidArgument(who + ": reducescatter supports Sum and Average only");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Core::Core(Config config) : config_(std::move(config)), logger_(config_.log_level) {
+  thread_ = std::thread([this] { Loop(); });
+  std::unique_lock<std::mutex> lock(mutex_);
+  started_.wait(lock, [this] { return started_done_; });
+  if (stopped_) {
+    lock.unlock();
+    thread_.join();
+    throw Error(stop_status_);
+  }
+}
+
+Core::~Core() { Shutdown(); }
+
+void Core::Shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shutdown_requested_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  timeline_.Stop();
+}
+
+std::unique_ptr<Core::ProcessSet> Core::MakeProcessSet(std::vector<int> ranks, std::unique_ptr<Communicator> comm) {
+  auto set = std::make_unique<ProcessSet>();
+  set->ranks = std::move(ranks);
+  set->comm = std::move(comm);
+  if (set->comm) {
+    set->controller = std::make_unique<Controller>(set->comm.get(), config_, &logger_);
+    set->executor = std::make_unique<Executor>(set->comm.get(), config_, &timeline_,
+                                               [this](Request& r, const Status& s) { Finish(r, s); });
+  }
+  return set;
+}
+
+void Core::Loop() {
+  try {
+    mpi_ = std::make_unique<MpiContext>();
+    world_ = mpi_->CreateWorld();
+    std::unique_ptr<Communicator> global;
+    Status st = world_->CreateSubgroup(world_->global_ranks(), &global);
+    ThrowIfError(st);
+    std::lock_guard<std::mutex> lock(mutex_);
+    topology_ = mpi_->topology();
+    logger_.set_rank(topology_.rank);
+    sets_[0] = MakeProcessSet(world_->global_ranks(), std::move(global));
+    started_done_ = true;
+  } catch (const Error& e) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopped_ = true;
+    stop_status_ = Status(e.status().code(), "mxplugin initialisation failed: " + e.status().reason());
+    started_done_ = true;
+    started_.notify_all();
+    return;
+  }
+  started_.notify_all();
+  if (!config_.timeline_path.empty() &&
+      !timeline_.Start(config_.timeline_path, topology_.rank, config_.timeline_mark_cycles)) {
+    MXP_LOG(logger_, kError, "cannot open timeline file '" << config_.timeline_path << "' (MXPLUGIN_TIMELINE)");
+  }
+  MXP_LOG(logger_, kDebug, "background loop started, " << topology_.size << " ranks");
+
+  bool stop = false;
+  Status failure;
+  try {
+    while (!stop) RunCycle(&stop);
+  } catch (const Error& e) {
+    failure = e.status();
+  } catch (const std::exception& e) {
+    failure = Status::Internal(std::string("mxplugin background loop failed: ") + e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_status_.ok()) {
+      stop_status_ = failure.ok() ? Status::Aborted("mxplugin has been shut down (shutdown() was called on some rank)")
+                                  : failure;
+    }
+    stopped_ = true;
+  }
+  FailEverything(stop_status_);
+  bool broken = stop_status_.code() != StatusCode::kAborted ||
+                stop_status_.reason().find("shut down") == std::string::npos;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sets_.clear();
+  }
+  world_.reset();
+  if (broken) mpi_->set_skip_finalize();
+  mpi_.reset();
+}
+
+void Core::RunCycle(bool* stop) {
+  std::vector<Request> incoming;
+  bool want_shutdown;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    auto until = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
+    wake_.wait_until(lock, until, [this] { return !queue_.empty() || shutdown_requested_; });
+    incoming.swap(queue_);
+    want_shutdown = shutdown_requested_;
+  }
+  const auto now = Clock::now();
+  timeline_.MarkCycle(now);
+  for (auto& req : incoming) {
+    auto it = sets_.find(req.process_set_id);
+    if (it == sets_.end() || !it->second->comm) {
+      Finish(req, Status::InvalidArgument("process set " + std::to_string(req.process_set_id) +
+                                          " was removed before '" + req.meta.name + "' ran"));
+      continue;
+    }
+    it->second->controller->Submit(req.meta, now);
+    std::string name = req.meta.name;
+    it->second->pending.emplace(std::move(name), std::move(req));
+  }
+
+  std::vector<int> ids;
+  for (const auto& kv : sets_) ids.push_back(kv.first);
+  for (int id : ids) {
+    auto it = sets_.find(id);
+    if (it == sets_.end() || !it->second->comm) continue;
+    ProcessSet& set = *it->second;
+    std::vector<Response> responses;
+    bool shutdown = false;
+    Status st = set.controller->RunRound(id == 0 && want_shutdown, &responses, &shutdown);
+    if (!st.ok()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_status_ = Status::Aborted(
+          "mxplugin lost contact with its peers: " + st.reason() + " while negotiating on process set " +
+          std::to_string(id) + " (ranks " + RanksText(set.ranks) + ") for more than " +
+          std::to_string(static_cast<int>(config_.peer_timeout_seconds)) +
+          " s (MXPLUGIN_PEER_TIMEOUT_SECONDS). A process has probably died or is stuck outside mxplugin; "
+          "see the other ranks' output.");
+      *stop = true;
+      return;
+    }
+    if (shutdown) {
+      *stop = true;
+      return;
+    }
+    set.executor->Execute(responses, &set.pending);
+  }
+}
+
+void Core::Finish(Request& req, const Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight_[req.process_set_id].erase(req.meta.name);
+  }
+  // Erase first: the callback may enqueue the same name again.
+  if (req.completion) req.completion->Finish(status);
+}
+
+void Core::FailEverything(const Status& status) {
+  std::vector<Request> queued;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queued.swap(queue_);
+  }
+  for (auto& req : queued) Finish(req, status);
+  for (auto& kv : sets_) {
+    for (auto& pr : kv.second->pending) Finish(pr.second, status);
+    kv.second->pending.clear();
+  }
+}
+
+void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<void(const Status&)> done) {
+  if (ops.empty()) {
+    done(Status::Ok());
+    return;
+  }
+  auto completion = std::make_shared<Completion>(ops.size(), std::move(done));
+  std::vector<Request> requests;
+  const auto now = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    const ProcessSet& set = CheckLocked(process_set_id, ops);
+    const int set_size = static_cast<int>(set.ranks.size());
+    std::set<std::string> names;
+    for (auto& op : ops) {
+      RequestMeta& m = op.meta;
+      if (in_flight_[process_set_id].count(m.name) || !names.insert(m.name).second) {
+        throw Error(Status::InvalidArgument(
+            "a collective named '" + m.name + "' is already in flight on process set " +
+            std::to_string(process_set_id) + "; names must be unique until the op completes"));
+      }
+      if (m.op == OpType::kBroadcast) {
+        auto pos = std::find(set.ranks.begin(), set.ranks.end(), m.root_rank);
+        m.root_rank = static_cast<int32_t>(pos - set.ranks.begin());
+      }
+      // Average is a Sum whose postscale carries 1/size: done here, in C++,
+      // so callers never need to know a process set's size.
+      if (m.reduce_op == ReduceOp::kAverage) {
+        m.reduce_op = ReduceOp::kSum;
+        m.postscale /= set_size;
+      }
+      m.rank = set.comm->rank();
+    }
+    for (auto& op : ops) {
+      in_flight_[process_set_id].insert(op.meta.name);
+      Request r;
+      r.meta = std::move(op.meta);
+      r.process_set_id = process_set_id;
+      r.input = std::move(op.input);
+      r.output = std::move(op.output);
+      r.enqueue_time = now;
+      r.completion = completion;
+      queue_.push_back(std::move(r));
+    }
+  }
+  wake_.notify_one();
+}
+
+void Core::Check(int process_set_id, const std::vector<TensorOp>& ops) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  CheckLocked(process_set_id, ops);
+}
+
+const Core::ProcessSet& Core::CheckLocked(int process_set_id, const std::vector<TensorOp>& ops) const {
+  if (stopped_) throw Error(stop_status_);
+  auto it = sets_.find(process_set_id);
+  if (it == sets_.end()) {
+    throw Error(Status::InvalidArgument("unknown process set id " + std::to_string(process_set_id)));
+  }
+  const ProcessSet& set = *it->second;
+  if (!set.comm) {
+    throw Error(Status::InvalidArgument("this process (rank " + std::to_string(topology_.rank) +
+                                        ") is not a member of process set " + std::to_string(process_set_id) +
+                                        " " + RanksText(set.ranks)));
+  }
+  for (const auto& op : ops) {
+    ThrowIfError(CheckTensorOp(op, static_cast<int>(set.ranks.size())));
+    if (op.meta.op == OpType::kBroadcast &&
+        std::find(set.ranks.begin(), set.ranks.end(), op.meta.root_rank) == set.ranks.end()) {
+      throw Error(Status::InvalidArgument("broadcast '" + op.meta.name + "': root rank " +
+                                          std::to_string(op.meta.root_rank) + " is not in process set " +
+                                          RanksText(set.ranks)));
+    }
+  }
+  return set;
+}
+
+Status Core::RunControl(int process_set_id, const std::string& name, std::vector<int64_t> shape,
+                        std::function<Status()> action) {
+  auto promise = std::make_shared<std::promise<Status>>();
+  auto future = promise->get_future();
+  Request r;
+  r.meta.name = name;
+  r.meta.op = OpType::kBarrier;
+  r.meta.shape = std::move(shape);
+  r.process_set_id = process_set_id;
+  r.enqueue_time = Clock::now();
+  r.control = std::move(action);
+  r.completion = std::make_shared<Completion>(1, [promise](const Status& s) { promise->set_value(s); });
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopped_) return stop_status_;
+    r.meta.rank = topology_.rank;
+    in_flight_[process_set_id].insert(name);
+    queue_.push_back(std::move(r));
+  }
+  wake_.notify_one();
+  return future.get();
+}
+
+int Core::AddProcessSet(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    if (ranks[i] < 0 || ranks[i] >= topology_.size || (i > 0 && ranks[i] == ranks[i - 1])) {
+      throw Error(Status::InvalidArgument("process set " + RanksText(ranks) +
+                                          ": ranks must be distinct and in [0, " +
+                                          std::to_string(topology_.size) + ")"));
+    }
+  }
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    name = "mxplugin.add_process_set." + std::to_string(control_counter_++);
+  }
+  auto id = std::make_shared<int>(-1);
+  std::vector<int64_t> shape(ranks.begin(), ranks.end());
+  Status st = RunControl(0, name, shape, [this, ranks, id]() -> Status {
+    for (const auto& kv : sets_) {
+      if (kv.second->ranks == ranks) {
+        return Status::InvalidArgument("a process set with ranks " + RanksText(ranks) +
+                                       " already exists (id " + std::to_string(kv.first) + ")");
+      }
+    }
+    std::unique_ptr<Communicator> comm;
+    Status s = world_->CreateSubgroup(ranks, &comm);
+    if (!s.ok()) return s;
+    std::lock_guard<std::mutex> lock(mutex_);
+    *id = next_set_id_++;
+    sets_[*id] = MakeProcessSet(ranks, std::move(comm));
+    return Status::Ok();
+  });
+  ThrowIfError(st);
+  return *id;
+}
+
+bool Core::RemoveProcessSet(int id) {
+  if (id == 0) return false;
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    name = "mxplugin.remove_process_set." + std::to_string(control_counter_++);
+  }
+  auto removed = std::make_shared<bool>(false);
+  Status st = RunControl(0, name, {id}, [this, id, removed]() -> Status {
+    auto it = sets_.find(id);
+    if (it == sets_.end()) return Status::Ok();
+    std::unique_ptr<ProcessSet> set;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      set = std::move(it->second);
+      sets_.erase(it);
+    }
+    for (auto& pr : set->pending) {
+      Finish(pr.second, Status::InvalidArgument("process set " + std::to_string(id) + " was removed"));
+    }
+    *removed = true;
+    return Status::Ok();
+  });
+  ThrowIfError(st);
+  return *removed;
+}
+
+std::vector<int> Core::ProcessSetRanks(int id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = sets_.find(id);
+  if (it == sets_.end()) throw Error(Status::InvalidArgument("unknown process set id " + std::to_string(id)));
+  return it->second->ranks;
+}
+
+int Core::ProcessSetRank(int id) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = sets_.find(id);
+  if (it == sets_.end()) throw Error(Status::InvalidArgument("unknown process set id " + std::to_string(id)));
+  const auto& ranks = it->second->ranks;
+  auto pos = std::find(ranks.begin(), ranks.end(), topology_.rank);
+  return pos == ranks.end() ? -1 : static_cast<int>(pos - ranks.begin());
+}
+
+std::vector<int> Core::ProcessSetIds() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<int> ids;
+  for (const auto& kv : sets_) ids.push_back(kv.first);
+  return ids;
+}
+
+void Core::StartTimeline(const std::string& path, bool mark_cycles) {
+  if (!timeline_.Start(path, topology_.rank, mark_cycles)) {
+    throw Error(Status::InvalidArgument("cannot open timeline file '" + path + "'"));
+  }
+}
+
+}  // namespace mxplugin

@@ -1,0 +1,112 @@
+// The Core: one background thread that owns MPI, a request queue fed by any
+// thread, and per-process-set negotiation and execution.
+//
+// Note [Why one thread owns MPI]: MPI implementations are fastest (and many
+// are only correct) when a single thread makes every call. Framework threads
+// therefore only enqueue; the background thread negotiates, runs the
+// collectives and calls the completion callbacks.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/mpi/mpi_context.h"
+#include "common/config.h"
+#include "common/logging.h"
+#include "core/controller.h"
+#include "core/executor.h"
+#include "core/request.h"
+#include "core/timeline.h"
+
+namespace mxplugin {
+
+// One tensor of an Enqueue call, as the framework adapter describes it.
+struct TensorOp {
+  RequestMeta meta;  // name, op, reduce_op, dtype, device, shape, root (global rank), scales, splits, priority
+  TensorRef input;
+  TensorRef output;
+};
+
+class Core {
+ public:
+  // Starts the background thread and waits for MPI to come up; throws Error on failure.
+  explicit Core(Config config);
+  ~Core();
+  Core(const Core&) = delete;
+  Core& operator=(const Core&) = delete;
+
+  const Topology& topology() const { return topology_; }
+  const Config& config() const { return config_; }
+
+  // Validates and queues the ops; `done` runs on the background thread when
+  // all have finished (with the first error). Throws Error for bad arguments,
+  // before anything is queued.
+  void Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<void(const Status&)> done);
+  // The argument checks of Enqueue alone (those that don't depend on what is
+  // in flight), for adapters that enqueue later from another thread.
+  void Check(int process_set_id, const std::vector<TensorOp>& ops) const;
+
+  // Collective over all ranks; returns the new set's id.
+  int AddProcessSet(std::vector<int> ranks);
+  bool RemoveProcessSet(int id);
+  std::vector<int> ProcessSetRanks(int id) const;
+  // Rank within the set, or -1 when this process is not a member.
+  int ProcessSetRank(int id) const;
+  std::vector<int> ProcessSetIds() const;
+
+  void StartTimeline(const std::string& path, bool mark_cycles);
+  void StopTimeline() { timeline_.Stop(); }
+
+  // Stops the background thread (all ranks stop together). Idempotent.
+  void Shutdown();
+
+ private:
+  struct ProcessSet {
+    std::vector<int> ranks;  // global ranks
+    std::unique_ptr<Communicator> comm;  // null on non-members
+    std::unique_ptr<Controller> controller;
+    std::unique_ptr<Executor> executor;
+    PendingRequests pending;
+  };
+
+  const ProcessSet& CheckLocked(int process_set_id, const std::vector<TensorOp>& ops) const;
+  void Loop();
+  void RunCycle(bool* stop);
+  void Finish(Request& req, const Status& status);
+  void FailEverything(const Status& status);
+  std::unique_ptr<ProcessSet> MakeProcessSet(std::vector<int> ranks, std::unique_ptr<Communicator> comm);
+  Status RunControl(int process_set_id, const std::string& name, std::vector<int64_t> shape,
+                    std::function<Status()> action);
+
+  Config config_;
+  Logger logger_;
+  Timeline timeline_;
+  Topology topology_;
+
+  std::thread thread_;
+  std::unique_ptr<MpiContext> mpi_;            // background thread only
+  std::unique_ptr<Communicator> world_;        // background thread only
+  std::map<int, std::unique_ptr<ProcessSet>> sets_;  // structure guarded by mutex_
+  int next_set_id_ = 1;                        // background thread only
+  int control_counter_ = 0;                    // guarded by mutex_
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::condition_variable started_;
+  std::vector<Request> queue_;
+  std::map<int, std::set<std::string>> in_flight_;  // names per process set
+  bool started_done_ = false;
+  bool shutdown_requested_ = false;
+  bool stopped_ = false;
+  Status stop_status_;  // why ops fail after the loop ended
+};
+
+}  // namespace mxplugin

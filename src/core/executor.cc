@@ -1,0 +1,254 @@
+#include "core/executor.h"
+
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include "scale.h"
+
+namespace mxplugin {
+namespace {
+
+// Requests that may share one fused allreduce.
+using FusionKey = std::tuple<int, int, int, double, double>;
+
+FusionKey KeyOf(const Request& r) {
+  return FusionKey(static_cast<int>(r.meta.dtype), static_cast<int>(r.meta.reduce_op), r.meta.device,
+                   r.meta.prescale, r.meta.postscale);
+}
+
+// Blocks of a reducescatter: lower ranks get the extra rows.
+std::vector<int64_t> ScatterRows(int64_t rows, int size) {
+  std::vector<int64_t> out(size, rows / size);
+  for (int r = 0; r < rows % size; ++r) ++out[r];
+  return out;
+}
+
+std::vector<int64_t> Displacements(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> d(counts.size(), 0);
+  for (size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
+  return d;
+}
+
+}  // namespace
+
+void Executor::Trace(const Request& req, const char* phase, Clock::time_point begin, Clock::time_point end) {
+  if (timeline_->active()) timeline_->Record(req.meta.name, phase, begin, end);
+}
+
+bool Executor::Fusable(const Request& req) const {
+  return req.meta.op == OpType::kAllreduce && req.input.num_bytes() < config_.direct_threshold_bytes &&
+         req.input.num_bytes() > 0 && req.input.num_bytes() <= config_.fusion_threshold_bytes;
+}
+
+void Executor::Execute(const std::vector<Response>& responses, PendingRequests* pending) {
+  const Clock::time_point negotiated = Clock::now();
+  size_t i = 0;
+  while (i < responses.size()) {
+    // One segment: consecutive responses of equal priority. Small allreduces
+    // in it are fused by key; fused groups run first (they are cheap), then
+    // the rest in negotiated order. Identical on every rank.
+    size_t end = i;
+    while (end < responses.size() && responses[end].priority == responses[i].priority) ++end;
+    std::map<FusionKey, std::vector<std::vector<Request*>>> fused;
+    std::vector<std::pair<Request*, const Response*>> others;
+    for (size_t k = i; k < end; ++k) {
+      const Response& resp = responses[k];
+      auto it = pending->find(resp.name);
+      if (it == pending->end()) continue;  // an error for a name this rank never submitted
+      Request& req = it->second;
+      Trace(req, "NEGOTIATE", req.enqueue_time, negotiated);
+      if (resp.kind == Response::Kind::kError) {
+        std::string name = resp.name;
+        finish_(req, Status::Mismatch(resp.error));
+        pending->erase(name);
+        continue;
+      }
+      if (Fusable(req) && !req.control) {
+        auto& groups = fused[KeyOf(req)];
+        int64_t used = 0;
+        if (!groups.empty()) {
+          for (Request* r : groups.back()) used += AlignFusionOffset(r->input.num_bytes());
+        }
+        if (groups.empty() || used + req.input.num_bytes() > config_.fusion_threshold_bytes) groups.emplace_back();
+        groups.back().push_back(&req);
+      } else {
+        others.emplace_back(&req, &resp);
+      }
+    }
+    std::vector<std::string> done;
+    for (auto& kv : fused) {
+      for (auto& group : kv.second) {
+        RunFused(group);
+        for (Request* r : group) done.push_back(r->meta.name);
+      }
+    }
+    for (auto& pr : others) {
+      Status st;
+      try {
+        st = RunOne(*pr.first, *pr.second);
+      } catch (const Error& e) {
+        st = e.status();
+      }
+      finish_(*pr.first, st);
+      done.push_back(pr.first->meta.name);
+    }
+    for (const auto& name : done) pending->erase(name);
+    i = end;
+  }
+}
+
+void Executor::RunFused(std::vector<Request*>& group) {
+  if (group.size() == 1) {
+    Status st = RunAllreduce(*group[0]);
+    finish_(*group[0], st);
+    return;
+  }
+  const Request& first = *group[0];
+  const DataType dtype = first.meta.dtype;
+  const size_t esize = DataTypeSize(dtype);
+  int64_t bytes = 0;
+  for (Request* r : group) bytes = AlignFusionOffset(bytes) + r->input.num_bytes();
+  char* buffer = buffer_.Reserve(bytes);
+
+  auto t0 = Clock::now();
+  int64_t offset = 0;
+  for (Request* r : group) {
+    offset = AlignFusionOffset(offset);
+    CopyAndScale(buffer + offset, r->input.data, r->input.num_elements(), dtype, r->meta.prescale);
+    offset += r->input.num_bytes();
+  }
+  auto t1 = Clock::now();
+  Status st = comm_->Allreduce(buffer, buffer, static_cast<int64_t>(offset / esize), dtype, first.meta.reduce_op);
+  auto t2 = Clock::now();
+  if (st.ok()) {
+    offset = 0;
+    for (Request* r : group) {
+      offset = AlignFusionOffset(offset);
+      CopyAndScale(r->output.data, buffer + offset, r->output.num_elements(), dtype, r->meta.postscale);
+      offset += r->input.num_bytes();
+    }
+  }
+  auto t3 = Clock::now();
+  for (Request* r : group) {
+    Trace(*r, "MEMCPY_IN_FUSION_BUFFER", t0, t1);
+    Trace(*r, "ALLREDUCE", t1, t2);
+    Trace(*r, "MEMCPY_OUT_FUSION_BUFFER", t2, t3);
+    finish_(*r, st);
+  }
+}
+
+Status Executor::RunOne(Request& req, const Response& resp) {
+  if (req.control) return req.control();
+  switch (req.meta.op) {
+    case OpType::kAllreduce: return RunAllreduce(req);
+    case OpType::kAllgather: return RunAllgather(req, resp);
+    case OpType::kBroadcast: return RunBroadcast(req);
+    case OpType::kAlltoall: return RunAlltoall(req, resp);
+    case OpType::kReducescatter: return RunReducescatter(req);
+    case OpType::kBarrier: {
+      auto t0 = Clock::now();
+      Status st = comm_->Barrier();
+      Trace(req, "BARRIER", t0, Clock::now());
+      return st;
+    }
+  }
+  return Status::Internal("unknown op type");
+}
+
+// Large tensors: reduced where they lie; scaling, when asked for, is one pass
+// over the output (copy-and-scale for prescale when out of place).
+Status Executor::RunAllreduce(Request& req) {
+  const int64_t n = req.input.num_elements();
+  if (n == 0) return Status::Ok();
+  const DataType dtype = req.meta.dtype;
+  auto t0 = Clock::now();
+  const void* send = req.input.data;
+  if (req.meta.prescale != 1.0) {
+    CopyAndScale(req.output.data, req.input.data, n, dtype, req.meta.prescale);
+    send = req.output.data;
+  }
+  Status st = comm_->Allreduce(send, req.output.data, n, dtype, req.meta.reduce_op);
+  if (st.ok()) ScaleInPlace(req.output.data, n, dtype, req.meta.postscale);
+  Trace(req, "ALLREDUCE", t0, Clock::now());
+  return st;
+}
+
+Status Executor::RunAllgather(Request& req, const Response& resp) {
+  const int64_t row = req.input.row_elements();
+  std::vector<int64_t> counts;
+  int64_t total = 0;
+  for (int64_t rows : resp.sizes) {
+    counts.push_back(rows * row);
+    total += rows * row;
+  }
+  if (total != req.output.num_elements()) {
+    return Status::InvalidArgument("allgather '" + req.meta.name + "': output holds " +
+                                   std::to_string(req.output.num_elements()) + " elements, ranks send " +
+                                   std::to_string(total));
+  }
+  auto t0 = Clock::now();
+  Status st = comm_->Allgatherv(req.input.data, req.input.num_elements(), req.output.data, counts,
+                                Displacements(counts), req.meta.dtype);
+  Trace(req, "ALLGATHER", t0, Clock::now());
+  return st;
+}
+
+Status Executor::RunBroadcast(Request& req) {
+  const int64_t n = req.input.num_elements();
+  if (n == 0) return Status::Ok();
+  auto t0 = Clock::now();
+  if (comm_->rank() == req.meta.root_rank && req.output.data != req.input.data) {
+    std::memcpy(req.output.data, req.input.data, static_cast<size_t>(req.input.num_bytes()));
+  }
+  Status st = comm_->Broadcast(req.output.data, n, req.meta.dtype, req.meta.root_rank);
+  Trace(req, "BROADCAST", t0, Clock::now());
+  return st;
+}
+
+Status Executor::RunAlltoall(Request& req, const Response& resp) {
+  const int size = comm_->size();
+  const int me = comm_->rank();
+  const int64_t row = req.input.row_elements();
+  std::vector<int64_t> send_counts(size), recv_counts(size);
+  for (int r = 0; r < size; ++r) {
+    send_counts[r] = req.meta.splits[r] * row;
+    recv_counts[r] = resp.sizes[static_cast<size_t>(r) * size + me] * row;
+  }
+  int64_t total = 0;
+  for (int64_t c : recv_counts) total += c;
+  if (total != req.output.num_elements()) {
+    return Status::InvalidArgument("alltoall '" + req.meta.name + "': output holds " +
+                                   std::to_string(req.output.num_elements()) + " elements, ranks send " +
+                                   std::to_string(total));
+  }
+  auto t0 = Clock::now();
+  Status st = comm_->Alltoallv(req.input.data, send_counts, Displacements(send_counts), req.output.data,
+                               recv_counts, Displacements(recv_counts), req.meta.dtype);
+  Trace(req, "ALLTOALL", t0, Clock::now());
+  return st;
+}
+
+Status Executor::RunReducescatter(Request& req) {
+  const int size = comm_->size();
+  const int64_t row = req.input.row_elements();
+  const int64_t rows = req.input.shape.empty() ? 1 : req.input.shape[0];
+  std::vector<int64_t> counts = ScatterRows(rows, size);
+  for (auto& c : counts) c *= row;
+  if (counts[comm_->rank()] != req.output.num_elements()) {
+    return Status::InvalidArgument("reducescatter '" + req.meta.name + "': output has the wrong size");
+  }
+  auto t0 = Clock::now();
+  const void* send = req.input.data;
+  if (req.meta.prescale != 1.0) {
+    char* scratch = buffer_.Reserve(req.input.num_bytes());
+    CopyAndScale(scratch, req.input.data, req.input.num_elements(), req.meta.dtype, req.meta.prescale);
+    send = scratch;
+  }
+  Status st = comm_->ReduceScatter(send, req.output.data, counts, req.meta.dtype, req.meta.reduce_op);
+  if (st.ok()) ScaleInPlace(req.output.data, req.output.num_elements(), req.meta.dtype, req.meta.postscale);
+  Trace(req, "REDUCESCATTER", t0, Clock::now());
+  return st;
+}
+
+}  // namespace mxplugin

@@ -1,0 +1,50 @@
+// Runs negotiated responses for one process set on this rank's requests:
+// fuses small allreduces into the fusion buffer (prescale fused into the copy
+// in, postscale into the copy out), reduces large ones where they lie, and
+// runs the other collectives.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/communicator.h"
+#include "common/config.h"
+#include "common/logging.h"
+#include "core/fusion_buffer.h"
+#include "core/request.h"
+#include "core/timeline.h"
+
+namespace mxplugin {
+
+using PendingRequests = std::unordered_map<std::string, Request>;
+// Called once per request when it is done (and removed from the pending map).
+using FinishFn = std::function<void(Request&, const Status&)>;
+
+class Executor {
+ public:
+  Executor(Communicator* comm, const Config& config, Timeline* timeline, FinishFn finish)
+      : comm_(comm), config_(config), timeline_(timeline), finish_(std::move(finish)) {}
+
+  void Execute(const std::vector<Response>& responses, PendingRequests* pending);
+
+ private:
+  void RunFused(std::vector<Request*>& group);
+  Status RunOne(Request& req, const Response& resp);
+  Status RunAllreduce(Request& req);
+  Status RunAllgather(Request& req, const Response& resp);
+  Status RunBroadcast(Request& req);
+  Status RunAlltoall(Request& req, const Response& resp);
+  Status RunReducescatter(Request& req);
+  void Trace(const Request& req, const char* phase, Clock::time_point begin, Clock::time_point end);
+  bool Fusable(const Request& req) const;
+
+  Communicator* comm_;
+  const Config& config_;
+  Timeline* timeline_;
+  FinishFn finish_;
+  FusionBuffer buffer_;
+};
+
+}  // namespace mxplugin

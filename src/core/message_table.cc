@@ -1,0 +1,185 @@
+#include "core/message_table.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace mxplugin {
+namespace {
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  std::ostringstream s;
+  s << "(";
+  for (size_t i = 0; i < shape.size(); ++i) s << (i ? ", " : "") << shape[i];
+  if (shape.size() == 1) s << ",";
+  s << ")";
+  return s.str();
+}
+
+std::string RankList(const std::vector<int>& ranks) {
+  std::ostringstream s;
+  s << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < ranks.size(); ++i) s << (i ? ", " : "") << ranks[i];
+  return s.str();
+}
+
+// "float32 on ranks 0, 2; float16 on rank 1" or "" when all values agree.
+template <typename Describe>
+std::string Disagreement(const std::vector<RequestMeta>& metas, const std::vector<int>& global_ranks,
+                         Describe describe) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (size_t r = 0; r < metas.size(); ++r) {
+    std::string v = describe(metas[r]);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == v; });
+    if (it == groups.end()) {
+      groups.push_back({v, {global_ranks[r]}});
+    } else {
+      it->second.push_back(global_ranks[r]);
+    }
+  }
+  if (groups.size() <= 1) return "";
+  std::ostringstream s;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    s << (i ? "; " : "") << groups[i].first << " on " << RankList(groups[i].second);
+  }
+  return s.str();
+}
+
+std::string Trailing(const std::vector<int64_t>& shape) {
+  if (shape.empty()) return "scalar";
+  return "rank-" + std::to_string(shape.size()) + " with trailing dims " +
+         ShapeText(std::vector<int64_t>(shape.begin() + 1, shape.end()));
+}
+
+}  // namespace
+
+void MessageTable::Add(const RequestMeta& meta, Clock::time_point now) {
+  auto it = entries_.find(meta.name);
+  if (it == entries_.end()) {
+    Entry e;
+    e.metas.resize(size_);
+    e.first_seen = now;
+    e.last_warning = now;
+    e.arrival = next_arrival_++;
+    it = entries_.emplace(meta.name, std::move(e)).first;
+  }
+  Entry& e = it->second;
+  if (meta.rank < 0 || meta.rank >= size_ || !e.metas[meta.rank].name.empty()) return;
+  e.metas[meta.rank] = meta;
+  ++e.count;
+}
+
+std::string MessageTable::MissingRanks(const Entry& entry) const {
+  std::vector<int> missing;
+  for (int r = 0; r < size_; ++r) {
+    if (entry.metas[r].name.empty()) missing.push_back(global_ranks_[r]);
+  }
+  return RankList(missing);
+}
+
+Response MessageTable::Validate(const std::string& name, const Entry& entry) const {
+  Response resp;
+  resp.name = name;
+  const auto& metas = entry.metas;
+  resp.op = metas[0].op;
+  resp.priority = metas[0].priority;
+  for (const auto& m : metas) resp.priority = std::max(resp.priority, m.priority);
+
+  auto fail = [&](const std::string& what, const std::string& detail) {
+    resp.kind = Response::Kind::kError;
+    resp.error = "Mismatched " + what + " for tensor '" + name + "': " + detail +
+                 ". Every rank must submit the same collective with the same " + what +
+                 " under this name.";
+    return resp;
+  };
+  std::string d;
+  if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { return std::string(OpTypeName(m.op)); })).empty())
+    return fail("operation", d);
+  if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { return DeviceName(m.device); })).empty())
+    return fail("device", d);
+  if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { return std::string(DataTypeName(m.dtype)); })).empty())
+    return fail("dtype", d);
+  const OpType op = metas[0].op;
+  if (op == OpType::kAllreduce || op == OpType::kReducescatter) {
+    if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { return std::string(ReduceOpName(m.reduce_op)); })).empty())
+      return fail("reduce op", d);
+    if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { std::ostringstream s; s.precision(17); s << m.prescale; return s.str(); })).empty())
+      return fail("prescale factor", d);
+    if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { std::ostringstream s; s.precision(17); s << m.postscale; return s.str(); })).empty())
+      return fail("postscale factor", d);
+  }
+  if (op == OpType::kBroadcast) {
+    if (!(d = Disagreement(metas, global_ranks_, [&](const RequestMeta& m) { return "root " + std::to_string(global_ranks_[m.root_rank]); })).empty())
+      return fail("root rank", d);
+  }
+  if (op == OpType::kAllgather || op == OpType::kAlltoall) {
+    if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { return Trailing(m.shape); })).empty())
+      return fail("shape", d);
+  } else if (op != OpType::kBarrier) {
+    if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { return ShapeText(m.shape); })).empty())
+      return fail("shape", d);
+  }
+  if (op == OpType::kAllgather) {
+    for (const auto& m : metas) resp.sizes.push_back(m.shape.empty() ? 1 : m.shape[0]);
+  }
+  if (op == OpType::kAlltoall) {
+    for (const auto& m : metas) {
+      if (static_cast<int>(m.splits.size()) != size_) {
+        return fail("splits", "rank " + std::to_string(global_ranks_[m.rank]) + " gave " +
+                                  std::to_string(m.splits.size()) + " splits for " +
+                                  std::to_string(size_) + " ranks");
+      }
+      resp.sizes.insert(resp.sizes.end(), m.splits.begin(), m.splits.end());
+    }
+  }
+  return resp;
+}
+
+void MessageTable::TakeReady(Clock::time_point now, std::vector<Response>* out) {
+  std::vector<std::pair<uint64_t, Response>> ready;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    Entry& e = it->second;
+    double age = std::chrono::duration<double>(now - e.first_seen).count();
+    if (e.count == size_) {
+      ready.emplace_back(e.arrival, Validate(it->first, e));
+      it = entries_.erase(it);
+      continue;
+    }
+    if (config_.stall_shutdown_seconds > 0 && age > config_.stall_shutdown_seconds) {
+      Response resp;
+      resp.kind = Response::Kind::kError;
+      resp.name = it->first;
+      resp.error = "Tensor '" + it->first + "' was never submitted by " + MissingRanks(e) +
+                   " within " + std::to_string(static_cast<int>(config_.stall_shutdown_seconds)) +
+                   " s (MXPLUGIN_STALL_SHUTDOWN_TIME_SECONDS); the ranks that submitted it give up.";
+      ready.emplace_back(e.arrival, resp);
+      it = entries_.erase(it);
+      continue;
+    }
+    if (config_.stall_check_seconds > 0 &&
+        std::chrono::duration<double>(now - e.last_warning).count() > config_.stall_check_seconds) {
+      e.last_warning = now;
+      MXP_LOG(*logger_, kWarning,
+              "Stall: tensor '" << it->first << "' has waited " << static_cast<int>(age)
+                                << " s for " << MissingRanks(e)
+                                << ". Every rank must submit the same collectives; check for ranks "
+                                   "that skipped a step or named tensors differently.");
+    }
+    ++it;
+  }
+  std::stable_sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) {
+    if (a.second.priority != b.second.priority) return a.second.priority > b.second.priority;
+    return a.first < b.first;
+  });
+  for (auto& r : ready) out->push_back(std::move(r.second));
+}
+
+bool MessageTable::NeedsBroadcast(Clock::time_point now) const {
+  if (config_.stall_shutdown_seconds <= 0) return false;
+  for (const auto& kv : entries_) {
+    if (std::chrono::duration<double>(now - kv.second.first_seen).count() > config_.stall_shutdown_seconds)
+      return true;
+  }
+  return false;
+}
+
+}  // namespace mxplugin

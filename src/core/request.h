@@ -1,0 +1,86 @@
+// What a rank asks for (Request), what it tells the coordinator about it
+// (RequestMeta), and what the coordinator decides (Response).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/communicator.h"
+#include "common/status.h"
+#include "common/tensor.h"
+#include "common/types.h"
+
+namespace mxplugin {
+
+struct RequestMeta {
+  std::string name;
+  OpType op = OpType::kAllreduce;
+  ReduceOp reduce_op = ReduceOp::kSum;
+  DataType dtype = DataType::kFloat32;
+  int32_t device = kCpuDevice;
+  std::vector<int64_t> shape;
+  int32_t root_rank = 0;  // rank within the process set
+  double prescale = 1.0;
+  double postscale = 1.0;
+  std::vector<int64_t> splits;  // alltoall: rows sent to each rank
+  int32_t priority = 0;
+  int32_t rank = 0;  // sender, within the process set
+
+  // Everything that must agree across ranks for a cached response to be reused.
+  bool SameSignature(const RequestMeta& other) const;
+};
+
+// Completes a group of requests (one Enqueue call) once all are done, with the
+// first error seen. Thread-safe; called from the background thread.
+class Completion {
+ public:
+  Completion(size_t count, std::function<void(const Status&)> done)
+      : remaining_(count), done_(std::move(done)) {}
+  void Finish(const Status& status);
+
+ private:
+  std::atomic<size_t> remaining_;
+  std::function<void(const Status&)> done_;
+  std::atomic<bool> failed_{false};
+  Status first_error_;
+};
+
+struct Request {
+  RequestMeta meta;
+  int process_set_id = 0;
+  TensorRef input;
+  TensorRef output;
+  Clock::time_point enqueue_time;
+  std::shared_ptr<Completion> completion;
+  // Set for internal control requests (process set add/remove): run on the
+  // background thread, on every rank, in the same position of the op order.
+  std::function<Status()> control;
+};
+
+struct Response {
+  enum class Kind : int32_t { kOk = 0, kError = 1 };
+  Kind kind = Kind::kOk;
+  std::string name;
+  OpType op = OpType::kAllreduce;
+  std::string error;
+  // allgather: first dimension of every rank; alltoall: every rank's splits, row-major.
+  std::vector<int64_t> sizes;
+  int32_t priority = 0;
+};
+
+// What the coordinator broadcasts after a round that needed it.
+struct RoundPlan {
+  std::vector<Response> responses;
+  std::vector<std::string> invalidated;  // names to drop from the response cache
+};
+
+std::string SerializeMetas(const std::vector<RequestMeta>& metas);
+std::vector<RequestMeta> ParseMetas(const std::string& bytes);
+std::string SerializePlan(const RoundPlan& plan);
+RoundPlan ParsePlan(const std::string& bytes);
+
+}  // namespace mxplugin

@@ -1,0 +1,39 @@
+#include "core/response_cache.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace mxplugin {
+
+int ResponseCache::Lookup(const RequestMeta& meta) const {
+  auto it = bits_.find(meta.name);
+  if (it == bits_.end()) return -1;
+  return entries_[it->second].meta.SameSignature(meta) ? it->second : -1;
+}
+
+void ResponseCache::Put(const RequestMeta& meta, int32_t priority) {
+  if (bits_.count(meta.name)) return;
+  int bit;
+  if (!free_bits_.empty()) {
+    bit = free_bits_.back();
+    free_bits_.pop_back();
+  } else if (static_cast<int>(entries_.size()) < capacity_) {
+    bit = static_cast<int>(entries_.size());
+    entries_.emplace_back();
+  } else {
+    return;
+  }
+  entries_[bit] = Entry{true, meta, priority};
+  bits_[meta.name] = bit;
+}
+
+void ResponseCache::Erase(const std::string& name) {
+  auto it = bits_.find(name);
+  if (it == bits_.end()) return;
+  entries_[it->second] = Entry{};
+  free_bits_.push_back(it->second);
+  std::sort(free_bits_.begin(), free_bits_.end(), std::greater<int>());
+  bits_.erase(it);
+}
+
+}  // namespace mxplugin
