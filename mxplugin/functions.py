@@ -1,0 +1,102 @@
+"""Helpers built on the collectives: parameter and Python-object broadcast."""
+import io
+import types
+
+import mxnet as mx
+import numpy as np
+
+from mxplugin import basics
+from mxplugin.ops import allgather, broadcast_
+
+try:
+    import cloudpickle as _pickle
+except ImportError:  # plain pickle handles everything but lambdas and local classes
+    import pickle as _pickle
+
+
+def _to_bytes(obj):
+    buf = io.BytesIO()
+    _pickle.dump(obj, buf)
+    return np.frombuffer(buf.getvalue(), dtype=np.uint8)
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """Returns root_rank's `obj` on every rank (pickled, so any picklable object)."""
+    name = name or type(obj).__name__
+    if basics.rank() == root_rank:
+        payload = _to_bytes(obj)
+        length = mx.nd.array([len(payload)], dtype="int64")
+    else:
+        payload = None
+        length = mx.nd.zeros((1,), dtype="int64")
+    broadcast_(length, root_rank, name=name + ".sz")
+    n = int(length.asnumpy()[0])
+    data = mx.nd.array(payload, dtype="uint8") if payload is not None else mx.nd.zeros((n,), dtype="uint8")
+    broadcast_(data, root_rank, name=name + ".t")
+    if basics.rank() == root_rank:
+        data.wait_to_read()
+        return obj
+    return _pickle.loads(data.asnumpy().tobytes())
+
+
+def allgather_object(obj, name=None):
+    """Returns the list of every rank's `obj`, in rank order."""
+    name = name or type(obj).__name__
+    payload = _to_bytes(obj)
+    sizes = allgather(mx.nd.array([len(payload)], dtype="int64"), name=name + ".sz").asnumpy()
+    data = allgather(mx.nd.array(payload, dtype="uint8"), name=name + ".t").asnumpy().tobytes()
+    out, offset = [], 0
+    for s in sizes:
+        out.append(_pickle.loads(data[offset:offset + int(s)]))
+        offset += int(s)
+    return out
+
+
+def _parameter_dict_types():
+    kinds = [dict]
+    try:
+        from mxnet.gluon.parameter import ParameterDict
+
+        kinds.append(ParameterDict)
+    except ImportError:
+        pass
+    return tuple(kinds)
+
+
+def broadcast_parameters(params, root_rank=0, prefix=None):
+    """Broadcasts parameters (dict or gluon ParameterDict of Parameters or
+    NDArrays) from root_rank, in place. Parameters whose initialisation is
+    deferred are broadcast right after they are first initialised."""
+    if prefix is not None and not isinstance(prefix, str):
+        raise TypeError("prefix must be a str or None")
+    prefix = prefix or ""
+    if not isinstance(params, _parameter_dict_types()):
+        raise ValueError(f"invalid params of type: {type(params)}")
+    if basics.size() == 1:
+        return
+    tensors = []
+    for key, p in sorted(params.items()):
+        name = prefix + str(key)
+        if isinstance(p, mx.gluon.Parameter):
+            if getattr(p, "distributed", False):
+                continue  # model-parallel shards differ per rank by design
+            try:
+                tensors.append((name, p.data()))
+            except mx.gluon.parameter.DeferredInitializationError:
+                _broadcast_after_init(p, root_rank, name)
+        else:
+            tensors.append((name, p))
+    for name, tensor in tensors:
+        broadcast_(tensor, root_rank, name=name)
+
+
+def _broadcast_after_init(param, root_rank, name):
+    original = param._init_impl
+
+    def init_then_broadcast(self, *args, **kwargs):
+        original(*args, **kwargs)
+        for data in self.list_data():
+            broadcast_(data, root_rank, name=name)
+            data.wait_to_read()  # one name per context: finish before reusing it
+
+    param._init_impl = types.MethodType(init_then_broadcast, param)

@@ -1,0 +1,353 @@
+"""Collectives on MXNet NDArrays, with horovod.mxnet's names, signatures and
+defaults. Each call pushes one asynchronous op into MXNet's engine (input as a
+read dependency, output as a write dependency); reading the result
+(asnumpy(), wait_to_read()) is the only synchronisation needed."""
+import warnings
+
+import mxnet as mx
+import numpy as np
+
+from mxplugin import basics
+from mxplugin.basics import global_process_set
+
+# Reduce ops, with horovod.mxnet's values.
+Average = 0
+Sum = 1
+Adasum = 2
+Min = 3
+Max = 4
+Product = 5
+
+_op_names = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
+
+_core_reduce = None  # filled lazily: horovod value -> core value
+_counters = {}
+_dtype_codes = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float16": 4, "float32": 5, "float64": 6}
+
+
+def _core_module():
+    from mxplugin._loader import core_module
+
+    return core_module
+
+
+def _reduce_code(op):
+    global _core_reduce
+    if _core_reduce is None:
+        m = _core_module()
+        _core_reduce = {Average: m.REDUCE_AVERAGE, Sum: m.REDUCE_SUM, Min: m.REDUCE_MIN,
+                        Max: m.REDUCE_MAX, Product: m.REDUCE_PRODUCT}
+    if op == Adasum:
+        raise NotImplementedError("Adasum is not supported by mxplugin; use Average or Sum")
+    try:
+        return _core_reduce[op]
+    except KeyError:
+        raise ValueError(f"unknown reduce op {op!r}; use Average, Sum, Min, Max or Product")
+
+
+def _resolve_op(average, op):
+    if op is not None and average is not None:
+        raise ValueError("pass either op or the deprecated average, not both (op supersedes average)")
+    if op is None and average is not None:
+        warnings.warn("the average argument is deprecated; use op=Average or op=Sum", DeprecationWarning,
+                      stacklevel=3)
+        return Average if average else Sum
+    return Average if op is None else op
+
+
+def _base_name(kind, name):
+    if name is None:
+        n = _counters.get(kind, 0)
+        _counters[kind] = n + 1
+        return f"{kind}.noname.{n}"
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    return f"{kind}.{name}"
+
+
+def _group_names(base, n):
+    return [base] if n == 1 else [f"{base}_{i + 1}of{n}" for i in range(n)]
+
+
+def _check_array(tensor, what="tensor"):
+    if not isinstance(tensor, mx.nd.NDArray):
+        raise TypeError(f"{what} must be an mxnet.nd.NDArray, got {type(tensor).__name__}")
+    if tensor.stype != "default":
+        raise TypeError(f"{what}: sparse NDArrays ({tensor.stype}) are not supported")
+
+
+def _describe(tensor, what="tensor"):
+    """(dtype code, device, shape list) of an NDArray, checked."""
+    _check_array(tensor, what)
+    dtype = np.dtype(tensor.dtype).name
+    code = _dtype_codes.get(dtype)
+    if code is None:
+        raise TypeError(f"{what}: dtype {dtype} is not supported (use one of {sorted(_dtype_codes)})")
+    ctx = tensor.context
+    if ctx.device_type in ("cpu", "cpu_pinned", "cpu_shared"):
+        device = -1
+    else:
+        if not basics.cuda_built():
+            raise ValueError(f"{what} is on {ctx}, but this mxplugin was built without CUDA; "
+                             "copy it to mx.cpu() or rebuild with CUDA")
+        device = ctx.device_id
+    return code, device, list(tensor.shape)
+
+
+def _set_id(process_set):
+    if not isinstance(process_set, basics.ProcessSet):
+        raise TypeError("process_set must be a ProcessSet")
+    if process_set.process_set_id is None:
+        raise ValueError(f"{process_set} is not registered; call add_process_set() first")
+    return process_set.process_set_id
+
+
+def _push(entries, process_set, priority):
+    """entries: (name, op_type, reduce, dtype, device, shape, out_shape, root,
+    prescale, postscale, splits, input NDArray, output NDArray)."""
+    core = basics._core()
+    ops = [e[:11] + (priority, e[11].handle.value, e[12].handle.value) for e in entries]
+    core.enqueue(ops, _set_id(process_set), True, priority)
+
+
+def _check_scale(prescale_factor, postscale_factor):
+    for label, v in (("prescale_factor", prescale_factor), ("postscale_factor", postscale_factor)):
+        if not isinstance(v, (int, float, np.floating, np.integer)) or isinstance(v, bool):
+            raise TypeError(f"{label} must be a number, got {type(v).__name__}")
+    return float(prescale_factor), float(postscale_factor)
+
+
+def _allreduce_entries(tensors, outputs, base, op, prescale_factor, postscale_factor):
+    pre, post = _check_scale(prescale_factor, postscale_factor)
+    reduce = _reduce_code(op)
+    m = _core_module()
+    names = _group_names(base, len(tensors))
+    entries = []
+    for i, (t, o) in enumerate(zip(tensors, outputs)):
+        dtype, device, shape = _describe(t, f"tensor {i}" if len(tensors) > 1 else "tensor")
+        entries.append((names[i], m.OP_ALLREDUCE, reduce, dtype, device, shape, shape, 0, pre, post, None, t, o))
+    return entries
+
+
+def _check_distinct(tensors):
+    seen = set()
+    for t in tensors:
+        key = t.handle.value
+        if key in seen:
+            raise ValueError("the same NDArray appears twice in one grouped in-place call")
+        seen.add(key)
+
+
+def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0, postscale_factor=1.0,
+              process_set=global_process_set, op=None):
+    """Returns a new NDArray with `op` (default Average) of `tensor` over the
+    ranks of `process_set`. prescale/postscale multiply before/after the reduction."""
+    op = _resolve_op(average, op)
+    _check_array(tensor)
+    output = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
+    _push(_allreduce_entries([tensor], [output], _base_name("allreduce", name), op, prescale_factor,
+                             postscale_factor), process_set, priority)
+    return output
+
+
+def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0, postscale_factor=1.0,
+               process_set=global_process_set, op=None):
+    """In-place allreduce; returns `tensor`."""
+    op = _resolve_op(average, op)
+    _push(_allreduce_entries([tensor], [tensor], _base_name("allreduce", name), op, prescale_factor,
+                             postscale_factor), process_set, priority)
+    return tensor
+
+
+def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set, op=None):
+    """allreduce of a list of tensors as one group (negotiated and fused together)."""
+    op = _resolve_op(average, op)
+    if not tensors:
+        return tensors
+    for i, t in enumerate(tensors):
+        _check_array(t, f"tensor {i}")
+    outputs = [mx.nd.empty(t.shape, ctx=t.context, dtype=t.dtype) for t in tensors]
+    _push(_allreduce_entries(list(tensors), outputs, _base_name("allreduce", name), op, prescale_factor,
+                             postscale_factor), process_set, priority)
+    return outputs
+
+
+def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set, op=None):
+    """In-place grouped allreduce; returns `tensors`."""
+    op = _resolve_op(average, op)
+    if not tensors:
+        return tensors
+    for i, t in enumerate(tensors):
+        _check_array(t, f"tensor {i}")
+    _check_distinct(tensors)
+    _push(_allreduce_entries(list(tensors), list(tensors), _base_name("allreduce", name), op,
+                             prescale_factor, postscale_factor), process_set, priority)
+    return tensors
+
+
+def _exchange_int64(values, name, process_set):
+    """Blocking allgather of a small int64 vector from every rank of the set
+    (used to learn output shapes before the data moves asynchronously)."""
+    m = _core_module()
+    mine = np.ascontiguousarray(values, dtype=np.int64)
+    n = len(process_set.ranks)
+    out = np.empty(n * len(mine), dtype=np.int64)
+    handle = basics._core().enqueue(
+        [(name, m.OP_ALLGATHER, 0, 3, -1, [len(mine)], [len(out)], 0, 1.0, 1.0, None, 0,
+          mine.ctypes.data, out.ctypes.data)], _set_id(process_set))
+    handle.wait()
+    return out.reshape(n, len(mine))
+
+
+def _allgather_output(tensor, name, process_set, index=None):
+    what = "tensor" if index is None else f"tensor {index}"
+    dtype, device, shape = _describe(tensor, what)
+    if not shape:
+        raise ValueError(f"allgather: {what} must have at least one dimension")
+    firsts = _exchange_int64([shape[0]], name + ".sizes", process_set)[:, 0]
+    out_shape = [int(firsts.sum())] + shape[1:]
+    output = mx.nd.empty(tuple(out_shape), ctx=tensor.context, dtype=tensor.dtype)
+    m = _core_module()
+    return output, (name, m.OP_ALLGATHER, 0, dtype, device, shape, out_shape, 0, 1.0, 1.0, None, tensor, output)
+
+
+def allgather(tensor, name=None, priority=0, process_set=global_process_set):
+    """Concatenates every rank's `tensor` along the first dimension (which may
+    differ per rank; the other dimensions must agree)."""
+    _check_array(tensor)
+    _set_id(process_set)
+    output, entry = _allgather_output(tensor, _base_name("allgather", name), process_set)
+    _push([entry], process_set, priority)
+    return output
+
+
+def grouped_allgather(tensors, name=None, priority=0, process_set=global_process_set):
+    """allgather of each tensor of a list; returns the list of outputs."""
+    if not tensors:
+        return tensors
+    _set_id(process_set)
+    names = _group_names(_base_name("allgather", name), len(tensors))
+    results = [_allgather_output(t, names[i], process_set, i) for i, t in enumerate(tensors)]
+    _push([e for _, e in results], process_set, priority)
+    return [o for o, _ in results]
+
+
+def _broadcast_entry(tensor, output, root_rank, base):
+    if not isinstance(root_rank, (int, np.integer)) or isinstance(root_rank, bool):
+        raise TypeError(f"root_rank must be an int, got {type(root_rank).__name__}")
+    if not 0 <= root_rank < basics.size():
+        raise ValueError(f"root_rank {root_rank} is out of range for {basics.size()} ranks")
+    dtype, device, shape = _describe(tensor)
+    m = _core_module()
+    return (base, m.OP_BROADCAST, 0, dtype, device, shape, shape, int(root_rank), 1.0, 1.0, None, tensor, output)
+
+
+def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
+    """Returns a new NDArray holding root_rank's `tensor` (root_rank is a global rank)."""
+    _check_array(tensor)
+    output = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
+    _push([_broadcast_entry(tensor, output, root_rank, _base_name("broadcast", name))], process_set, priority)
+    return output
+
+
+def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
+    """In-place broadcast from root_rank; returns `tensor`."""
+    _push([_broadcast_entry(tensor, tensor, root_rank, _base_name("broadcast", name))], process_set, priority)
+    return tensor
+
+
+def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_process_set):
+    """Sends splits[i] rows of `tensor` (in order) to rank i of the set and
+    concatenates what every rank sends here. Without splits the first
+    dimension is divided evenly (it must be divisible by the set's size).
+    Returns the output, or (output, received_splits) when splits are given."""
+    dtype, device, shape = _describe(tensor)
+    set_id = _set_id(process_set)
+    n = len(process_set.ranks)
+    if not shape:
+        raise ValueError("alltoall: tensor must have at least one dimension")
+    if splits is None:
+        if shape[0] % n:
+            raise ValueError(f"alltoall: first dimension {shape[0]} is not divisible by {n} ranks; pass splits")
+        split_list = [shape[0] // n] * n
+    else:
+        if isinstance(splits, mx.nd.NDArray):
+            splits = splits.asnumpy()
+        split_list = [int(s) for s in np.asarray(splits).reshape(-1)]
+        if len(split_list) != n:
+            raise ValueError(f"alltoall: {len(split_list)} splits given for a process set of {n} ranks")
+        if any(s < 0 for s in split_list) or sum(split_list) != shape[0]:
+            raise ValueError(f"alltoall: splits {split_list} must be non-negative and sum to the first "
+                             f"dimension {shape[0]}")
+    base = _base_name("alltoall", name)
+    matrix = _exchange_int64(split_list, base + ".splits", process_set)
+    me = process_set.rank()
+    received = matrix[:, me]
+    out_shape = [int(received.sum())] + shape[1:]
+    output = mx.nd.empty(tuple(out_shape), ctx=tensor.context, dtype=tensor.dtype)
+    m = _core_module()
+    _push([(base, m.OP_ALLTOALL, 0, dtype, device, shape, out_shape, 0, 1.0, 1.0, split_list, tensor, output)],
+          process_set, priority)
+    del set_id
+    if splits is None:
+        return output
+    return output, mx.nd.array(received, ctx=mx.cpu(), dtype=np.int32)
+
+
+def _reducescatter_entry(tensor, name, op, pre, post, process_set, index=None):
+    what = "tensor" if index is None else f"tensor {index}"
+    dtype, device, shape = _describe(tensor, what)
+    if not shape:
+        raise ValueError(f"reducescatter: {what} must have at least one dimension")
+    n = len(process_set.ranks)
+    me = process_set.rank()
+    rows = shape[0] // n + (1 if me < shape[0] % n else 0)
+    out_shape = [rows] + shape[1:]
+    output = mx.nd.empty(tuple(out_shape), ctx=tensor.context, dtype=tensor.dtype)
+    m = _core_module()
+    return output, (name, m.OP_REDUCESCATTER, _reduce_code(op), dtype, device, shape, out_shape, 0, pre, post,
+                    None, tensor, output)
+
+
+def _check_reducescatter_op(op):
+    if op not in (Average, Sum):
+        raise ValueError(f"reducescatter supports Average and Sum, not {_op_names.get(op, op)}")
+
+
+def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduces `tensor` over the set and returns this rank's block of the first
+    dimension (lower ranks get one extra row when it does not divide evenly)."""
+    _check_reducescatter_op(op)
+    pre, post = _check_scale(prescale_factor, postscale_factor)
+    _set_id(process_set)
+    output, entry = _reducescatter_entry(tensor, _base_name("reducescatter", name), op, pre, post, process_set)
+    _push([entry], process_set, priority)
+    return output
+
+
+def grouped_reducescatter(tensors, op=Average, name=None, priority=0, process_set=global_process_set,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    """reducescatter of each tensor of a list; returns the list of outputs."""
+    _check_reducescatter_op(op)
+    if not tensors:
+        return tensors
+    pre, post = _check_scale(prescale_factor, postscale_factor)
+    _set_id(process_set)
+    names = _group_names(_base_name("reducescatter", name), len(tensors))
+    results = [_reducescatter_entry(t, names[i], op, pre, post, process_set, i) for i, t in enumerate(tensors)]
+    _push([e for _, e in results], process_set, priority)
+    return [o for o, _ in results]
+
+
+def barrier(process_set=global_process_set):
+    """Blocks until every rank of the set has reached this call."""
+    m = _core_module()
+    handle = basics._core().enqueue(
+        [(_base_name("barrier", None), m.OP_BARRIER, 0, 5, -1, [], [], 0, 1.0, 1.0, None, 0, 0, 0)],
+        _set_id(process_set))
+    handle.wait()
+
+

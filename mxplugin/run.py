@@ -1,0 +1,369 @@
+"""mxplugin-run: start a training script on N processes through mpiexec.
+
+A thin wrapper over the mpiexec of the MPI that mxplugin was built with: it
+checks the request, translates it into that MPI's flags, sets a few
+environment variables for the ranks, and returns the job's exit code.
+"""
+import argparse
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+
+PROG = "mxplugin-run"
+EXIT_USAGE = 2
+
+EPILOG = """\
+examples:
+  mxplugin-run -np 4 python train.py --epochs 10
+  mxplugin-run -np 8 -H server1:4,server2:4 python train.py
+  mxplugin-run -np 2 --timeline-filename /tmp/timeline.json python train.py
+  mxplugin-run --check-build
+
+Everything from the first word that is not a launcher option onwards is the
+command each rank runs. Use "--" to end the launcher options explicitly.
+"""
+
+
+class UsageError(Exception):
+    """A request that cannot be launched; the message is shown to the user."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # argparse's default error prints the whole usage block; one line is
+    # easier to spot in the output of a job script.
+    def error(self, message):
+        raise UsageError(message)
+
+
+def build_parser():
+    parser = _Parser(
+        prog=PROG,
+        description="Run a command on several processes with mxplugin's MPI.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    parser.add_argument(
+        "-np", "--num-proc", dest="num_proc", type=int, metavar="N",
+        help="number of processes (ranks) to start; required unless --check-build")
+    parser.add_argument(
+        "-H", "--hosts", dest="hosts", metavar="HOST:SLOTS,...",
+        help="hosts and how many ranks each may run, e.g. a:4,b:4 "
+             "(default: all ranks on this machine)")
+    parser.add_argument(
+        "--timeline-filename", dest="timeline", metavar="FILE",
+        help="record a timeline of collective operations to FILE "
+             "(sets MXPLUGIN_TIMELINE for the ranks)")
+    parser.add_argument(
+        "--verbose", action="store_true",
+        help="print the mpiexec command line to stderr and set "
+             "MXPLUGIN_LOG_LEVEL=debug unless it is already set")
+    parser.add_argument(
+        "--check-build", action="store_true",
+        help="show what this mxplugin was built with (MPI, CUDA, NCCL, MXNet) and exit")
+    parser.add_argument(
+        "command", nargs=argparse.REMAINDER,
+        help="the program to run on every rank, with its arguments")
+    return parser
+
+
+def parse_args(argv):
+    args = build_parser().parse_args(argv)
+    if args.command[:1] == ["--"]:
+        args.command = args.command[1:]
+    return args
+
+
+# ---------------------------------------------------------------- validation
+
+def parse_hosts(spec):
+    """'a:2,b:4' -> [('a', 2), ('b', 4)]; raises UsageError when malformed."""
+    hosts = []
+    for entry in spec.split(","):
+        name, sep, slots = entry.strip().partition(":")
+        if not name:
+            raise UsageError(f"bad host list {spec!r}: empty host name in entry {entry!r}")
+        if not sep or not slots:
+            raise UsageError(f"bad host list {spec!r}: {entry!r} needs a slot count, as in {name}:2")
+        if not slots.isdigit() or int(slots) < 1:
+            raise UsageError(f"bad host list {spec!r}: slot count in {entry!r} must be an integer >= 1")
+        hosts.append((name, int(slots)))
+    return hosts
+
+
+def check_num_proc(num_proc):
+    if num_proc is None:
+        raise UsageError("-np N is required (the number of processes to start)")
+    if num_proc < 1:
+        raise UsageError(f"-np must be at least 1, got {num_proc}")
+
+
+def check_slots(hosts, num_proc):
+    total = sum(slots for _, slots in hosts)
+    if total < num_proc:
+        raise UsageError(f"-np {num_proc} asks for more ranks than the {total} slots in the host list")
+
+
+def check_program(command, env):
+    if not command:
+        raise UsageError("no command given; e.g. mxplugin-run -np 2 python train.py")
+    program = command[0]
+    if "/" in program:
+        if not os.path.isfile(program):
+            raise UsageError(f"program not found: {program}")
+    elif shutil.which(program, path=env.get("PATH")) is None:
+        raise UsageError(f"program not found on PATH: {program}")
+
+
+# ------------------------------------------------------------- MPI discovery
+
+def load_build_info():
+    # _build_info is written by setup.py; a source checkout may not have it.
+    try:
+        from mxplugin import _build_info
+    except ImportError:
+        return None
+    return _build_info
+
+
+def is_executable(path):
+    return bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def find_mpiexec():
+    """The mpiexec of the MPI mxplugin was built with, else the likeliest match."""
+    info = load_build_info()
+    candidates = [
+        getattr(info, "MPIEXEC", None),
+        # an MPI installed into the same environment (e.g. the `mpich` wheel)
+        os.path.join(os.path.dirname(sys.executable), "mpiexec"),
+        shutil.which("mpiexec"),
+    ]
+    for path in candidates:
+        if is_executable(path):
+            return path
+    raise UsageError("cannot find mpiexec; install an MPI or put its bin directory on PATH")
+
+
+def mpi_flavour(mpiexec):
+    """'openmpi' or 'mpich' (MPICH, Intel MPI and other Hydra-based launchers)."""
+    try:
+        probe = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30)
+        text = probe.stdout + probe.stderr
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    if "Open MPI" in text or "OpenRTE" in text or "open-mpi" in text:
+        return "openmpi"
+    if "HYDRA" not in text.upper() and "MPICH" not in text.upper():
+        print(f"{PROG}: warning: could not tell which MPI {mpiexec} belongs to; "
+              "using MPICH-style arguments", file=sys.stderr)
+    return "mpich"
+
+
+# --------------------------------------------------------- command and env
+
+def rank_environment(args, base_env):
+    """The environment the ranks get, and the names this launcher added."""
+    env = dict(base_env)
+    added = {}
+    if args.timeline:
+        added["MXPLUGIN_TIMELINE"] = args.timeline
+    if args.verbose and "MXPLUGIN_LOG_LEVEL" not in env:
+        added["MXPLUGIN_LOG_LEVEL"] = "debug"
+    # Each rank's OpenMP pool would otherwise size itself to every core of
+    # the machine, so N ranks per machine would run N times too many threads.
+    if "OMP_NUM_THREADS" not in env:
+        added["OMP_NUM_THREADS"] = "1"
+    env.update(added)
+    return env, added
+
+
+def names_to_export(env):
+    return sorted(name for name in env if name.startswith("MXPLUGIN_") or name == "OMP_NUM_THREADS")
+
+
+def mpich_arguments(num_proc, hosts):
+    # Hydra passes the launcher's whole environment to every rank by default.
+    args = ["-n", str(num_proc)]
+    if hosts:
+        args += ["-hosts", ",".join(f"{name}:{slots}" for name, slots in hosts)]
+    return args
+
+
+def openmpi_arguments(num_proc, hosts, env):
+    # Without -H, Open MPI allows one rank per core on this machine; to run
+    # more, list the slots explicitly (e.g. -H localhost:8) rather than have
+    # this launcher pass --oversubscribe behind the user's back.
+    args = ["-np", str(num_proc)]
+    if hosts:
+        args += ["-H", ",".join(f"{name}:{slots}" for name, slots in hosts)]
+    # Open MPI only forwards the variables named with -x to remote ranks.
+    for name in names_to_export(env):
+        args += ["-x", name]
+    return args
+
+
+def mpiexec_command(mpiexec, flavour, args, hosts, env):
+    if flavour == "openmpi":
+        launch = openmpi_arguments(args.num_proc, hosts, env)
+    else:
+        launch = mpich_arguments(args.num_proc, hosts)
+    return [mpiexec] + launch + list(args.command)
+
+
+# ------------------------------------------------------------------- running
+
+def keyboard_interrupt_reaches_child():
+    """True when a Ctrl-C typed at the terminal is delivered to mpiexec too.
+
+    mpiexec shares this process group; if that group is the terminal's
+    foreground group, the kernel already sent it the SIGINT. Hydra treats a
+    second SIGINT as "force abort", so forwarding would kill the ranks
+    instead of letting them shut down.
+    """
+    try:
+        with open("/dev/tty") as tty:
+            return os.tcgetpgrp(tty.fileno()) == os.getpgrp()
+    except OSError:
+        return False
+
+
+def install_signal_forwarding(child):
+    def forward(signum, _frame):
+        if signum == signal.SIGINT and keyboard_interrupt_reaches_child():
+            return
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    return previous
+
+
+def restore_signal_handlers(previous):
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def exit_code(returncode):
+    # Popen reports death by signal S as -S; shells report it as 128+S.
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run_child(command, env):
+    try:
+        child = subprocess.Popen(command, env=env)
+    except OSError as exc:
+        raise UsageError(f"cannot start {command[0]}: {exc}") from exc
+    previous = install_signal_forwarding(child)
+    try:
+        return exit_code(child.wait())
+    finally:
+        restore_signal_handlers(previous)
+
+
+def launch(args):
+    check_num_proc(args.num_proc)
+    hosts = parse_hosts(args.hosts) if args.hosts is not None else []
+    if hosts:
+        check_slots(hosts, args.num_proc)
+    env, added = rank_environment(args, os.environ)
+    check_program(args.command, env)
+    mpiexec = find_mpiexec()
+    command = mpiexec_command(mpiexec, mpi_flavour(mpiexec), args, hosts, env)
+    if args.verbose:
+        settings = " ".join(f"{name}={shlex.quote(value)}" for name, value in sorted(added.items()))
+        if settings:
+            print(f"{PROG}: setting {settings}", file=sys.stderr)
+        print(f"{PROG}: {shlex.join(command)}", file=sys.stderr, flush=True)
+    return run_child(command, env)
+
+
+# --------------------------------------------------------------- check-build
+
+def package_version():
+    try:
+        import mxplugin
+        version = getattr(mxplugin, "__version__", None)
+        if version:
+            return version
+        from importlib import metadata
+        return metadata.version("mxplugin")
+    except Exception:
+        return "(version unknown)"
+
+
+def load_core():
+    """(core module, None) or (None, reason it could not be loaded)."""
+    try:
+        from mxplugin._loader import core_module
+    except Exception as exc:  # a missing .so, libmpi or mxnet all land here
+        return None, f"{type(exc).__name__}: {exc}"
+    return core_module, None
+
+
+def mpi_line(info):
+    if info is None:
+        return "MPI: unknown (no build info)"
+    return f"MPI: yes (mpiexec: {info.MPIEXEC}, library: {info.MPI_LIBRARY})"
+
+
+def cuda_line(info, core):
+    if core is not None:
+        return "CUDA: yes" if core.cuda_built() else "CUDA: no"
+    built = getattr(info, "CUDA_BUILT", None)
+    if built is None:
+        return "CUDA: unknown"
+    return f"CUDA: {'yes' if built else 'no'} (from build info)"
+
+
+def nccl_line(info, core):
+    version = core.nccl_built() if core is not None else getattr(info, "NCCL_BUILT", None)
+    source = "" if core is not None else " (from build info)"
+    if version is None:
+        return "NCCL: unknown"
+    if not version:
+        return f"NCCL: no{source}"
+    return f"NCCL: yes (version code {version}){source}"
+
+
+def mxnet_line(info):
+    built = getattr(info, "MXNET_VERSION", None)
+    # _loader imports mxnet; report a mismatch with what is installed now.
+    running = getattr(sys.modules.get("mxnet"), "__version__", None)
+    if built and running and built != running:
+        return f"MXNet: built against {built}, installed {running}"
+    return f"MXNet: {built or running or 'unknown'}"
+
+
+def check_build():
+    info = load_build_info()
+    core, core_error = load_core()
+    lines = [
+        f"mxplugin {package_version()}",
+        mpi_line(info),
+        cuda_line(info, core),
+        nccl_line(info, core),
+        mxnet_line(info),
+    ]
+    if core_error:
+        lines.append(f"core: not loadable ({core_error})")
+    print("\n".join(lines))
+    return 0
+
+
+def main(argv=None):
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv)
+        if args.check_build:
+            return check_build()
+        return launch(args)
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())
