@@ -1,0 +1,142 @@
+"""Allreduce benchmark (run on 2 ranks):
+
+    mxplugin-run -np 2 python bench/allreduce.py
+
+1. The resnet50_v1 gradient set (193 float32 tensors, 25,575,912 values)
+   reduced with grouped_allreduce_ and with a per-tensor allreduce_ loop plus
+   waitall, against one raw MPI_Allreduce in place on a single buffer of the
+   same total size; interleaved, medians after warm-up; prints the ratios.
+2. A curve over message sizes (4 KB .. 256 MB): one allreduce_ against raw MPI.
+Writes everything to bench/results/allreduce.json (or --output).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import mxnet as mx
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import mxplugin as hvd  # noqa: E402
+from bench.mpi_reference import RawAllreduce  # noqa: E402
+
+
+def resnet50_gradients():
+    from mxnet.gluon.model_zoo import vision
+
+    net = vision.resnet50_v1()
+    net.initialize()
+    net(mx.nd.zeros((1, 3, 224, 224)))
+    shapes = [p.shape for p in net.collect_params().values() if p.grad_req != "null"]
+    return [mx.nd.ones(s) for s in shapes]
+
+
+def timed(fn):
+    hvd.barrier()
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def run_gradient_set(raw, iters, warmup):
+    grads = resnet50_gradients()
+    total = sum(g.size for g in grads)
+    flat = np.ones(total, dtype=np.float32)
+    mx.nd.waitall()
+
+    def grouped():
+        hvd.grouped_allreduce_(grads, name="resnet50", op=hvd.Sum)
+        mx.nd.waitall()
+
+    def per_tensor():
+        for i, g in enumerate(grads):
+            hvd.allreduce_(g, name=f"resnet50.{i}", op=hvd.Sum, priority=-i)
+        mx.nd.waitall()
+
+    times = {"raw_mpi": [], "grouped_allreduce_": [], "per_tensor_allreduce_": []}
+    for it in range(warmup + iters):
+        sample = {"raw_mpi": timed(lambda: raw(flat)),
+                  "grouped_allreduce_": timed(grouped),
+                  "per_tensor_allreduce_": timed(per_tensor)}
+        if it >= warmup:
+            for k, v in sample.items():
+                times[k].append(v)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"tensors": len(grads), "values": int(total), "bytes": int(total * 4), "times_s": times,
+            "median_s": med,
+            "ratio_grouped": med["grouped_allreduce_"] / med["raw_mpi"],
+            "ratio_per_tensor": med["per_tensor_allreduce_"] / med["raw_mpi"]}
+
+
+def run_size_curve(raw, iters, warmup, max_bytes):
+    rows = []
+    size = 4 << 10
+    while size <= max_bytes:
+        n = size // 4
+        buf = np.ones(n, dtype=np.float32)
+        arr = mx.nd.ones((n,))
+        mx.nd.waitall()
+        t_raw, t_mxp = [], []
+        reps = max(1, min(50, (8 << 20) // size))  # enough calls to time small messages
+        for it in range(warmup + iters):
+            def raw_many():
+                for _ in range(reps):
+                    raw(buf)
+
+            def mxp_many():
+                for _ in range(reps):
+                    hvd.allreduce_(arr, name=f"curve.{size}", op=hvd.Sum)
+                    arr.wait_to_read()
+
+            a, b = timed(raw_many) / reps, timed(mxp_many) / reps
+            if it >= warmup:
+                t_raw.append(a)
+                t_mxp.append(b)
+        r, m = statistics.median(t_raw), statistics.median(t_mxp)
+        rows.append({"bytes": size, "raw_mpi_s": r, "mxplugin_s": m, "ratio": m / r,
+                     "raw_mpi_GBps": size / r / 1e9, "mxplugin_GBps": size / m / 1e9})
+        size *= 4
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--iters", type=int, default=10, help="measured iterations (default 10)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up iterations (default 3)")
+    p.add_argument("--curve-max-bytes", type=int, default=256 << 20, help="largest message of the curve")
+    p.add_argument("--no-curve", action="store_true", help="skip the message-size curve")
+    p.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                                    "allreduce.json"))
+    args = p.parse_args()
+    hvd.init()
+    raw = RawAllreduce()
+    result = {"ranks": hvd.size(), "gradient_set": run_gradient_set(raw, args.iters, args.warmup)}
+    g = result["gradient_set"]
+    if hvd.rank() == 0:
+        med = g["median_s"]
+        print(f"resnet50_v1 gradients: {g['tensors']} tensors, {g['values']} float32 values, {hvd.size()} ranks")
+        print(f"  raw MPI_Allreduce (one buffer)  median {med['raw_mpi'] * 1e3:8.2f} ms")
+        print(f"  grouped_allreduce_              median {med['grouped_allreduce_'] * 1e3:8.2f} ms"
+              f"   ratio {g['ratio_grouped']:.3f}")
+        print(f"  per-tensor allreduce_ + waitall median {med['per_tensor_allreduce_'] * 1e3:8.2f} ms"
+              f"   ratio {g['ratio_per_tensor']:.3f}")
+    if not args.no_curve:
+        result["curve"] = run_size_curve(raw, max(3, args.iters // 2), 1, args.curve_max_bytes)
+        if hvd.rank() == 0:
+            print("message size curve (median per call):")
+            for row in result["curve"]:
+                print(f"  {row['bytes']:>11d} B  raw {row['raw_mpi_s'] * 1e6:10.1f} us  "
+                      f"mxplugin {row['mxplugin_s'] * 1e6:10.1f} us  ratio {row['ratio']:.2f}")
+    if hvd.rank() == 0:
+        os.makedirs(os.path.dirname(args.output), exist_ok=True)
+        with open(args.output, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {args.output}")
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

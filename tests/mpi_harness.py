@@ -1,0 +1,61 @@
+"""Runs SPMD scripts under the mpiexec that mxplugin was built with.
+
+Each run gets its own process session, and on timeout only that session is
+killed: tests start and stop only the processes they own."""
+import os
+import signal
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPMD_DIR = os.path.join(REPO, "tests", "spmd")
+
+
+def mpiexec_path():
+    try:
+        from mxplugin import _build_info
+
+        if os.path.exists(_build_info.MPIEXEC):
+            return _build_info.MPIEXEC
+    except ImportError:
+        pass
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return beside if os.path.exists(beside) else "mpiexec"
+
+
+def rank_env(extra=None):
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = "1"
+    env["MXNET_CPU_WORKER_NTHREADS"] = env.get("MXNET_CPU_WORKER_NTHREADS", "1")
+    env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("MXPLUGIN_PEER_TIMEOUT_SECONDS", "60")
+    if extra:
+        env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def run_spmd(script, np, args=(), env=None, timeout=240, auto_cleanup=True):
+    """Runs tests/spmd/<script> on `np` ranks; returns (returncode, stdout, stderr)."""
+    cmd = [mpiexec_path(), "-n", str(np)]
+    if not auto_cleanup:
+        cmd.append("-disable-auto-cleanup")  # keep survivors running when a rank dies
+    cmd += [sys.executable, os.path.join(SPMD_DIR, script), *map(str, args)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=rank_env(env), cwd=REPO, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"{script} on {np} ranks timed out after {timeout}s\n--- stdout\n{out}\n--- stderr\n{err}")
+    return proc.returncode, out, err
+
+
+def assert_spmd_ok(script, np, args=(), env=None, timeout=240):
+    """Runs the script and checks that every rank printed 'PASS <rank>'."""
+    rc, out, err = run_spmd(script, np, args, env, timeout)
+    passed = sorted(int(line.split()[1]) for line in out.splitlines() if line.startswith("PASS "))
+    assert rc == 0 and passed == list(range(np)), (
+        f"{script} on {np} ranks: exit {rc}, passed ranks {passed}\n--- stdout\n{out}\n--- stderr\n{err}")
+    return out, err

@@ -1,0 +1,33 @@
+"""Shared set-up for SPMD test scripts (run under mpiexec, one process per rank)."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import mxnet as mx  # noqa: E402
+import numpy as np  # noqa: E402
+
+import mxplugin as hvd  # noqa: E402
+
+
+def start():
+    hvd.init()
+    return hvd.rank(), hvd.size()
+
+
+def finish():
+    """Every rank reports success; the harness checks all of them did."""
+    hvd.barrier()
+    print(f"PASS {hvd.rank()}", flush=True)
+    hvd.shutdown()
+
+
+def assert_close(actual, expected, rtol=1e-6, atol=0.0, what=""):
+    actual = actual.asnumpy() if isinstance(actual, mx.nd.NDArray) else np.asarray(actual)
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=f"rank {hvd.rank()}: {what}")
+
+
+def rank_data(shape, rank, dtype="float32", seed=0):
+    """Deterministic per-rank data any rank can recompute for any other rank."""
+    rng = np.random.RandomState(seed * 1000 + rank)
+    return (rng.uniform(-1, 1, size=shape) * 4).astype(dtype)
