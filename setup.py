@@ -97,10 +97,14 @@ mpi_inc, mpi_libdirs, mpi_libs, mpi_rpaths = mpi_flags(mpicc)
 mx_inc, mx_libdir, mx_version = mxnet_paths()
 cuda_requested()
 
+# In an isolated pip build the mpich wheel lives in a temporary environment;
+# at run time the same wheel (an install requirement) sits beside the
+# interpreter, where mxplugin looks when these paths are empty.
+ephemeral = "pip-build-env" in os.path.realpath(mpicc)
 BUILD_INFO = {
-    "MPICC": os.path.realpath(mpicc),
-    "MPIEXEC": find_mpiexec(mpicc),
-    "MPI_LIBRARY": find_mpi_library(mpi_libdirs),
+    "MPICC": "" if ephemeral else os.path.realpath(mpicc),
+    "MPIEXEC": "" if ephemeral else find_mpiexec(mpicc),
+    "MPI_LIBRARY": "" if ephemeral else find_mpi_library(mpi_libdirs),
     "MXNET_VERSION": mx_version,
     "CUDA_BUILT": False,
     "NCCL_BUILT": 0,

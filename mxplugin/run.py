@@ -104,7 +104,7 @@ def check_num_proc(num_proc):
 def check_slots(hosts, num_proc):
     total = sum(slots for _, slots in hosts)
     if total < num_proc:
-        raise UsageError(f"-np {num_proc} asks for more ranks than the {total} slots in the host list")
+        raise UsageError(f"-np {num_proc} asks for more ranks than the host list has slots ({total})")
 
 
 def check_program(command, env):
@@ -235,11 +235,9 @@ def install_signal_forwarding(child):
     def forward(signum, _frame):
         if signum == signal.SIGINT and keyboard_interrupt_reaches_child():
             return
-        if child.poll() is None:
-            child.send_signal(signum)
+        child.send_signal(signum)  # a no-op once the child has been reaped
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    return previous
+    return {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
 
 
 def restore_signal_handlers(previous):
@@ -307,7 +305,9 @@ def load_core():
 def mpi_line(info):
     if info is None:
         return "MPI: unknown (no build info)"
-    return f"MPI: yes (mpiexec: {info.MPIEXEC}, library: {info.MPI_LIBRARY})"
+    mpiexec = getattr(info, "MPIEXEC", "unknown")
+    library = getattr(info, "MPI_LIBRARY", "unknown")
+    return f"MPI: yes (mpiexec: {mpiexec}, library: {library})"
 
 
 def cuda_line(info, core):
@@ -357,6 +357,12 @@ def check_build():
 def main(argv=None):
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exc:  # --help has been printed
+        return exc.code or 0
+    except UsageError as exc:
+        print(f"{PROG}: error: {exc} (see {PROG} --help)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         if args.check_build:
             return check_build()
         return launch(args)

@@ -1,0 +1,163 @@
+"""End-to-end tests of mxplugin-run: each one starts the real launcher and mpiexec."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TIMEOUT = 60
+
+# A rank that reports its rank and the launcher-set variables. One os.write,
+# so lines from different ranks cannot interleave in mpiexec's output.
+SHOW_ENV = (
+    "import os; os.write(1, ' '.join(['rank', os.environ['PMI_RANK']] + "
+    "[os.environ.get(n, '-') for n in ('MXPLUGIN_TIMELINE', 'MXPLUGIN_LOG_LEVEL', "
+    "'OMP_NUM_THREADS')]).encode() + b'\\n')"
+)
+
+
+def launcher_env(**overrides):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = REPO
+    env["OMP_NUM_THREADS"] = "1"
+    env.pop("MXPLUGIN_TIMELINE", None)
+    env.pop("MXPLUGIN_LOG_LEVEL", None)
+    for name, value in overrides.items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+def launcher(*args):
+    return [sys.executable, "-m", "mxplugin.run", *args]
+
+
+def run_launcher(*args, env=None):
+    return subprocess.run(launcher(*args), cwd=REPO, env=env or launcher_env(),
+                          capture_output=True, text=True, timeout=TIMEOUT)
+
+
+def rank_lines(stdout):
+    return sorted(line.split() for line in stdout.splitlines() if line.startswith("rank "))
+
+
+def test_help_exits_zero_and_documents_options():
+    result = run_launcher("--help")
+    assert result.returncode == 0
+    for option in ("-np", "--num-proc", "-H", "--hosts", "--timeline-filename",
+                   "--verbose", "--check-build", "examples:"):
+        assert option in result.stdout
+
+
+def test_check_build_reports_mpi_and_no_cuda():
+    result = run_launcher("--check-build")
+    assert result.returncode == 0, result.stderr
+    assert "MPI: yes" in result.stdout
+    assert "CUDA: no" in result.stdout
+    assert "MXNet:" in result.stdout
+
+
+def test_every_rank_runs_with_launcher_environment():
+    env = launcher_env(OMP_NUM_THREADS=None)
+    result = run_launcher("-np", "2", "--timeline-filename", "/tmp/mxp-timeline.json",
+                          "--verbose", sys.executable, "-c", SHOW_ENV, env=env)
+    assert result.returncode == 0, result.stderr
+    assert rank_lines(result.stdout) == [
+        ["rank", rank, "/tmp/mxp-timeline.json", "debug", "1"] for rank in ("0", "1")]
+    assert "mpiexec -n 2 " in result.stderr
+
+
+def test_worst_rank_exit_code_is_returned():
+    code = "import os, sys; sys.exit(3 if os.environ['PMI_RANK'] == '1' else 0)"
+    result = run_launcher("-np", "2", sys.executable, "-c", code)
+    assert result.returncode == 3
+
+
+def test_host_list_runs_ranks_and_keeps_user_settings():
+    env = launcher_env(MXPLUGIN_LOG_LEVEL="info", OMP_NUM_THREADS="3")
+    hosts = f"localhost:1,{socket.gethostname()}:1"
+    result = run_launcher("-np", "2", "-H", hosts, "--verbose", sys.executable, "-c", SHOW_ENV,
+                          env=env)
+    assert result.returncode == 0, result.stderr
+    assert rank_lines(result.stdout) == [["rank", rank, "-", "info", "3"] for rank in ("0", "1")]
+    assert f"-hosts {hosts} " in result.stderr
+
+
+def test_bad_host_list_exits_2_with_one_line():
+    result = run_launcher("-np", "1", "-H", "a:x", sys.executable, "-c", "pass")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "mxplugin-run: error: bad host list 'a:x': slot count in 'a:x' must be an integer >= 1")
+
+
+# The rest of the refusals run main() in this process: each launcher start
+# pays for `import mxnet` (via the mxplugin package), which would make this
+# matrix slow as subprocesses, and refusals happen before anything is launched.
+
+def refuse(capsys, *args):
+    assert run_main(list(args)) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    return err
+
+
+def run_main(argv):
+    from mxplugin.run import main
+    return main(argv)
+
+
+@pytest.mark.parametrize("hosts", ["a:x", "a:0", ":2", "a:1,,b:1", "a,,b", "a", "a:", "a:-1", ""])
+def test_bad_host_list_is_refused(capsys, hosts):
+    assert "bad host list" in refuse(capsys, "-np", "1", "-H", hosts, sys.executable)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-np", "3", "-H", "a:1,b:1", "true"], "slots"),
+    (["-np", "2"], "no command"),
+    (["-np", "2", "--"], "no command"),
+    (["-np", "1", "no-such-program-mxplugin"], "not found"),
+    (["-np", "1", "./no/such/program"], "not found"),
+    (["true"], "-np"),
+    (["-np", "0", "true"], "-np"),
+    (["-np", "two", "true"], "-np"),
+    (["--no-such-option", "-np", "1", "true"], "--no-such-option"),
+])
+def test_bad_request_is_refused(capsys, args, message):
+    assert message in refuse(capsys, *args)
+
+
+def wait_for_files(paths, timeout):
+    deadline = time.monotonic() + timeout
+    while not all(os.path.exists(p) for p in paths):
+        assert time.monotonic() < deadline, "ranks did not start"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_is_forwarded_to_ranks(tmp_path, sig):
+    # Each rank marks itself ready, then exits 7 when the signal arrives.
+    code = (
+        "import os, signal, sys, time\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n"
+        "signal.signal(signal.SIGINT, lambda *a: sys.exit(7))\n"
+        f"open(os.path.join({str(tmp_path)!r}, 'ready' + os.environ['PMI_RANK']), 'w').close()\n"
+        "time.sleep(30)\n"
+    )
+    child = subprocess.Popen(launcher("-np", "2", sys.executable, "-c", code), cwd=REPO,
+                             env=launcher_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_files([tmp_path / "ready0", tmp_path / "ready1"], TIMEOUT)
+        child.send_signal(sig)
+        child.communicate(timeout=TIMEOUT)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 7
