@@ -1,27 +1,44 @@
-"""DistributedTrainer: gluon.Trainer whose gradients are averaged across ranks
-by the core (fused, scaled on the fused buffer) before each update."""
+"""DistributedTrainer: a gluon.Trainer whose gradients are reduced across ranks
+in contiguous buckets and whose same-type parameter groups are updated by one
+fused call each (see fused.py)."""
+import itertools
+import pickle
 from collections import OrderedDict
 
 import mxnet as mx
 
 from mxplugin import basics
 from mxplugin.compression import Compression
-from mxplugin.ops import Average, grouped_allreduce_
+from mxplugin.fused import Layout
+from mxplugin.ops import Average, Sum, allreduce_
+
+_trainer_ids = itertools.count()
 
 
 class DistributedTrainer(mx.gluon.Trainer):
-    """Drop-in for gluon.Trainer (horovod.mxnet signature).
+    """Drop-in for gluon.Trainer with horovod.mxnet's signature.
+
+    Extra keyword options (defaults are the fastest safe choice):
+      bucket_bytes: size of a gradient bucket (25 MB). Each bucket is one
+        in-place allreduce; buckets of the last layers are reduced first.
+      fused_update: update each bucket with one optimizer call on its flat
+        buffers when the optimizer is element-wise (True).
 
     gradient_predivide_factor f: gradients are scaled by 1/f before the sum
-    and by f/size after it, both on the fused buffer in the core."""
+    and by f/size after it; in step() the latter is folded into the
+    optimizer's rescale_grad (free), in allreduce_grads() it is applied on
+    the reduced buffer so the gradients you see are averages.
+    """
 
     def __init__(self, params, optimizer, optimizer_params=None, compression=Compression.none,
                  gradient_predivide_factor=1.0, prefix=None, num_groups=0,
-                 process_set=basics.global_process_set):
+                 process_set=basics.global_process_set, bucket_bytes=25 << 20, fused_update=True):
         if prefix is not None and not isinstance(prefix, str):
             raise TypeError("prefix must be a str or None")
-        if gradient_predivide_factor <= 0:
+        if not gradient_predivide_factor > 0:
             raise ValueError("gradient_predivide_factor must be positive")
+        if isinstance(optimizer, DistributedOptimizer):
+            optimizer = optimizer._optimizer
         if isinstance(params, dict):
             params = OrderedDict(params)
         elif isinstance(params, (list, tuple)):
@@ -29,24 +46,193 @@ class DistributedTrainer(mx.gluon.Trainer):
         super().__init__(params, optimizer, optimizer_params=optimizer_params, kvstore=None)
         self._compression = compression
         self._predivide = float(gradient_predivide_factor)
-        self._prefix = prefix or ""
+        # Stable, distinct names per trainer: two trainers (a GAN) never collide
+        # as long as every rank creates them in the same order.
+        self._prefix = prefix if prefix is not None else f"trainer{next(_trainer_ids)}."
+        self._num_groups = int(num_groups)
+        self._process_set = process_set
+        self._bucket_bytes = int(bucket_bytes)
+        self._fused_update = bool(fused_update)
+        self._layout = None
+        self._pending_states = None
+
+    # -- layout -----------------------------------------------------------------
+    def _ensure_layout(self):
+        if self._layout is not None and self._layout.intact():
+            return self._layout
+        old_states = self._layout.param_states() if self._layout is not None else None
+        self._layout = Layout(self._params, self._optimizer, self._bucket_bytes, self._num_groups)
+        self._layout.fused = self._layout.fused and self._fused_update
+        if not self._fused_update:  # per-parameter states, not views of flat ones
+            for b in self._layout.buckets:
+                b.param_states = {}
+                b.create_states(self._optimizer, False)
+        for states in (old_states, self._pending_states):
+            if states:
+                self._layout.load_param_states(states)
+        self._pending_states = None
+        return self._layout
+
+    def _prepare(self):
+        if not self._kv_initialized:
+            self._init_kvstore()
+        if self._params_to_init:
+            self._init_params()
+        return self._ensure_layout()
+
+    # -- reduction ----------------------------------------------------------------
+    def _world(self):
+        ps = self._process_set
+        return ps.included() and ps.size() > 1
+
+    def _reduce(self, average_in_core):
+        layout = self._prepare()
+        if not self._world():
+            return
+        post = self._predivide if average_in_core else 1.0
+        op = Average if average_in_core else Sum
+        for i, bucket in enumerate(layout.buckets):
+            sent, ctx = self._compression.compress(bucket.grad)
+            allreduce_(sent, name=f"{self._prefix}bucket{i}", priority=-i, op=op,
+                       prescale_factor=1.0 / self._predivide, postscale_factor=post,
+                       process_set=self._process_set)
+            if sent is not bucket.grad:
+                bucket.grad[:] = self._compression.decompress(sent, ctx)
+        for index, p in layout.excluded:  # sparse or multi-context: plain per-tensor path
+            for g in p.list_grad():
+                allreduce_(g, name=f"{self._prefix}param{index}", priority=-index, op=op,
+                           prescale_factor=1.0 / self._predivide, postscale_factor=post,
+                           process_set=self._process_set)
+
+    def _fold_factor(self):
+        """Post-scale of the Sum that step() folds into rescale_grad."""
+        return self._predivide / self._process_set.size() if self._world() else 1.0
+
+    def allreduce_grads(self):
+        """Averages gradients across ranks (for clipping between this and update())."""
+        self._reduce(average_in_core=True)
+
+    def step(self, batch_size, ignore_stale_grad=False):
+        self._reduce(average_in_core=False)
+        self._check_and_rescale_grad(self._scale * self._fold_factor() / batch_size)
+        self._update(ignore_stale_grad)
+
+    def update(self, batch_size, ignore_stale_grad=False):
+        self._prepare()
+        self._check_and_rescale_grad(self._scale / batch_size)
+        self._update(ignore_stale_grad)
+
+    def _allreduce_grads(self):
+        self._reduce(average_in_core=True)
+
+    # -- update -------------------------------------------------------------------
+    def _update(self, ignore_stale_grad=False):
+        layout = self._ensure_layout()
+        loss_scaler = getattr(self, "_amp_loss_scaler", None)
+        if loss_scaler is not None and loss_scaler.has_overflow(self._params):
+            return
+        opt = self._optimizer
+        # Per-parameter updates run in parameter order, as gluon.Trainer runs
+        # them (optimizers drawing random numbers, e.g. sgld, depend on it).
+        single = []
+        for bucket in layout.buckets:
+            fresh = [p.data()._fresh_grad for _, p in bucket.entries]
+            if not all(fresh) and not ignore_stale_grad:
+                name = bucket.entries[fresh.index(False)][1].name
+                raise UserWarning(
+                    f"Gradient of Parameter `{name}` has not been updated by backward since last `step`. "
+                    "This could mean a bug in your model that made it only use a subset of the Parameters "
+                    "(Blocks) for this iteration. If you are intentionally only using a subset, call step "
+                    "with ignore_stale_grad=True to suppress this warning and skip updating of Parameters "
+                    "with stale gradient")
+            if layout.fused and all(fresh):
+                opt.update_multi_precision(bucket.index, bucket.weight, bucket.grad, bucket.state)
+            else:
+                single.extend((index, p, bucket) for (index, p), f in zip(bucket.entries, fresh) if f)
+            for _, p in bucket.entries:
+                p.data()._fresh_grad = False
+        for index, p, bucket in sorted(single, key=lambda e: e[0]):
+            opt.update_multi_precision(index, p.data(), p.grad(), bucket.param_states[index])
+        for index, p in layout.excluded:
+            for arr, grad in zip(p.list_data(), p.list_grad()):
+                if not ignore_stale_grad or arr._fresh_grad:
+                    self._updaters[0]([index], [grad], [arr])
+                    arr._fresh_grad = False
+
+    # -- checkpoints ----------------------------------------------------------------
+    def save_states(self, fname):
+        """Saves optimizer states (per parameter, loadable by this class or gluon.Trainer)."""
+        layout = self._prepare()
+        states = dict(self._updaters[0].states)
+        states.update(layout.param_states())
+        with open(fname, "wb") as f:
+            f.write(pickle.dumps((states, self._optimizer)))
+
+    def load_states(self, fname):
+        self._prepare()
+        with open(fname, "rb") as f:
+            loaded = pickle.loads(f.read())
+        states, optimizer = loaded if isinstance(loaded, tuple) else (loaded, self._optimizer)
+        optimizer.param_dict = {i: param for i, param in enumerate(self._params)}
+        self._optimizer = optimizer
+        for updater in self._updaters:
+            updater.optimizer = optimizer
+            updater.states = {i: s for i, s in states.items()}
+            updater.states_synced = dict.fromkeys(states, False)
+        self._pending_states = states
+        self._layout = None  # rebuilt with the loaded states on next use
+        self._ensure_layout()
+
+
+class DistributedOptimizer(mx.optimizer.Optimizer):
+    """Wraps an optimizer so each update first averages its gradient across
+    ranks (horovod.mxnet semantics; for the Module API and custom loops)."""
+
+    def __init__(self, optimizer, gradient_predivide_factor=1.0, num_groups=0,
+                 process_set=basics.global_process_set):
+        if not gradient_predivide_factor > 0:
+            raise ValueError("gradient_predivide_factor must be positive")
+        self._optimizer = optimizer
+        self._predivide = float(gradient_predivide_factor)
         self._num_groups = num_groups
         self._process_set = process_set
 
-    def _allreduce_grads(self):
-        if not self._process_set.included() or self._process_set.size() == 1:
+    def __getattr__(self, item):
+        return getattr(self._optimizer, item)
+
+    def create_state_multi_precision(self, index, weight):
+        return self._optimizer.create_state_multi_precision(index, weight)
+
+    def create_state(self, index, weight):
+        return self._optimizer.create_state(index, weight)
+
+    def _allreduce(self, index, grad):
+        ps = self._process_set
+        if not ps.included() or ps.size() == 1:
             return
-        by_dtype = OrderedDict()
-        for i, param in enumerate(self._params):
-            if param.grad_req == "null":
-                continue
-            grad = param.list_grad()[0]
-            sent, ctx = self._compression.compress(grad)
-            by_dtype.setdefault(str(sent.dtype), []).append((i, grad, sent, ctx))
-        for dtype, items in by_dtype.items():
-            grouped_allreduce_([sent for _, _, sent, _ in items], name=f"{self._prefix}grads.{dtype}",
-                               op=Average, prescale_factor=1.0 / self._predivide,
-                               postscale_factor=self._predivide, process_set=self._process_set)
-            if self._compression is not Compression.none:
-                for _, grad, sent, ctx in items:
-                    grad[:] = self._compression.decompress(sent, ctx)
+        if isinstance(index, (tuple, list)):
+            for i, g in zip(index, grad):
+                allreduce_(g, name=f"optimizer.{i}", priority=-i, op=Average,
+                           prescale_factor=1.0 / self._predivide, postscale_factor=self._predivide,
+                           process_set=ps)
+        else:
+            allreduce_(grad, name=f"optimizer.{index}", priority=-int(index), op=Average,
+                       prescale_factor=1.0 / self._predivide, postscale_factor=self._predivide,
+                       process_set=ps)
+
+    def update(self, index, weight, grad, state):
+        self._allreduce(index, grad)
+        self._optimizer.update(index, weight, grad, state)
+
+    def update_multi_precision(self, index, weight, grad, state):
+        self._allreduce(index, grad)
+        self._optimizer.update_multi_precision(index, weight, grad, state)
+
+    def set_learning_rate(self, lr):
+        self._optimizer.set_learning_rate(lr)
+
+    def set_lr_mult(self, args_lr_mult):
+        self._optimizer.set_lr_mult(args_lr_mult)
+
+    def set_wd_mult(self, args_wd_mult):
+        self._optimizer.set_wd_mult(args_wd_mult)
