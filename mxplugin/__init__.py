@@ -11,6 +11,7 @@ from mxplugin.basics import (ProcessSet, add_process_set, ccl_built, cross_rank,
 from mxplugin.compression import Compression
 from mxplugin.errors import MismatchError, MXPluginError, NotInitializedError, PeerFailureError
 from mxplugin.functions import allgather_object, broadcast_object, broadcast_parameters
+from mxplugin import kvstore as _kvstore  # noqa: F401  (registers kvstore="mxplugin")
 from mxplugin.trainer import DistributedOptimizer, DistributedTrainer
 from mxplugin.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, allreduce_, alltoall,
                           barrier, broadcast, broadcast_, grouped_allgather, grouped_allreduce,

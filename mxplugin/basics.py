@@ -118,7 +118,15 @@ def init(comm=None, process_sets=None):
 
 
 def shutdown():
-    """Stops the background thread; pending collectives fail. All ranks stop together."""
+    """Finishes the collectives already pushed into MXNet's engine, then stops
+    the background thread (all ranks stop together; later ops fail)."""
+    if _state.core is not None:
+        import mxnet as mx
+
+        try:
+            mx.nd.waitall()
+        except mx.base.MXNetError:
+            pass  # the failed op's error was or will be reported where its result is read
     with _state.lock:
         core = _state.core
         if core is None:

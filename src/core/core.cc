@@ -196,9 +196,19 @@ void Core::RunCycle(bool* stop) {
 void Core::Finish(Request& req, const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    in_flight_[req.process_set_id].erase(req.meta.name);
+    auto key = std::make_pair(req.process_set_id, req.meta.name);
+    auto waiting = deferred_.find(key);
+    if (waiting != deferred_.end()) {
+      // The next op of this name starts negotiating now; the name stays in flight.
+      queue_.push_back(std::move(waiting->second.front()));
+      waiting->second.pop_front();
+      if (waiting->second.empty()) deferred_.erase(waiting);
+    } else {
+      in_flight_[req.process_set_id].erase(req.meta.name);
+    }
   }
-  // Erase first: the callback may enqueue the same name again.
+  wake_.notify_one();
+  // Release the name first: the callback may enqueue the same name again.
   if (req.completion) req.completion->Finish(status);
 }
 
@@ -207,6 +217,10 @@ void Core::FailEverything(const Status& status) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queued.swap(queue_);
+    for (auto& kv : deferred_) {
+      for (auto& r : kv.second) queued.push_back(std::move(r));
+    }
+    deferred_.clear();
   }
   for (auto& req : queued) Finish(req, status);
   for (auto& kv : sets_) {
@@ -230,10 +244,8 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
     std::set<std::string> names;
     for (auto& op : ops) {
       RequestMeta& m = op.meta;
-      if (in_flight_[process_set_id].count(m.name) || !names.insert(m.name).second) {
-        throw Error(Status::InvalidArgument(
-            "a collective named '" + m.name + "' is already in flight on process set " +
-            std::to_string(process_set_id) + "; names must be unique until the op completes"));
+      if (!names.insert(m.name).second) {
+        throw Error(Status::InvalidArgument("the name '" + m.name + "' appears twice in one grouped call"));
       }
       if (m.op == OpType::kBroadcast) {
         auto pos = std::find(set.ranks.begin(), set.ranks.end(), m.root_rank);
@@ -248,7 +260,6 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
       m.rank = set.comm->rank();
     }
     for (auto& op : ops) {
-      in_flight_[process_set_id].insert(op.meta.name);
       Request r;
       r.meta = std::move(op.meta);
       r.process_set_id = process_set_id;
@@ -256,7 +267,14 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
       r.output = std::move(op.output);
       r.enqueue_time = now;
       r.completion = completion;
-      queue_.push_back(std::move(r));
+      // Note [Reused names]: an op whose name is still in flight (e.g. the
+      // next step's gradient bucket, already computed) waits behind it, so
+      // ops of one name run in submission order on every rank.
+      if (!in_flight_[process_set_id].insert(r.meta.name).second) {
+        deferred_[std::make_pair(process_set_id, r.meta.name)].push_back(std::move(r));
+      } else {
+        queue_.push_back(std::move(r));
+      }
     }
   }
   wake_.notify_one();

@@ -103,6 +103,8 @@ class Core {
   std::condition_variable started_;
   std::vector<Request> queue_;
   std::map<int, std::set<std::string>> in_flight_;  // names per process set
+  // Ops waiting for an earlier op of the same name (Note [Reused names]).
+  std::map<std::pair<int, std::string>, std::deque<Request>> deferred_;
   bool started_done_ = false;
   bool shutdown_requested_ = false;
   bool stopped_ = false;

@@ -1,0 +1,85 @@
+"""gluon.Trainer(params, ..., kvstore='mxplugin'): mxplugin through MXNet's own
+KVStore plug-in mechanism (KVStoreBase.register).
+
+MXNet's Trainer drops a kvstore given by name when a process has one device
+and the name does not contain 'dist' (mxnet/model.py:_create_kvstore), which
+would silently train every rank alone. Registering therefore also wraps the
+Trainer's _create_kvstore so the name 'mxplugin' always yields this store.
+"""
+import mxnet as mx
+from mxnet.kvstore import KVStoreBase
+
+from mxplugin import basics
+from mxplugin.ops import Average, allreduce_, broadcast_
+
+
+@KVStoreBase.register
+class MXPlugin(KVStoreBase):
+    """pushpull averages gradients across ranks; broadcast copies rank 0's value."""
+
+    def __init__(self):
+        if not basics.is_initialized():
+            basics.init()
+
+    def broadcast(self, key, value, out, priority=0):
+        if basics.size() > 1:
+            broadcast_(value, root_rank=0, name=f"kvstore.bcast.{key}", priority=priority)
+        for o in (out if isinstance(out, (list, tuple)) else [out]):
+            if o is not value:
+                value.copyto(o)
+
+    def pushpull(self, key, value, out=None, priority=0):
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if len(values) != 1:
+            raise ValueError("the mxplugin kvstore runs one device per process")
+        if basics.size() > 1:
+            allreduce_(values[0], name=f"kvstore.{key}", op=Average, priority=priority)
+        if out is not None:
+            for o in (out if isinstance(out, (list, tuple)) else [out]):
+                if o is not values[0]:
+                    values[0].copyto(o)
+
+    @staticmethod
+    def is_capable(capability):
+        return False  # the optimizer runs in the Trainer, after pushpull
+
+    @property
+    def type(self):
+        return "mxplugin"
+
+    @property
+    def rank(self):
+        return basics.rank()
+
+    @property
+    def num_workers(self):
+        return basics.size()
+
+    def set_optimizer(self, optimizer):
+        raise NotImplementedError("the mxplugin kvstore does not update on the store; "
+                                  "use update_on_kvstore=False")
+
+    def save_optimizer_states(self, fname, dump_optimizer=False):
+        raise NotImplementedError("optimizer states live in the Trainer (trainer.save_states)")
+
+    def load_optimizer_states(self, fname):
+        raise NotImplementedError("optimizer states live in the Trainer (trainer.load_states)")
+
+
+def _install_trainer_hook():
+    import mxnet.gluon.trainer as gluon_trainer
+
+    original = gluon_trainer._create_kvstore
+    if getattr(original, "_mxplugin", False):
+        return
+
+    def create_kvstore(kvstore, num_device, arg_params):
+        if isinstance(kvstore, str) and kvstore.lower() == "mxplugin":
+            return mx.kvstore.create("mxplugin"), False
+        return original(kvstore, num_device, arg_params)
+
+    create_kvstore._mxplugin = True
+    gluon_trainer._create_kvstore = create_kvstore
+
+
+_install_trainer_hook()

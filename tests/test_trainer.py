@@ -1,0 +1,38 @@
+"""DistributedTrainer / DistributedOptimizer / kvstore plug-in, at 2 and 3 ranks."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mpi_harness import REPO, assert_spmd_ok, rank_env
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_every_optimizer_matches_gluon_trainer(np_):
+    assert_spmd_ok("check_trainer.py", np_)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_trainer_features(np_):
+    assert_spmd_ok("check_trainer_features.py", np_)
+
+
+def test_save_and_load_states_across_restart(tmp_path):
+    assert_spmd_ok("check_trainer_features.py", 2, args=["save", tmp_path])
+    assert os.path.exists(tmp_path / "trainer.states")
+    assert_spmd_ok("check_trainer_features.py", 2, args=["resume", tmp_path])
+
+
+def test_optimizer_wrapper_and_module_api():
+    assert_spmd_ok("check_optimizer_wrapper.py", 2)
+
+
+def test_digits_converges_at_two_ranks():
+    from mpi_harness import mpiexec_path
+
+    cmd = [mpiexec_path(), "-n", "2", sys.executable, os.path.join(REPO, "examples", "mxnet_digits.py"),
+           "--epochs", "8", "--min-accuracy", "0.95"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env(), cwd=REPO)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "final test accuracy" in result.stderr + result.stdout
