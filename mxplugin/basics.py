@@ -118,15 +118,9 @@ def init(comm=None, process_sets=None):
 
 
 def shutdown():
-    """Finishes the collectives already pushed into MXNet's engine, then stops
-    the background thread (all ranks stop together; later ops fail)."""
-    if _state.core is not None:
-        import mxnet as mx
-
-        try:
-            mx.nd.waitall()
-        except mx.base.MXNetError:
-            pass  # the failed op's error was or will be reported where its result is read
+    """Stops the background thread; all ranks stop together. Collectives still
+    pending (on any rank) fail with an error saying so: read the results you
+    need (asnumpy(), mx.nd.waitall()) before shutting down."""
     with _state.lock:
         core = _state.core
         if core is None:

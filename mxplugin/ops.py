@@ -95,6 +95,7 @@ def _describe(tensor, what="tensor"):
 
 
 def _set_id(process_set):
+    basics._core()  # NotInitializedError before anything else
     if not isinstance(process_set, basics.ProcessSet):
         raise TypeError("process_set must be a ProcessSet")
     if process_set.process_set_id is None:
@@ -264,7 +265,7 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     dimension is divided evenly (it must be divisible by the set's size).
     Returns the output, or (output, received_splits) when splits are given."""
     dtype, device, shape = _describe(tensor)
-    set_id = _set_id(process_set)
+    _set_id(process_set)
     n = len(process_set.ranks)
     if not shape:
         raise ValueError("alltoall: tensor must have at least one dimension")
@@ -290,7 +291,6 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     m = _core_module()
     _push([(base, m.OP_ALLTOALL, 0, dtype, device, shape, out_shape, 0, 1.0, 1.0, split_list, tensor, output)],
           process_set, priority)
-    del set_id
     if splits is None:
         return output
     return output, mx.nd.array(received, ctx=mx.cpu(), dtype=np.int32)

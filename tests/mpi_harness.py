@@ -3,6 +3,7 @@
 Each run gets its own process session, and on timeout only that session is
 killed: tests start and stop only the processes they own."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -55,7 +56,7 @@ def run_spmd(script, np, args=(), env=None, timeout=240, auto_cleanup=True):
 def assert_spmd_ok(script, np, args=(), env=None, timeout=240):
     """Runs the script and checks that every rank printed 'PASS <rank>'."""
     rc, out, err = run_spmd(script, np, args, env, timeout)
-    passed = sorted(int(line.split()[1]) for line in out.splitlines() if line.startswith("PASS "))
+    passed = sorted(int(r) for r in re.findall(r"PASS (\d+)", out))
     assert rc == 0 and passed == list(range(np)), (
         f"{script} on {np} ranks: exit {rc}, passed ranks {passed}\n--- stdout\n{out}\n--- stderr\n{err}")
     return out, err

@@ -44,6 +44,8 @@ Status Controller::RunRound(bool want_shutdown, std::vector<Response>* responses
     }
   }
 
+  if (table_) table_->WarnStalls(now);
+
   const int words = 1 + (cache_.num_bits() + 63) / 64;
   std::vector<uint64_t> bits(words, 0);
   bool coordinator_busy = table_ && table_->NeedsBroadcast(now);

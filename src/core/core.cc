@@ -255,7 +255,13 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
       // so callers never need to know a process set's size.
       if (m.reduce_op == ReduceOp::kAverage) {
         m.reduce_op = ReduceOp::kSum;
-        m.postscale /= set_size;
+        // Half types round to half after every pairwise add: divide before
+        // the sum so that values near the half maximum cannot overflow.
+        if (m.dtype == DataType::kFloat16 || m.dtype == DataType::kBFloat16) {
+          m.prescale /= set_size;
+        } else {
+          m.postscale /= set_size;
+        }
       }
       m.rank = set.comm->rank();
     }

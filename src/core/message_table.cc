@@ -155,15 +155,6 @@ void MessageTable::TakeReady(Clock::time_point now, std::vector<Response>* out) 
       it = entries_.erase(it);
       continue;
     }
-    if (config_.stall_check_seconds > 0 &&
-        std::chrono::duration<double>(now - e.last_warning).count() > config_.stall_check_seconds) {
-      e.last_warning = now;
-      MXP_LOG(*logger_, kWarning,
-              "Stall: tensor '" << it->first << "' has waited " << static_cast<int>(age)
-                                << " s for " << MissingRanks(e)
-                                << ". Every rank must submit the same collectives; check for ranks "
-                                   "that skipped a step or named tensors differently.");
-    }
     ++it;
   }
   std::stable_sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) {
@@ -171,6 +162,21 @@ void MessageTable::TakeReady(Clock::time_point now, std::vector<Response>* out) 
     return a.first < b.first;
   });
   for (auto& r : ready) out->push_back(std::move(r.second));
+}
+
+void MessageTable::WarnStalls(Clock::time_point now) {
+  if (config_.stall_check_seconds <= 0) return;
+  for (auto& kv : entries_) {
+    Entry& e = kv.second;
+    if (std::chrono::duration<double>(now - e.last_warning).count() <= config_.stall_check_seconds) continue;
+    e.last_warning = now;
+    MXP_LOG(*logger_, kWarning,
+            "Stall: tensor '" << kv.first << "' has waited "
+                              << static_cast<int>(std::chrono::duration<double>(now - e.first_seen).count())
+                              << " s for " << MissingRanks(e)
+                              << ". Every rank must submit the same collectives; check for ranks that "
+                                 "skipped a step or named tensors differently.");
+  }
 }
 
 bool MessageTable::NeedsBroadcast(Clock::time_point now) const {

@@ -21,6 +21,9 @@ class MessageTable {
   // Moves complete names (validated) and stall-timed-out names into `out`,
   // highest priority first.
   void TakeReady(Clock::time_point now, std::vector<Response>* out);
+  // Logs (on this rank) names incomplete for longer than the stall check
+  // time, with the ranks they wait for. Cheap; called every round.
+  void WarnStalls(Clock::time_point now);
   // True when some entry has exceeded the stall shutdown time, i.e. the
   // coordinator has an error to broadcast even if nobody sent anything new.
   bool NeedsBroadcast(Clock::time_point now) const;

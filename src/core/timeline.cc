@@ -15,11 +15,22 @@ std::string JsonEscape(const std::string& s) {
 
 }  // namespace
 
-bool Timeline::Start(const std::string& path, int rank, bool mark_cycles) {
+bool Timeline::Start(const std::string& path_template, int rank, bool mark_cycles) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (file_ != nullptr) {
     std::fputs("\n]\n", file_);
     std::fclose(file_);
+    file_ = nullptr;
+  }
+  // One path for all ranks is written by rank 0 alone (as Horovod does);
+  // "{rank}" in the path gives every rank a file of its own.
+  std::string path = path_template;
+  const std::string placeholder = "{rank}";
+  auto at = path.find(placeholder);
+  if (at == std::string::npos && rank != 0) return true;
+  while (at != std::string::npos) {
+    path.replace(at, placeholder.size(), std::to_string(rank));
+    at = path.find(placeholder);
   }
   file_ = std::fopen(path.c_str(), "w");
   if (file_ == nullptr) return false;

@@ -15,6 +15,7 @@ namespace mxplugin {
 class Timeline {
  public:
   ~Timeline() { Stop(); }
+  // Rank 0 writes `path`; with "{rank}" in it every rank writes its own file.
   // Returns false (and leaves the timeline off) when the file can't be opened.
   bool Start(const std::string& path, int rank, bool mark_cycles);
   void Stop();

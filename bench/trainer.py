@@ -1,0 +1,197 @@
+"""Trainer benchmarks.
+
+    python bench/trainer.py update             # 1 process: step() cost
+    mxplugin-run -np 2 python bench/trainer.py scaling
+
+update: DistributedTrainer.step (size 1) against gluon.Trainer.step on
+  resnet50_v1's parameters (SGD, momentum 0.9, wd 1e-4), interleaved, plus the
+  memory-bandwidth floor: bytes the update must move / measured copy bandwidth.
+scaling: hybridized resnet50_v1, batch 8 per rank, 3x112x112, SGD momentum.
+  Interleaved rounds of (a) rank 0 alone with gluon.Trainer (the 1-process
+  reference; the other rank idles), (b) every rank with DistributedTrainer,
+  (c) every rank with a per-tensor allreduce_ loop then gluon's update.
+  Reports images/s, scaling efficiency and the time of allreduce + update.
+Results go to bench/results/trainer_<mode>.json.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import mxplugin as hvd  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+SGD = {"learning_rate": 0.01, "momentum": 0.9, "wd": 1e-4}
+
+
+def resnet(hybridize=False, image=224):
+    from mxnet.gluon.model_zoo import vision
+
+    net = vision.resnet50_v1()
+    net.initialize(mx.init.Xavier())
+    if hybridize:
+        net.hybridize(static_alloc=True, static_shape=True)
+    net(mx.nd.zeros((1, 3, image, image)))
+    return net
+
+
+def copy_bandwidth(nbytes):
+    """Bytes moved (read + write) per second by a plain copy, median of 5."""
+    src = np.ones(nbytes // 4, dtype=np.float32)
+    dst = np.empty_like(src)
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        np.copyto(dst, src)
+        times.append(time.perf_counter() - t)
+    return 2 * nbytes / statistics.median(times)
+
+
+def fill_grads(params):
+    for p in params.values():
+        if p.grad_req != "null":
+            p.grad()[:] = 1e-3
+            p.data()._fresh_grad = True
+
+
+def bench_update(iters, warmup):
+    hvd.init()
+    ref_net, net = resnet(), resnet()
+    ref = gluon.Trainer(ref_net.collect_params(), "sgd", dict(SGD), kvstore=None)
+    ours = hvd.DistributedTrainer(net.collect_params(), "sgd", dict(SGD))
+    n = sum(p.data().size for p in net.collect_params().values() if p.grad_req != "null")
+    moved = 5 * 4 * n  # read weight, grad, momentum; write weight, momentum
+    times = {"gluon": [], "mxplugin": []}
+    for it in range(warmup + iters):
+        for key, trainer, params in (("gluon", ref, ref_net.collect_params()),
+                                     ("mxplugin", ours, net.collect_params())):
+            fill_grads(params)
+            mx.nd.waitall()
+            t = time.perf_counter()
+            trainer.step(1)
+            mx.nd.waitall()
+            if it >= warmup:
+                times[key].append(time.perf_counter() - t)
+    bw = copy_bandwidth(4 * n)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    floor = moved / bw
+    result = {"values": n, "bytes_moved": moved, "copy_bandwidth_Bps": bw, "floor_s": floor,
+              "times_s": times, "median_s": med, "ratio_vs_gluon": med["mxplugin"] / med["gluon"],
+              "gluon_vs_floor": med["gluon"] / floor, "mxplugin_vs_floor": med["mxplugin"] / floor}
+    print(f"resnet50_v1 update, {n} values, SGD momentum + wd, 1 process")
+    print(f"  gluon.Trainer.step        median {med['gluon'] * 1e3:8.2f} ms  ({result['gluon_vs_floor']:.2f}x floor)")
+    print(f"  DistributedTrainer.step   median {med['mxplugin'] * 1e3:8.2f} ms  ({result['mxplugin_vs_floor']:.2f}x floor)"
+          f"  ratio {result['ratio_vs_gluon']:.3f}")
+    print(f"  bandwidth floor           {floor * 1e3:8.2f} ms  ({moved / 1e6:.0f} MB at {bw / 1e9:.1f} GB/s copy)")
+    return result
+
+
+def train_steps(net, step_fn, batch, steps, image, timings=None):
+    x = mx.nd.random.uniform(shape=(batch, 3, image, image))
+    y = mx.nd.array(np.arange(batch) % 1000)
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+    mx.nd.waitall()
+    start = time.perf_counter()
+    for _ in range(steps):
+        with autograd.record():
+            loss = loss_fn(net(x), y)
+        loss.backward()
+        if timings is not None:
+            mx.nd.waitall()
+            t = time.perf_counter()
+        step_fn(batch)
+        if timings is not None:
+            mx.nd.waitall()
+            timings.append(time.perf_counter() - t)
+    mx.nd.waitall()
+    return batch * steps / (time.perf_counter() - start)
+
+
+def bench_scaling(rounds, steps, batch, image):
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    ref_net, net, loop_net = resnet(True, image), resnet(True, image), resnet(True, image)
+    ref = gluon.Trainer(ref_net.collect_params(), "sgd", dict(SGD), kvstore=None)
+    ours = hvd.DistributedTrainer(net.collect_params(), "sgd", dict(SGD))
+    loop = gluon.Trainer(loop_net.collect_params(), "sgd", dict(SGD), kvstore=None)
+    loop_grads = [p for p in loop_net.collect_params().values() if p.grad_req != "null"]
+
+    def per_tensor_step(b):
+        for i, p in enumerate(loop_grads):
+            hvd.allreduce_(p.grad(), name=f"loop.{i}", priority=-i)
+        loop.step(b)
+
+    out = {"single": [], "mxplugin": [], "per_tensor": []}
+    comm = {"mxplugin": [], "per_tensor": []}
+    for r in range(rounds + 1):
+        warm = r == 0
+        hvd.barrier()
+        if rank == 0:
+            ips = train_steps(ref_net, ref.step, batch, steps, image)
+            if not warm:
+                out["single"].append(ips)
+        hvd.barrier()
+        ips = train_steps(net, ours.step, batch, steps, image)
+        t_ours = []
+        train_steps(net, ours.step, batch, 2, image, t_ours)
+        hvd.barrier()
+        ips_loop = train_steps(loop_net, per_tensor_step, batch, steps, image)
+        t_loop = []
+        train_steps(loop_net, per_tensor_step, batch, 2, image, t_loop)
+        if not warm:
+            out["mxplugin"].append(ips * size)
+            out["per_tensor"].append(ips_loop * size)
+            comm["mxplugin"].extend(t_ours)
+            comm["per_tensor"].extend(t_loop)
+    if rank != 0:
+        return None
+    med = {k: statistics.median(v) for k, v in out.items()}
+    cmed = {k: statistics.median(v) for k, v in comm.items()}
+    result = {"ranks": size, "batch_per_rank": batch, "image": image, "images_per_s": out,
+              "median_images_per_s": med, "allreduce_update_s": comm, "median_allreduce_update_s": cmed,
+              "scaling_efficiency": med["mxplugin"] / (size * med["single"]),
+              "scaling_efficiency_per_tensor": med["per_tensor"] / (size * med["single"]),
+              "allreduce_update_ratio": cmed["mxplugin"] / cmed["per_tensor"]}
+    print(f"resnet50_v1 hybridized, batch {batch}/rank, 3x{image}x{image}, SGD momentum, {size} ranks")
+    print(f"  1 process gluon.Trainer        {med['single']:8.1f} img/s")
+    print(f"  {size} ranks DistributedTrainer     {med['mxplugin']:8.1f} img/s total"
+          f"  scaling efficiency {result['scaling_efficiency']:.3f}")
+    print(f"  {size} ranks allreduce_ loop+gluon  {med['per_tensor']:8.1f} img/s total"
+          f"  scaling efficiency {result['scaling_efficiency_per_tensor']:.3f}")
+    print(f"  allreduce + update: mxplugin {cmed['mxplugin'] * 1e3:.1f} ms, per-tensor loop + gluon "
+          f"{cmed['per_tensor'] * 1e3:.1f} ms, ratio {result['allreduce_update_ratio']:.3f}")
+    return result
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mode", choices=["update", "scaling"])
+    p.add_argument("--iters", type=int, default=10, help="update: measured iterations (default 10)")
+    p.add_argument("--warmup", type=int, default=3, help="update: warm-up iterations (default 3)")
+    p.add_argument("--rounds", type=int, default=3, help="scaling: measured rounds (default 3)")
+    p.add_argument("--steps", type=int, default=5, help="scaling: training steps per round (default 5)")
+    p.add_argument("--batch-size", type=int, default=8, help="scaling: batch per rank (default 8)")
+    p.add_argument("--image-size", type=int, default=112, help="scaling: image side (default 112)")
+    args = p.parse_args()
+    if args.mode == "update":
+        result = bench_update(args.iters, args.warmup)
+    else:
+        result = bench_scaling(args.rounds, args.steps, args.batch_size, args.image_size)
+    if result is not None:
+        os.makedirs(RESULTS, exist_ok=True)
+        path = os.path.join(RESULTS, f"trainer_{args.mode}.json")
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {path}")
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()

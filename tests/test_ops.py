@@ -1,0 +1,101 @@
+"""The horovod.mxnet-compatible collectives, checked against NumPy on 1, 2
+and 3 ranks (tests/spmd/check_ops.py, tests/spmd/check_process_sets.py), and
+the errors raised before init()."""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from mpi_harness import REPO, assert_spmd_ok, rank_env
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_ops(np_):
+    """Every collective, dtype and reduce op (all sections but float16-near-max)."""
+    assert_spmd_ok("check_ops.py", np_, args=["--skip=fp16"], timeout=400)
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_float16_near_max(np_):
+    """float16 values ~60000 per rank: Sum with prescale_factor=1/size, and
+    Average, give the finite mean instead of overflowing to inf."""
+    assert_spmd_ok("check_ops.py", np_, args=["--only=fp16"], timeout=300)
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_process_sets(np_):
+    assert_spmd_ok("check_process_sets.py", np_, timeout=300)
+
+
+BEFORE_INIT = textwrap.dedent("""
+    import sys
+
+    import mxnet as mx
+    import mxplugin as hvd
+
+    assert issubclass(hvd.NotInitializedError, ValueError)
+    assert not hvd.is_initialized()
+    x = mx.nd.ones((4, 2))
+    calls = {
+        "rank": lambda: hvd.rank(),
+        "size": lambda: hvd.size(),
+        "local_rank": lambda: hvd.local_rank(),
+        "allreduce": lambda: hvd.allreduce(x),
+        "allreduce_": lambda: hvd.allreduce_(x, op=hvd.Sum),
+        "grouped_allreduce": lambda: hvd.grouped_allreduce([x]),
+        "grouped_allreduce_": lambda: hvd.grouped_allreduce_([x]),
+        "allgather": lambda: hvd.allgather(x),
+        "grouped_allgather": lambda: hvd.grouped_allgather([x]),
+        "broadcast": lambda: hvd.broadcast(x, 0),
+        "broadcast_": lambda: hvd.broadcast_(x, 0),
+        "alltoall": lambda: hvd.alltoall(x),
+        "alltoall_splits": lambda: hvd.alltoall(x, splits=[4]),
+        "reducescatter": lambda: hvd.reducescatter(x),
+        "grouped_reducescatter": lambda: hvd.grouped_reducescatter([x]),
+        "barrier": lambda: hvd.barrier(),
+        "broadcast_object": lambda: hvd.broadcast_object({"a": 1}),
+        "allgather_object": lambda: hvd.allgather_object(1),
+        "broadcast_parameters": lambda: hvd.broadcast_parameters({"x": x}),
+        "add_process_set": lambda: hvd.add_process_set([0]),
+        "process_set_rank": lambda: hvd.global_process_set.rank(),
+        "start_timeline": lambda: hvd.start_timeline("/tmp/never.json"),
+    }
+    only = sys.argv[1].split(",") if len(sys.argv) > 1 and sys.argv[1] else None
+    skip = sys.argv[2].split(",") if len(sys.argv) > 2 else []
+    selected = {k: v for k, v in calls.items() if (only is None or k in only) and k not in skip}
+    assert selected
+    bad = []
+    for what, call in selected.items():
+        try:
+            call()
+            bad.append(f"{what}: no error")
+        except hvd.NotInitializedError as e:
+            if "init" not in str(e):
+                bad.append(f"{what}: unclear message {e!r}")
+        except Exception as e:
+            bad.append(f"{what}: {type(e).__name__}: {e}")
+    assert not bad, "\\n".join(bad)
+    # init() works afterwards (a single process needs no mpiexec)
+    hvd.init()
+    assert hvd.size() == 1 and hvd.rank() == 0
+    assert hvd.allreduce(mx.nd.ones((3,)) * 2, op=hvd.Sum).asnumpy().tolist() == [2.0, 2.0, 2.0]
+    hvd.shutdown()
+    print("OK")
+""")
+
+
+def run_before_init(only="", skip=""):
+    proc = subprocess.run([sys.executable, "-c", BEFORE_INIT, only, skip], capture_output=True, text=True,
+                          cwd=REPO, env=rank_env(), timeout=180)
+    assert proc.returncode == 0 and "OK" in proc.stdout, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+
+
+def test_ops_before_init_raise_not_initialized():
+    """Every API call before init() raises NotInitializedError (a ValueError)
+    telling to call init(); init() then works in a single process."""
+    run_before_init(skip="alltoall,alltoall_splits")
+
+
+def test_alltoall_before_init_raises_not_initialized():
+    run_before_init(only="alltoall,alltoall_splits")
