@@ -45,3 +45,25 @@ cdef extern from "c_api.h" nogil:
     int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, int32_t priority)
     int mxp_cuda_built()
     int mxp_nccl_built()
+
+
+# --- fused optimizer kernels (src/c_api_optim.h)
+
+cdef extern from "c_api_optim.h" nogil:
+    ctypedef struct mxp_optim_params:
+        int32_t kind
+    ctypedef struct mxp_optim_buffers:
+        void* weight
+        void* grad
+        void* states[3]
+        int32_t num_states
+        int64_t size
+        const int64_t* offsets
+        int64_t num_segments
+
+    int mxp_optim_default_params(int32_t kind, mxp_optim_params* out)
+    int mxp_optim_set_param(mxp_optim_params* params, const char* name, double value)
+    int mxp_optim_num_states(int32_t kind, int32_t* out)
+    int mxp_optim_update_raw(const mxp_optim_params* params, const mxp_optim_buffers* buffers)
+    int mxp_optim_update_mxnet(const mxp_optim_params* params, const mxp_optim_buffers* buffers,
+                               int32_t priority)

@@ -116,13 +116,13 @@ class Bucket:
 class Layout:
     """All buckets of a trainer, in reduction order (last layers first)."""
 
-    def __init__(self, params, optimizer, bucket_bytes, num_buckets=0):
+    def __init__(self, params, optimizer, bucket_bytes, num_buckets=0, include_distributed=False):
         self.fused = is_elementwise(optimizer)
         groups = OrderedDict()
         self.excluded = []
         for index in reversed(range(len(params))):
             p = params[index]
-            if p.grad_req == "null" or getattr(p, "distributed", False):
+            if p.grad_req == "null" or (getattr(p, "distributed", False) and not include_distributed):
                 continue
             if p._stype != "default" or p._grad_stype != "default" or len(p.list_ctx()) != 1:
                 self.excluded.append((index, p))

@@ -23,6 +23,12 @@ class DistributedTrainer(mx.gluon.Trainer):
         in-place allreduce; buckets of the last layers are reduced first.
       fused_update: update each bucket with one optimizer call on its flat
         buffers when the optimizer is element-wise (True).
+      mesh: a parallel.ProcessMesh; gradients (model-parallel shards
+        included) are then averaged over its data-parallel group only.
+      local_sgd_steps K, local_sgd_warmup_steps W: after W ordinary steps,
+        each rank updates on its own gradients and every K steps the
+        parameters (and, with local_sgd_average_states, the optimizer
+        states) are averaged in one fused reduction of the flat buffers.
 
     gradient_predivide_factor f: gradients are scaled by 1/f before the sum
     and by f/size after it; in step() the latter is folded into the
@@ -32,7 +38,8 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     def __init__(self, params, optimizer, optimizer_params=None, compression=Compression.none,
                  gradient_predivide_factor=1.0, prefix=None, num_groups=0,
-                 process_set=basics.global_process_set, bucket_bytes=25 << 20, fused_update=True):
+                 process_set=basics.global_process_set, bucket_bytes=25 << 20, fused_update=True,
+                 mesh=None, local_sgd_steps=0, local_sgd_warmup_steps=0, local_sgd_average_states=False):
         if prefix is not None and not isinstance(prefix, str):
             raise TypeError("prefix must be a str or None")
         if not gradient_predivide_factor > 0:
@@ -55,13 +62,24 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._fused_update = bool(fused_update)
         self._layout = None
         self._pending_states = None
+        self._mesh = mesh
+        if mesh is not None:
+            self._process_set = mesh.dp_set
+        if local_sgd_steps < 0 or local_sgd_warmup_steps < 0:
+            raise ValueError("local_sgd_steps and local_sgd_warmup_steps must be >= 0")
+        self._local_sgd_steps = int(local_sgd_steps)
+        self._local_sgd_warmup = int(local_sgd_warmup_steps)
+        self._local_sgd_states = bool(local_sgd_average_states)
+        self._steps = 0
+        self.num_reductions = 0  # gradient or parameter reductions run (one per bucket set)
 
     # -- layout -----------------------------------------------------------------
     def _ensure_layout(self):
         if self._layout is not None and self._layout.intact():
             return self._layout
         old_states = self._layout.param_states() if self._layout is not None else None
-        self._layout = Layout(self._params, self._optimizer, self._bucket_bytes, self._num_groups)
+        self._layout = Layout(self._params, self._optimizer, self._bucket_bytes, self._num_groups,
+                              include_distributed=self._mesh is not None)
         self._layout.fused = self._layout.fused and self._fused_update
         if not self._fused_update:  # per-parameter states, not views of flat ones
             for b in self._layout.buckets:
@@ -89,6 +107,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         layout = self._prepare()
         if not self._world():
             return
+        self.num_reductions += 1
         post = self._predivide if average_in_core else 1.0
         op = Average if average_in_core else Sum
         for i, bucket in enumerate(layout.buckets):
@@ -113,9 +132,29 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._reduce(average_in_core=True)
 
     def step(self, batch_size, ignore_stale_grad=False):
+        self._steps += 1
+        if self._local_sgd_steps and self._steps > self._local_sgd_warmup:
+            self._local_sgd_step(batch_size, ignore_stale_grad)
+            return
         self._reduce(average_in_core=False)
         self._check_and_rescale_grad(self._scale * self._fold_factor() / batch_size)
         self._update(ignore_stale_grad)
+
+    def _local_sgd_step(self, batch_size, ignore_stale_grad):
+        """Local update; every K-th local step averages the parameters."""
+        layout = self._prepare()
+        self._check_and_rescale_grad(self._scale / batch_size)
+        self._update(ignore_stale_grad)
+        if (self._steps - self._local_sgd_warmup) % self._local_sgd_steps or not self._world():
+            return
+        self.num_reductions += 1
+        for i, bucket in enumerate(layout.buckets):
+            arrays = [bucket.weight]
+            if self._local_sgd_states and bucket.state is not None:
+                arrays += _flat_arrays(bucket.state)
+            for j, arr in enumerate(arrays):
+                allreduce_(arr, name=f"{self._prefix}localsgd{i}.{j}", priority=-i, op=Average,
+                           process_set=self._process_set)
 
     def update(self, batch_size, ignore_stale_grad=False):
         self._prepare()
@@ -182,6 +221,12 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._pending_states = states
         self._layout = None  # rebuilt with the loaded states on next use
         self._ensure_layout()
+
+
+def _flat_arrays(state):
+    if isinstance(state, (tuple, list)):
+        return [a for s in state for a in _flat_arrays(s)]
+    return [state] if isinstance(state, mx.nd.NDArray) else []
 
 
 class DistributedOptimizer(mx.optimizer.Optimizer):

@@ -93,6 +93,11 @@ extern "C" {
 
 const char* mxp_last_error(void) { return last_error.c_str(); }
 
+int mxp_set_last_error(int code, const char* message) {
+  last_error = message != nullptr ? message : "";
+  return code;
+}
+
 int mxp_core_create(mxp_core** out) {
   return Guard([&] {
     auto c = std::make_unique<mxp_core>();

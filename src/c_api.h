@@ -40,6 +40,9 @@ typedef struct {
 } mxp_topology;
 
 const char* mxp_last_error(void);
+/* Records `message` as this thread's mxp_last_error() and returns `code`:
+ * how the other C API files (c_api_optim.cc) report errors. */
+int mxp_set_last_error(int code, const char* message);
 
 int mxp_core_create(mxp_core** out);
 int mxp_core_shutdown(mxp_core* core);
