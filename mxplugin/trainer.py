@@ -7,7 +7,7 @@ from collections import OrderedDict
 
 import mxnet as mx
 
-from mxplugin import basics
+from mxplugin import basics, native_update
 from mxplugin.compression import Compression
 from mxplugin.fused import Layout
 from mxplugin.ops import Average, Sum, allreduce_
@@ -98,6 +98,12 @@ class DistributedTrainer(mx.gluon.Trainer):
             self._init_params()
         return self._ensure_layout()
 
+    @staticmethod
+    def _core_module():
+        from mxplugin._loader import core_module
+
+        return core_module
+
     # -- reduction ----------------------------------------------------------------
     def _world(self):
         ps = self._process_set
@@ -185,7 +191,10 @@ class DistributedTrainer(mx.gluon.Trainer):
                     "with ignore_stale_grad=True to suppress this warning and skip updating of Parameters "
                     "with stale gradient")
             if layout.fused and all(fresh):
-                opt.update_multi_precision(bucket.index, bucket.weight, bucket.grad, bucket.state)
+                if native_update.supports(opt, bucket):
+                    native_update.update(opt, bucket, self._core_module())
+                else:
+                    opt.update_multi_precision(bucket.index, bucket.weight, bucket.grad, bucket.state)
             else:
                 single.extend((index, p, bucket) for (index, p), f in zip(bucket.entries, fresh) if f)
             for _, p in bucket.entries:

@@ -1,0 +1,67 @@
+"""One core-kernel call for a bucket's fused update, for the optimizers the
+core implements (src/optim/): the same float32 arithmetic as MXNet's ops, in
+one vectorised pass over the bucket's flat buffers. Mirrors what each
+mxnet.optimizer class computes before it calls its op (update counts,
+lr/wd multipliers, Adam's bias correction)."""
+import math
+
+import numpy as np
+
+
+def _clip(value):
+    return value if value else None  # the Python optimizers treat 0/None as "no clipping"
+
+
+def _sgd(opt, lr, wd, state):
+    params = {"lr": lr, "wd": wd, "rescale_grad": opt.rescale_grad, "clip_gradient": _clip(opt.clip_gradient)}
+    if opt.momentum > 0 and state is not None:
+        return "sgd_mom", [state], dict(params, momentum=opt.momentum)
+    return "sgd", [], params
+
+
+def _nag(opt, lr, wd, state):
+    kind, states, params = _sgd(opt, lr, wd, state)
+    return ("nag_mom" if kind == "sgd_mom" else kind), states, params
+
+
+def _adam(opt, lr, wd, state, t):
+    lr *= math.sqrt(1.0 - opt.beta2 ** t) / (1.0 - opt.beta1 ** t)
+    return "adam", list(state), {"lr": lr, "wd": wd, "beta1": opt.beta1, "beta2": opt.beta2,
+                                 "epsilon": opt.epsilon, "rescale_grad": opt.rescale_grad,
+                                 "clip_gradient": _clip(opt.clip_gradient)}
+
+
+def _rmsprop(opt, lr, wd, state):
+    params = {"lr": lr, "wd": wd, "gamma1": opt.gamma1, "epsilon": opt.epsilon,
+              "rescale_grad": opt.rescale_grad, "clip_gradient": _clip(opt.clip_gradient),
+              "clip_weights": _clip(opt.clip_weights)}
+    if opt.centered:
+        return "rmspropalex", list(state), dict(params, gamma2=opt.gamma2)
+    return "rmsprop", list(state), params
+
+
+def _adagrad(opt, lr, wd, state):
+    return "adagrad", [state], {"lr": lr, "wd": wd, "epsilon": opt.float_stable_eps,
+                                "rescale_grad": opt.rescale_grad, "clip_gradient": opt.clip_gradient}
+
+
+_SUPPORTED = {"sgd": _sgd, "ccsgd": _sgd, "nag": _nag, "adam": _adam, "rmsprop": _rmsprop, "adagrad": _adagrad}
+
+
+def supports(optimizer, bucket):
+    """float32 buckets of the optimizers above (lazy_update only matters for
+    sparse gradients, which never sit in a bucket)."""
+    return type(optimizer).__name__.lower() in _SUPPORTED and np.dtype(bucket.weight.dtype) == np.float32
+
+
+def update(optimizer, bucket, core_module):
+    """Runs the optimizer's update of the whole bucket as one core kernel."""
+    name = type(optimizer).__name__.lower()
+    index = bucket.index
+    optimizer._update_count(index)
+    lr, wd = optimizer._get_lr(index), optimizer._get_wd(index)
+    if name == "adam":
+        kind, states, params = _adam(optimizer, lr, wd, bucket.state, optimizer._index_update_count[index])
+    else:
+        kind, states, params = _SUPPORTED[name](optimizer, lr, wd, bucket.state)
+    core_module.fused_update(kind, bucket.weight, bucket.grad, states, params)
