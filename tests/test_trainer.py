@@ -36,3 +36,8 @@ def test_digits_converges_at_two_ranks():
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=rank_env(), cwd=REPO)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "final test accuracy" in result.stderr + result.stdout
+
+
+def test_local_sgd_converges_with_k_times_fewer_reductions():
+    out, _ = assert_spmd_ok("check_local_sgd.py", 2)
+    assert "local SGD accuracy" in out
