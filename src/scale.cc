@@ -1,8 +1,10 @@
 #include "scale.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/half.h"
+#include "common/half_vector.h"
 #include "common/status.h"
 
 namespace mxplugin {
@@ -28,12 +30,24 @@ void Scale(void* dst, const void* src, int64_t n, double factor) {
   }
 }
 
-template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
-void ScaleHalf(void* dst, const void* src, int64_t n, double factor) {
+void ScaleFloat16(void* dst, const void* src, int64_t n, double factor) {
   const auto* s = static_cast<const uint16_t*>(src);
   auto* d = static_cast<uint16_t*>(dst);
   const float f = static_cast<float>(factor);
-  for (int64_t i = 0; i < n; ++i) d[i] = FromFloat(ToFloat(s[i]) * f);
+  float wide[kHalfChunk];
+  for (int64_t start = 0; start < n; start += kHalfChunk) {
+    const int64_t len = std::min(kHalfChunk, n - start);
+    HalfToFloatN(s + start, wide, len);
+    for (int64_t i = 0; i < len; ++i) wide[i] *= f;
+    FloatToHalfN(wide, d + start, len);
+  }
+}
+
+void ScaleBFloat16(void* dst, const void* src, int64_t n, double factor) {
+  const auto* s = static_cast<const uint16_t*>(src);
+  auto* d = static_cast<uint16_t*>(dst);
+  const float f = static_cast<float>(factor);
+  for (int64_t i = 0; i < n; ++i) d[i] = FloatToBFloat16(BFloat16ToFloat(s[i]) * f);
 }
 
 }  // namespace
@@ -46,8 +60,8 @@ void CopyAndScale(void* dst, const void* src, int64_t count, DataType dtype, dou
   switch (dtype) {
     case DataType::kFloat32: return Scale<float, float>(dst, src, count, factor);
     case DataType::kFloat64: return Scale<double, double>(dst, src, count, factor);
-    case DataType::kFloat16: return ScaleHalf<HalfToFloat, FloatToHalf>(dst, src, count, factor);
-    case DataType::kBFloat16: return ScaleHalf<BFloat16ToFloat, FloatToBFloat16>(dst, src, count, factor);
+    case DataType::kFloat16: return ScaleFloat16(dst, src, count, factor);
+    case DataType::kBFloat16: return ScaleBFloat16(dst, src, count, factor);
     case DataType::kUInt8: return Scale<uint8_t, double>(dst, src, count, factor);
     case DataType::kInt8: return Scale<int8_t, double>(dst, src, count, factor);
     case DataType::kInt32: return Scale<int32_t, double>(dst, src, count, factor);

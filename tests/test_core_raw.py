@@ -8,3 +8,8 @@ from mpi_harness import assert_spmd_ok
 @pytest.mark.parametrize("np_", [1, 2])
 def test_raw_core(np_):
     assert_spmd_ok("check_raw_core.py", np_, timeout=300)
+
+
+@pytest.mark.parametrize("np_", [1, 2])
+def test_float16_scaling_and_sums_match_numpy(np_):
+    assert_spmd_ok("check_half.py", np_)

@@ -6,6 +6,7 @@
 
 #include "backend/mpi/mpi_communicator.h"
 #include "common/half.h"
+#include "common/half_vector.h"
 
 namespace mxplugin {
 namespace {
@@ -19,6 +20,21 @@ void ReduceHalf(void* in, void* inout, int* len, Combine combine) {
   for (int i = 0; i < *len; ++i) b[i] = FromFloat(combine(ToFloat(a[i]), ToFloat(b[i])));
 }
 
+// float16 has bulk conversions (F16C): widen chunks, combine, round once.
+template <typename Combine>
+void ReduceFloat16(void* in, void* inout, int* len, Combine combine) {
+  const auto* a = static_cast<const uint16_t*>(in);
+  auto* b = static_cast<uint16_t*>(inout);
+  float wa[kHalfChunk], wb[kHalfChunk];
+  for (int64_t start = 0; start < *len; start += kHalfChunk) {
+    const int64_t n = std::min<int64_t>(kHalfChunk, *len - start);
+    HalfToFloatN(a + start, wa, n);
+    HalfToFloatN(b + start, wb, n);
+    for (int64_t i = 0; i < n; ++i) wb[i] = combine(wa[i], wb[i]);
+    FloatToHalfN(wb, b + start, n);
+  }
+}
+
 struct Sum { float operator()(float a, float b) const { return a + b; } };
 struct Min { float operator()(float a, float b) const { return std::min(a, b); } };
 struct Max { float operator()(float a, float b) const { return std::max(a, b); } };
@@ -26,7 +42,11 @@ struct Prod { float operator()(float a, float b) const { return a * b; } };
 
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float), typename Combine>
 void HalfOp(void* in, void* inout, int* len, MPI_Datatype*) {
-  ReduceHalf<ToFloat, FromFloat>(in, inout, len, Combine());
+  if (ToFloat == &HalfToFloat) {
+    ReduceFloat16(in, inout, len, Combine());
+  } else {
+    ReduceHalf<ToFloat, FromFloat>(in, inout, len, Combine());
+  }
 }
 
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
