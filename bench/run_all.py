@@ -1,0 +1,198 @@
+"""Runs every benchmark and writes docs/benchmarks.md (tables, and PNG plots
+when matplotlib is installed: `pip install -e '.[bench]'`).
+
+    python bench/run_all.py            # everything, ~15 minutes on 2 cores
+    python bench/run_all.py --report   # only re-render the report from bench/results/
+"""
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+DOCS = os.path.join(REPO, "docs")
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+from mpi_harness import mpiexec_path, rank_env  # noqa: E402
+
+EXAMPLE = os.path.join(REPO, "examples", "mxnet_imagenet_resnet50.py")
+EXAMPLE_ARGS = ["--batch-size", "8", "--image-size", "112", "--num-batches", "12", "--num-epochs", "1",
+                "--hybridize", "--log-interval", "4"]
+
+
+def run(np_, args, timeout=1800):
+    cmd = ([mpiexec_path(), "-n", str(np_)] if np_ > 1 else []) + [sys.executable] + args
+    print("$", " ".join(cmd), flush=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=rank_env(), cwd=REPO, timeout=timeout)
+    sys.stdout.write(out.stdout[-3000:])
+    if out.returncode != 0:
+        sys.stderr.write(out.stderr[-5000:])
+        raise SystemExit(f"benchmark failed: {' '.join(args)}")
+    return out.stdout + out.stderr
+
+
+def example_throughput(np_):
+    """Median of the example's per-interval 'total img/s' after the first interval."""
+    text = run(np_, [EXAMPLE] + EXAMPLE_ARGS)
+    rates = [float(v) for v in re.findall(r"total img/s[=: ]+([0-9.]+)", text)]
+    if not rates:
+        raise SystemExit("the example printed no 'total img/s' lines")
+    rates = rates[1:] or rates
+    rates.sort()
+    return {"ranks": np_, "images_per_s": rates, "median_images_per_s": rates[len(rates) // 2]}
+
+
+def run_all():
+    os.makedirs(RESULTS, exist_ok=True)
+    run(2, [os.path.join(HERE, "allreduce.py")])
+    run(1, [os.path.join(HERE, "trainer.py"), "update"])
+    run(1, [os.path.join(HERE, "fused_kernels.py")])
+    run(1, [os.path.join(HERE, "step_breakdown.py")])
+    run(2, [os.path.join(HERE, "step_breakdown.py")])
+    run(2, [os.path.join(HERE, "trainer.py"), "scaling"])
+    example = {"1": example_throughput(1), "2": example_throughput(2)}
+    example["scaling_efficiency"] = (example["2"]["median_images_per_s"] /
+                                     (2 * example["1"]["median_images_per_s"]))
+    with open(os.path.join(RESULTS, "example.json"), "w") as f:
+        json.dump(example, f, indent=1)
+
+
+def load(name):
+    path = os.path.join(RESULTS, name)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def plots(allreduce, breakdown):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    made = []
+    if allreduce and allreduce.get("curve"):
+        rows = allreduce["curve"]
+        sizes = [r["bytes"] for r in rows]
+        fig, ax = plt.subplots(figsize=(6, 3.6))
+        ax.plot(sizes, [r["raw_mpi_GBps"] for r in rows], "o-", label="raw MPI_Allreduce")
+        ax.plot(sizes, [r["mxplugin_GBps"] for r in rows], "s-", label="mxplugin allreduce_")
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("message size (bytes)")
+        ax.set_ylabel("algorithm bandwidth (GB/s)")
+        ax.set_title(f"allreduce, {allreduce['ranks']} ranks")
+        ax.legend()
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(os.path.join(DOCS, "allreduce_curve.png"), dpi=110)
+        made.append("allreduce_curve.png")
+    if breakdown:
+        fig, ax = plt.subplots(figsize=(5, 3.6))
+        labels = [f"{b['ranks']} rank{'s' if b['ranks'] > 1 else ''}" for b in breakdown]
+        bottom = [0.0] * len(breakdown)
+        for phase in ("forward_backward", "communication", "update"):
+            vals = [b["median_s"][phase] * 1e3 for b in breakdown]
+            ax.bar(labels, vals, bottom=bottom, label=phase.replace("_", "+"))
+            bottom = [a + v for a, v in zip(bottom, vals)]
+        ax.set_ylabel("ms per step (median)")
+        ax.set_title("resnet50_v1 step time by phase")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(os.path.join(DOCS, "step_breakdown.png"), dpi=110)
+        made.append("step_breakdown.png")
+    return made
+
+
+def report():
+    ar, upd, fk = load("allreduce.json"), load("trainer_update.json"), load("fused_kernels.json")
+    sc, ex = load("trainer_scaling.json"), load("example.json")
+    breakdown = [b for b in (load("step_breakdown_1ranks.json"), load("step_breakdown_2ranks.json")) if b]
+    images = plots(ar, breakdown)
+    lines = ["# Benchmarks", "",
+             "Written by `python bench/run_all.py` from `bench/results/*.json`. Every number is a median",
+             "of repeated runs, compared with a reference measured in the same run.",
+             f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.", ""]
+    if ar:
+        g = ar["gradient_set"]
+        m = g["median_s"]
+        lines += ["## Allreduce of the resnet50_v1 gradient set (`bench/allreduce.py`, 2 ranks)", "",
+                  f"{g['tensors']} float32 tensors, {g['values']:,} values ({g['bytes'] / 1e6:.1f} MB).", "",
+                  "| method | median | ratio to raw MPI |", "|---|---|---|",
+                  f"| raw `MPI_Allreduce`, one buffer, in place | {m['raw_mpi'] * 1e3:.2f} ms | 1.00 |",
+                  f"| `grouped_allreduce_` | {m['grouped_allreduce_'] * 1e3:.2f} ms | {g['ratio_grouped']:.3f} |",
+                  f"| per-tensor `allreduce_` + `waitall` | {m['per_tensor_allreduce_'] * 1e3:.2f} ms | "
+                  f"{g['ratio_per_tensor']:.3f} |", ""]
+        if ar.get("curve"):
+            lines += ["Message-size curve (one tensor, median per call):", "",
+                      "| bytes | raw MPI | mxplugin | ratio |", "|---|---|---|---|"]
+            for r in ar["curve"]:
+                lines.append(f"| {r['bytes']:,} | {r['raw_mpi_s'] * 1e6:.1f} us | {r['mxplugin_s'] * 1e6:.1f} us | "
+                             f"{r['ratio']:.2f} |")
+            lines.append("")
+        if "allreduce_curve.png" in images:
+            lines += ["![allreduce bandwidth](allreduce_curve.png)", ""]
+    if upd:
+        m = upd["median_s"]
+        lines += ["## Optimizer step, 1 process (`bench/trainer.py update`)", "",
+                  f"resnet50_v1 parameters ({upd['values']:,} values), SGD momentum 0.9 + wd.", "",
+                  "| | median | vs bandwidth floor |", "|---|---|---|",
+                  f"| `gluon.Trainer.step` | {m['gluon'] * 1e3:.2f} ms | {upd['gluon_vs_floor']:.2f}x |",
+                  f"| `DistributedTrainer.step` | {m['mxplugin'] * 1e3:.2f} ms | {upd['mxplugin_vs_floor']:.2f}x |",
+                  f"| floor: {upd['bytes_moved'] / 1e6:.0f} MB at the `a += b` rate "
+                  f"({upd['stream_bandwidth_Bps'] / 1e9:.1f} GB/s) | {upd['floor_s'] * 1e3:.2f} ms | 1.00x |", "",
+                  f"Ratio DistributedTrainer / gluon.Trainer: **{upd['ratio_vs_gluon']:.3f}**.", ""]
+    if fk:
+        lines += ["## Fused optimizer kernels (`bench/fused_kernels.py`)", "", "```",
+                  json.dumps({k: v for k, v in fk.items() if not isinstance(v, (list, dict))}, indent=1), "```", ""]
+    if breakdown:
+        lines += ["## Step time by phase (`bench/step_breakdown.py`)", "",
+                  "| ranks | forward+backward | communication | update |", "|---|---|---|---|"]
+        for b in breakdown:
+            m = b["median_s"]
+            lines.append(f"| {b['ranks']} | {m['forward_backward'] * 1e3:.1f} ms | {m['communication'] * 1e3:.1f} ms | "
+                         f"{m['update'] * 1e3:.1f} ms |")
+        lines.append("")
+        if "step_breakdown.png" in images:
+            lines += ["![step breakdown](step_breakdown.png)", ""]
+    if sc:
+        m, c = sc["median_images_per_s"], sc["median_allreduce_update_s"]
+        lines += [f"## Scaling, {sc['ranks']} ranks (`bench/trainer.py scaling`)", "",
+                  f"resnet50_v1 hybridized, batch {sc['batch_per_rank']} per rank, 3x{sc['image']}x{sc['image']}, "
+                  "SGD momentum.", "",
+                  "| | images/s | scaling efficiency |", "|---|---|---|",
+                  f"| 1 process, gluon.Trainer | {m['single']:.1f} | |",
+                  f"| {sc['ranks']} ranks, DistributedTrainer | {m['mxplugin']:.1f} | {sc['scaling_efficiency']:.3f} |",
+                  f"| {sc['ranks']} ranks, per-tensor allreduce_ + gluon update | {m['per_tensor']:.1f} | "
+                  f"{sc['scaling_efficiency_per_tensor']:.3f} |", "",
+                  f"Allreduce + update per step: DistributedTrainer {c['mxplugin'] * 1e3:.1f} ms, per-tensor loop + "
+                  f"gluon {c['per_tensor'] * 1e3:.1f} ms, ratio **{sc['allreduce_update_ratio']:.3f}**.", ""]
+    if ex:
+        lines += ["## ResNet50 example (`examples/mxnet_imagenet_resnet50.py`, synthetic data)", "",
+                  f"Arguments: `{' '.join(EXAMPLE_ARGS)}`.", "",
+                  "| ranks | total images/s |", "|---|---|",
+                  f"| 1 | {ex['1']['median_images_per_s']:.1f} |", f"| 2 | {ex['2']['median_images_per_s']:.1f} |", "",
+                  f"Scaling efficiency: **{ex['scaling_efficiency']:.3f}**.", ""]
+    with open(os.path.join(DOCS, "benchmarks.md"), "w") as f:
+        f.write("\n".join(lines))
+    print("wrote docs/benchmarks.md")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--report", action="store_true", help="only render docs/benchmarks.md from existing results")
+    args = p.parse_args()
+    if not args.report:
+        run_all()
+    report()
+
+
+if __name__ == "__main__":
+    main()
