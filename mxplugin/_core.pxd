@@ -65,5 +65,24 @@ cdef extern from "c_api_optim.h" nogil:
     int mxp_optim_set_param(mxp_optim_params* params, const char* name, double value)
     int mxp_optim_num_states(int32_t kind, int32_t* out)
     int mxp_optim_update_raw(const mxp_optim_params* params, const mxp_optim_buffers* buffers)
+    int mxp_optim_update_mxnet_multi(const mxp_optim_params* params, void* const* weights, int32_t num_weights,
+                                     const mxp_optim_buffers* buffers, int32_t priority)
     int mxp_optim_update_mxnet(const mxp_optim_params* params, const mxp_optim_buffers* buffers,
                                int32_t priority)
+
+
+# --- CUDA kernels (raw device pointers)
+
+cdef extern from "c_api_cuda.h" nogil:
+    ctypedef struct mxp_cuda_copy:
+        const void* src
+        void* dst
+        int64_t count
+        double scale
+
+    int mxp_cuda_device_count(int32_t* out)
+    int mxp_cuda_scale(void* data, int64_t count, int32_t dtype, double factor, void* stream)
+    int mxp_cuda_copy_and_scale(void* dst, const void* src, int64_t count, int32_t dtype, double factor,
+                                void* stream)
+    int mxp_cuda_batched_copy(const mxp_cuda_copy* copies, int32_t n, int32_t dtype, void* stream)
+    int mxp_cuda_synchronize(void* stream)

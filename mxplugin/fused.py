@@ -2,13 +2,15 @@
 
 Parameters are grouped by everything their update depends on (dtype, lr_mult,
 wd_mult, context; the optimizer and its hyper-parameters are the trainer's).
-Each group is cut into buckets in reverse registration order. A bucket owns
-three flat buffers: weights, gradients and optimizer state; every parameter's
-data, gradient and state are views into them. So a bucket's gradients are
-reduced with one in-place allreduce (no pack/unpack copy) and, for
-optimizers whose update is element-wise, the bucket is updated with one call
-of the optimizer on the flat buffers, computing exactly what gluon.Trainer's
-per-parameter updates compute.
+Each group is cut into buckets in reverse registration order. A bucket owns a
+flat gradient buffer and flat optimizer states; every parameter's gradient and
+state are views into them. So a bucket's gradients are reduced with one
+in-place allreduce (no pack/unpack copy) and, for the optimizers the core
+implements, the bucket is updated by one engine op running the core's kernel
+over the flat gradient/states and the parameters' weights.
+
+Weights stay ordinary arrays: oneDNN reorders a convolution's weight in place
+during an inference forward, which MXNet cannot do on a view of a larger array.
 """
 from collections import OrderedDict
 
@@ -57,7 +59,8 @@ def copy_state(dst, src):
 
 
 class Bucket:
-    """Flat weight/gradient buffers shared by a run of parameters of one group."""
+    """A flat gradient buffer (and flat optimizer states) shared by a run of
+    parameters of one group."""
 
     def __init__(self, entries, dtype, ctx):
         # entries: (index, param) in the order they sit in the buffers
@@ -66,29 +69,25 @@ class Bucket:
         self.offsets = []
         total = 0
         for _, p in entries:
-            n = 1
-            for d in p.shape:
-                n *= d
+            n = _numel(p.shape)
             self.offsets.append((total, total + n))
             total += n
         self.size = total
-        self.weight = mx.nd.empty((total,), ctx=ctx, dtype=dtype)
+        self.segments = [a for a, _ in self.offsets] + [total]
         self.grad = mx.nd.zeros((total,), ctx=ctx, dtype=dtype)
         self.state = None           # flat optimizer state (fused updates)
         self.param_states = {}      # index -> state views (or own states, per-parameter updates)
-        self._views = []
-        for (index, p), (a, b) in zip(entries, self.offsets):
-            w = self.weight[a:b].reshape(p.shape)
+        self.weights = [p.data() for _, p in entries]
+        self._grads = []
+        for (index, p), (a, b), w in zip(entries, self.offsets, self.weights):
             g = self.grad[a:b].reshape(p.shape)
-            fresh = p.data()._fresh_grad
-            w[:] = p.data()
+            fresh = w._fresh_grad
             if p._grad is not None:
                 g[:] = p.grad()
-            p._data[0] = w
             p._grad[0] = g
             autograd.mark_variables([w], [g], p.grad_req)
             w._fresh_grad = fresh  # a layout built between backward and update keeps the gradient
-            self._views.append((w, g))
+            self._grads.append(g)
 
     @property
     def index(self):
@@ -98,14 +97,17 @@ class Bucket:
     def intact(self):
         """False once Gluon has replaced a member's arrays (re-initialisation,
         reset_ctx, ...): then the layout must be rebuilt."""
-        for (_, p), (w, g) in zip(self.entries, self._views):
+        for (_, p), w, g in zip(self.entries, self.weights, self._grads):
             if p._data is None or p._grad is None or p._data[0] is not w or p._grad[0] is not g:
                 return False
         return True
 
     def create_states(self, optimizer, fused):
         if fused:
-            self.state = optimizer.create_state_multi_precision(self.index, self.weight)
+            # States are created from the concatenated weights (multi-precision
+            # master copies and dcasgd's previous weights start from them).
+            flat = mx.nd.concat(*[w.reshape((-1,)) for w in self.weights], dim=0)
+            self.state = optimizer.create_state_multi_precision(self.index, flat)
             for (index, p), (a, b) in zip(self.entries, self.offsets):
                 self.param_states[index] = slice_state(self.state, a, b, p.shape)
         else:
@@ -120,9 +122,13 @@ class Layout:
         self.fused = is_elementwise(optimizer)
         groups = OrderedDict()
         self.excluded = []
+        self.local = []  # model-parallel shards outside a mesh: updated, never reduced
         for index in reversed(range(len(params))):
             p = params[index]
-            if p.grad_req == "null" or (getattr(p, "distributed", False) and not include_distributed):
+            if p.grad_req == "null":
+                continue
+            if getattr(p, "distributed", False) and not include_distributed:
+                self.local.append((index, p))
                 continue
             if p._stype != "default" or p._grad_stype != "default" or len(p.list_ctx()) != 1:
                 self.excluded.append((index, p))
@@ -133,6 +139,8 @@ class Layout:
             self.buckets.extend(self._cut(members, bucket_bytes, num_buckets))
         for b in self.buckets:
             b.create_states(optimizer, self.fused)
+        self.local_states = {index: optimizer.create_state_multi_precision(index, p.data())
+                             for index, p in self.local}
 
     @staticmethod
     def _cut(members, bucket_bytes, num_buckets):
@@ -157,16 +165,18 @@ class Layout:
         return all(b.intact() for b in self.buckets)
 
     def param_states(self):
-        out = {}
+        out = dict(self.local_states)
         for b in self.buckets:
             out.update(b.param_states)
         return out
 
     def load_param_states(self, states):
+        targets = dict(self.local_states)
         for b in self.buckets:
-            for index, dst in b.param_states.items():
-                if index in states:
-                    copy_state(dst, states[index])
+            targets.update(b.param_states)
+        for index, dst in targets.items():
+            if index in states:
+                copy_state(dst, states[index])
 
 
 def _numel(shape):

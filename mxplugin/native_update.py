@@ -1,6 +1,7 @@
-"""One core-kernel call for a bucket's fused update, for the optimizers the
-core implements (src/optim/): the same float32 arithmetic as MXNet's ops, in
-one vectorised pass over the bucket's flat buffers. Mirrors what each
+"""One engine op for a bucket's fused update, for the optimizers the
+core implements (src/optim/): the same float32 arithmetic as MXNet's ops, one
+vectorised pass per parameter over its weight and its slice of the bucket's
+flat gradient and states. Mirrors what each
 mxnet.optimizer class computes before it calls its op (update counts,
 lr/wd multipliers, Adam's bias correction)."""
 import math
@@ -51,7 +52,7 @@ _SUPPORTED = {"sgd": _sgd, "ccsgd": _sgd, "nag": _nag, "adam": _adam, "rmsprop":
 def supports(optimizer, bucket):
     """float32 buckets of the optimizers above (lazy_update only matters for
     sparse gradients, which never sit in a bucket)."""
-    return type(optimizer).__name__.lower() in _SUPPORTED and np.dtype(bucket.weight.dtype) == np.float32
+    return type(optimizer).__name__.lower() in _SUPPORTED and np.dtype(bucket.grad.dtype) == np.float32
 
 
 def update(optimizer, bucket, core_module):
@@ -64,4 +65,4 @@ def update(optimizer, bucket, core_module):
         kind, states, params = _adam(optimizer, lr, wd, bucket.state, optimizer._index_update_count[index])
     else:
         kind, states, params = _SUPPORTED[name](optimizer, lr, wd, bucket.state)
-    core_module.fused_update(kind, bucket.weight, bucket.grad, states, params)
+    core_module.fused_update_multi(kind, bucket.weights, bucket.grad, states, params, bucket.segments)

@@ -87,9 +87,9 @@ def _describe(tensor, what="tensor"):
     if ctx.device_type in ("cpu", "cpu_pinned", "cpu_shared"):
         device = -1
     else:
-        if not basics.cuda_built():
-            raise ValueError(f"{what} is on {ctx}, but this mxplugin was built without CUDA; "
-                             "copy it to mx.cpu() or rebuild with CUDA")
+        if not basics.nccl_built():
+            raise ValueError(f"{what} is on {ctx}, but this mxplugin has no GPU collectives (NCCL backend); "
+                             "copy it to mx.cpu()")
         device = ctx.device_id
     return code, device, list(tensor.shape)
 

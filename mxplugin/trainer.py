@@ -10,7 +10,7 @@ import mxnet as mx
 from mxplugin import basics, native_update
 from mxplugin.compression import Compression
 from mxplugin.fused import Layout
-from mxplugin.ops import Average, Sum, allreduce_
+from mxplugin.ops import Average, Sum, allreduce_, grouped_allreduce_
 
 _trainer_ids = itertools.count()
 
@@ -71,6 +71,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._local_sgd_warmup = int(local_sgd_warmup_steps)
         self._local_sgd_states = bool(local_sgd_average_states)
         self._steps = 0
+        self._local_rescale = None
         self.num_reductions = 0  # gradient or parameter reductions run (one per bucket set)
 
     # -- layout -----------------------------------------------------------------
@@ -143,27 +144,28 @@ class DistributedTrainer(mx.gluon.Trainer):
             self._local_sgd_step(batch_size, ignore_stale_grad)
             return
         self._reduce(average_in_core=False)
+        self._local_rescale = self._scale / batch_size
         self._check_and_rescale_grad(self._scale * self._fold_factor() / batch_size)
         self._update(ignore_stale_grad)
 
     def _local_sgd_step(self, batch_size, ignore_stale_grad):
         """Local update; every K-th local step averages the parameters."""
         layout = self._prepare()
+        self._local_rescale = self._scale / batch_size
         self._check_and_rescale_grad(self._scale / batch_size)
         self._update(ignore_stale_grad)
         if (self._steps - self._local_sgd_warmup) % self._local_sgd_steps or not self._world():
             return
         self.num_reductions += 1
-        for i, bucket in enumerate(layout.buckets):
-            arrays = [bucket.weight]
-            if self._local_sgd_states and bucket.state is not None:
-                arrays += _flat_arrays(bucket.state)
-            for j, arr in enumerate(arrays):
-                allreduce_(arr, name=f"{self._prefix}localsgd{i}.{j}", priority=-i, op=Average,
-                           process_set=self._process_set)
+        arrays = [w for bucket in layout.buckets for w in bucket.weights]
+        if self._local_sgd_states:
+            arrays += [a for bucket in layout.buckets for a in _flat_arrays(bucket.state)]
+        # one grouped call: the core fuses the small ones and reduces the rest in place
+        grouped_allreduce_(arrays, name=f"{self._prefix}localsgd", op=Average, process_set=self._process_set)
 
     def update(self, batch_size, ignore_stale_grad=False):
         self._prepare()
+        self._local_rescale = self._scale / batch_size
         self._check_and_rescale_grad(self._scale / batch_size)
         self._update(ignore_stale_grad)
 
@@ -190,22 +192,41 @@ class DistributedTrainer(mx.gluon.Trainer):
                     "(Blocks) for this iteration. If you are intentionally only using a subset, call step "
                     "with ignore_stale_grad=True to suppress this warning and skip updating of Parameters "
                     "with stale gradient")
-            if layout.fused and all(fresh):
-                if native_update.supports(opt, bucket):
-                    native_update.update(opt, bucket, self._core_module())
-                else:
-                    opt.update_multi_precision(bucket.index, bucket.weight, bucket.grad, bucket.state)
+            if layout.fused and all(fresh) and native_update.supports(opt, bucket):
+                native_update.update(opt, bucket, self._core_module())
             else:
                 single.extend((index, p, bucket) for (index, p), f in zip(bucket.entries, fresh) if f)
             for _, p in bucket.entries:
                 p.data()._fresh_grad = False
         for index, p, bucket in sorted(single, key=lambda e: e[0]):
             opt.update_multi_precision(index, p.data(), p.grad(), bucket.param_states[index])
+        self._update_local(layout, ignore_stale_grad)
         for index, p in layout.excluded:
             for arr, grad in zip(p.list_data(), p.list_grad()):
                 if not ignore_stale_grad or arr._fresh_grad:
                     self._updaters[0]([index], [grad], [arr])
                     arr._fresh_grad = False
+
+    def _update_local(self, layout, ignore_stale_grad):
+        """Model-parallel shards (distributed, no mesh): each rank holds its
+        own slice, so its gradient is used as is -- no cross-rank scaling."""
+        if not layout.local:
+            return
+        opt = self._optimizer
+        folded = opt.rescale_grad
+        opt.rescale_grad = self._local_rescale if self._local_rescale is not None else folded
+        try:
+            for index, p in sorted(layout.local, key=lambda e: e[0]):
+                data = p.data()
+                if not data._fresh_grad:
+                    if ignore_stale_grad:
+                        continue
+                    raise UserWarning(f"Gradient of Parameter `{p.name}` has not been updated by backward "
+                                      "since last `step`; pass ignore_stale_grad=True to skip it")
+                opt.update_multi_precision(index, data, p.grad(), layout.local_states[index])
+                data._fresh_grad = False
+        finally:
+            opt.rescale_grad = folded
 
     # -- checkpoints ----------------------------------------------------------------
     def save_states(self, fname):

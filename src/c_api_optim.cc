@@ -211,4 +211,22 @@ int mxp_optim_update_mxnet(const mxp_optim_params* params, const mxp_optim_buffe
   });
 }
 
+int mxp_optim_update_mxnet_multi(const mxp_optim_params* params, void* const* weights, int32_t num_weights,
+                                 const mxp_optim_buffers* buffers, int32_t priority) {
+  return Guard([&] {
+    const mxp_optim_buffers& c = *buffers;
+    if (c.num_states < 0 || c.num_states > optim::kMaxStates) {
+      throw Error(Status::InvalidArgument("num_states must be in [0, 3], got " + std::to_string(c.num_states)));
+    }
+    if (num_weights < 1 || c.offsets == nullptr || c.num_segments != num_weights) {
+      throw Error(Status::InvalidArgument("a multi-weight update needs offsets for exactly num_weights segments"));
+    }
+    std::vector<int64_t> offsets(c.offsets, c.offsets + c.num_segments + 1);
+    mxplugin::mxnet_adapter::PushMultiWeightUpdate(ParamsFromC(*params),
+                                                   std::vector<void*>(weights, weights + num_weights), c.grad,
+                                                   std::vector<void*>(c.states, c.states + c.num_states),
+                                                   std::move(offsets), priority);
+  });
+}
+
 }  // extern "C"

@@ -54,6 +54,10 @@ int mxp_optim_update_raw(const mxp_optim_params* params, const mxp_optim_buffers
  * weight and states are written, grad read. Arrays: float32, default
  * storage, CPU, equal sizes; checked before anything is pushed. */
 int mxp_optim_update_mxnet(const mxp_optim_params* params, const mxp_optim_buffers* buffers, int32_t priority);
+/* Weights as separate NDArrays (one per segment: buffers->offsets has
+ * num_weights + 1 entries), grad and states flat (buffers->weight unused). */
+int mxp_optim_update_mxnet_multi(const mxp_optim_params* params, void* const* weights, int32_t num_weights,
+                                 const mxp_optim_buffers* buffers, int32_t priority);
 
 #ifdef __cplusplus
 }

@@ -55,11 +55,13 @@ def test_help_exits_zero_and_documents_options():
         assert option in result.stdout
 
 
-def test_check_build_reports_mpi_and_no_cuda():
+def test_check_build_reports_mpi_and_cuda():
+    from mxplugin import _build_info
+
     result = run_launcher("--check-build")
     assert result.returncode == 0, result.stderr
     assert "MPI: yes" in result.stdout
-    assert "CUDA: no" in result.stdout
+    assert f"CUDA: {'yes' if _build_info.CUDA_BUILT else 'no'}\n" in result.stdout
     assert "MXNet:" in result.stdout
 
 

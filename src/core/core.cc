@@ -18,6 +18,10 @@ std::string RanksText(const std::vector<int>& ranks) {
 Status CheckTensorOp(const TensorOp& op, int set_size) {
   const RequestMeta& m = op.meta;
   const std::string who = std::string(OpTypeName(m.op)) + " '" + m.name + "'";
+  if (m.device != kCpuDevice) {
+    return Status::InvalidArgument(who + ": the tensor is on " + DeviceName(m.device) +
+                                   ", but this core runs collectives on CPU memory only (no NCCL backend)");
+  }
   if (m.op == OpType::kAllreduce && op.output.num_elements() != op.input.num_elements()) {
     return Status::InvalidArgument(who + ": output and input sizes differ");
   }

@@ -8,6 +8,8 @@
 
 #include <memory>
 
+#include "mxnet/engine_push.h"
+
 namespace mxplugin {
 namespace mxnet_adapter {
 namespace {
@@ -53,20 +55,11 @@ void Run(void* /*run_context*/, void* on_complete_ptr, void* param) {
       if (out.IsMKLDNNData()) out.InvalidateMKLDNNData();
       ops[i].output.data = DataOf(out);
     }
-    op->core->Enqueue(op->process_set_id, std::move(ops), [on_complete](const Status& status) {
-      if (status.ok()) {
-        on_complete();
-      } else {
-        dmlc::Error error(status.reason());
-        on_complete(&error);
-      }
-    });
+    op->core->Enqueue(op->process_set_id, std::move(ops), [on_complete](const Status& status) { Complete(on_complete, status); });
   } catch (const Error& e) {
-    dmlc::Error error(e.status().reason());
-    on_complete(&error);
+    Complete(on_complete, e.status());
   } catch (const std::exception& e) {
-    dmlc::Error error(std::string("mxplugin: ") + e.what());
-    on_complete(&error);
+    Complete(on_complete, Status::Internal(std::string("mxplugin: ") + e.what()));
   }
 }
 
@@ -99,14 +92,8 @@ void PushCollective(Core* core, int process_set_id, std::vector<TensorOp> ops,
     if (!written && !seen) reads.push_back(inputs[i]);
   }
   op->ops = std::move(ops);
-  ::mxnet::Context ctx = op->outputs.empty() ? ::mxnet::Context::CPU() : op->outputs[0].ctx();
-  EngineOp* raw = op.release();
-  int rc = MXEnginePushAsyncND(&Run, raw, &Delete, &ctx, reads.data(), static_cast<int>(reads.size()),
-                               writes.data(), static_cast<int>(writes.size()), nullptr, priority,
-                               "mxplugin_collective", false);
-  if (rc != 0) {
-    throw Error(Status::Internal(std::string("MXEnginePushAsyncND failed: ") + MXGetLastError()));
-  }
+  const ::mxnet::Context ctx = op->outputs.empty() ? ::mxnet::Context::CPU() : op->outputs[0].ctx();
+  PushAsync(&Run, op.release(), &Delete, ctx, std::move(reads), std::move(writes), priority, "mxplugin_collective");
 }
 
 }  // namespace mxnet_adapter

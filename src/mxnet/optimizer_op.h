@@ -27,5 +27,14 @@ struct OptimizerArrays {
 void PushOptimizerUpdate(const optim::OptimizerParams& params, const OptimizerArrays& arrays,
                          std::vector<int64_t> offsets, int priority);
 
+// One update of many parameters whose gradients and states are flat buffers
+// (a trainer bucket) but whose weights are separate arrays: weight i is
+// segment i, [offsets[i], offsets[i+1]) of grad and states. Weights stay
+// ordinary arrays because oneDNN may reorder a weight in place (inference
+// forward of a convolution), which MXNet cannot do on a view. One engine op;
+// the kernel runs once per segment (so LAMB's norms are per tensor).
+void PushMultiWeightUpdate(const optim::OptimizerParams& params, const std::vector<void*>& weights, void* grad,
+                           const std::vector<void*>& states, std::vector<int64_t> offsets, int priority);
+
 }  // namespace mxnet_adapter
 }  // namespace mxplugin

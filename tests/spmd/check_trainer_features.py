@@ -149,6 +149,40 @@ def check_reinit_and_stale(rank, size):
     tr.step(x.shape[0], ignore_stale_grad=True)
 
 
+def conv_net():
+    mx.random.seed(4)
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Conv2D(4, 3, in_channels=2), gluon.nn.Conv2D(4, 3, in_channels=4), gluon.nn.Dense(3, in_units=64))
+    net.initialize(mx.init.Uniform(0.3))
+    return net
+
+
+def check_inference_between_steps(rank, size):
+    """oneDNN reorders conv weights in place during an inference forward;
+    training must go on correctly afterwards (weights are not views)."""
+    rng = np.random.RandomState(3)
+    xs = [rng.uniform(-1, 1, (GLOBAL_BATCH, 2, 8, 8)).astype("float32") for _ in range(3)]
+    per = GLOBAL_BATCH // size
+    results = []
+    for trainer_kind in ("gluon", "mxplugin"):
+        net = conv_net()
+        if trainer_kind == "gluon":
+            tr = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.05, "momentum": 0.9}, kvstore=None)
+        else:
+            tr = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.05, "momentum": 0.9})
+        for x in xs:
+            if trainer_kind == "mxplugin":
+                x = x[rank * per:(rank + 1) * per]
+            data = mx.nd.array(x)
+            with autograd.record():
+                loss = (net(data) ** 2).sum()
+            loss.backward()
+            tr.step(data.shape[0])
+            net(data).wait_to_read()  # inference forward: may reorder weights in place
+        results.append(net)
+    same(results[1], results[0], "inference forward between steps")
+
+
 def check_save(directory, rank, size):
     net = make_net(1)
     tr = hvd.DistributedTrainer(net.collect_params(), "adam", {"learning_rate": 0.01})
@@ -183,6 +217,7 @@ def main():
         check_clipping_and_lr(rank, size)
         check_predivide_fp16(rank, size)
         check_reinit_and_stale(rank, size)
+        check_inference_between_steps(rank, size)
     finish()
 
 

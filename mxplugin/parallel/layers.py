@@ -1,0 +1,220 @@
+"""Tensor-parallel Dense layers (Megatron-LM's column and row split).
+
+A Dense layer computes y = x W^T + b with W of shape (units, in_units).
+
+- ColumnParallelDense keeps rows [m*units/mp, (m+1)*units/mp) of W (and of b)
+  on mp rank m: each rank computes its block of the output features.
+- RowParallelDense keeps columns [m*in_units/mp, (m+1)*in_units/mp) of W: each
+  rank multiplies its block of the input features, the partial products are
+  summed over the mp group, then the whole bias is added.
+
+Column followed by Row (gather_output=False, input_is_parallel=True) is the
+tensor-parallel MLP: one allreduce forward and one backward per pair.
+
+Hybridization: the collectives run as imperative autograd.Functions, so these
+blocks always run imperatively. hybridize() is accepted (so a container can
+hybridize its other children) but leaves them un-hybridized, and they cannot
+be traced into a parent's symbolic graph: put them in nn.Sequential or a plain
+Block, not in a hybridized HybridSequential/HybridBlock.
+"""
+import mxnet as mx
+import numpy as np
+from mxnet import gluon
+
+from mxplugin.parallel.collectives import (copy_to_group, gather_axis, gather_from_group, next_name,
+                                           reduce_from_group, scatter_to_group)
+from mxplugin.parallel.mesh import default_mesh, mark_distributed
+
+
+class _ShardOf(mx.init.Initializer):
+    """Initialises the whole (unsplit) array exactly as an unsplit Dense layer
+    would (same initializer, same random draws) and keeps one shard of it, so
+    that a sharded model starts from the unsplit model's values given the same
+    seed on every rank."""
+
+    def __init__(self, full_shape, index, init=None):
+        super().__init__()
+        self._full_shape, self._index, self._init = tuple(full_shape), index, init
+
+    def _init_weight(self, desc, arr):
+        full = mx.nd.zeros(self._full_shape, dtype=arr.dtype, ctx=arr.context)
+        if self._init is not None:  # as a Parameter with its own init
+            mx.init.create(self._init)._init_weight(desc, full)
+        else:  # as a Parameter without one: the global initializer, by name suffix
+            desc.global_init(mx.init.InitDesc(str(desc)), full)
+        arr[:] = full[self._index]
+
+
+def _as_ndarray(value, what):
+    if isinstance(value, mx.nd.NDArray):
+        return value
+    if isinstance(value, np.ndarray):
+        return mx.nd.array(value, dtype=value.dtype)
+    raise TypeError(f"{what} must be an NDArray or a numpy array, got {type(value).__name__}")
+
+
+def _check_shape(value, shape, what):
+    if tuple(value.shape) != tuple(shape):
+        raise ValueError(f"{what} has shape {tuple(value.shape)}, expected {tuple(shape)}")
+
+
+class _ParallelDense(gluon.HybridBlock):
+    """What both splits share: the mesh, the parameters, hybridize() policy."""
+
+    def __init__(self, units, in_units, weight_shape, weight_index, bias_shape, bias_index, use_bias,
+                 activation, mesh, flatten, dtype, weight_initializer, bias_initializer, **kwargs):
+        super().__init__(**kwargs)
+        self._mesh = mesh if mesh is not None else default_mesh()
+        self._units, self._in_units, self._flatten = units, in_units, flatten
+        self._weight_index = weight_index
+        self._bias_index = bias_index
+        with self.name_scope():
+            self.weight = self.params.get("weight", shape=weight_shape, dtype=dtype,
+                                          init=_ShardOf((units, in_units), weight_index, weight_initializer),
+                                          allow_deferred_init=False)
+            mark_distributed(self.weight)
+            if use_bias:
+                init = bias_initializer if bias_index is None else _ShardOf((units,), bias_index, bias_initializer)
+                self.bias = self.params.get("bias", shape=bias_shape, dtype=dtype, init=init,
+                                            allow_deferred_init=False)
+                if bias_index is not None:
+                    mark_distributed(self.bias)
+            else:
+                self.bias = None
+            self.act = gluon.nn.Activation(activation, prefix=activation + "_") if activation else None
+
+    @property
+    def mesh(self):
+        return self._mesh
+
+    def hybridize(self, active=True, **kwargs):
+        """Accepted for containers' sake; these blocks stay imperative (see the module docstring)."""
+        super().hybridize(False, **kwargs)
+
+    def _check_imperative(self, F):
+        if F is not mx.nd:
+            raise NotImplementedError(
+                f"{type(self).__name__} runs its collectives imperatively and cannot be part of a hybridized "
+                "graph; hold it in nn.Sequential or a plain Block instead of a hybridized HybridBlock")
+
+    def load_full(self, weight, bias=None):
+        """Sets this rank's shard from the full (unsplit) weight of shape
+        (units, in_units) and, if given, the full bias of shape (units,)."""
+        weight = _as_ndarray(weight, "weight")
+        _check_shape(weight, (self._units, self._in_units), "weight")
+        self.weight.set_data(weight[self._weight_index])
+        if bias is not None:
+            if self.bias is None:
+                raise ValueError(f"{self.name} has no bias (use_bias=False)")
+            bias = _as_ndarray(bias, "bias")
+            _check_shape(bias, (self._units,), "bias")
+            self.bias.set_data(bias if self._bias_index is None else bias[self._bias_index])
+
+    def full_weight(self):
+        """The whole weight (units, in_units), gathered over the mp group (a
+        collective call: every rank of the group must make it)."""
+        raise NotImplementedError
+
+    def full_bias(self):
+        """The whole bias (units,), or None without a bias (a collective call
+        when the bias is split)."""
+        raise NotImplementedError
+
+    def _gather(self, data, axis, what):
+        ps = self._mesh.mp_set
+        return gather_axis(data, axis, next_name(ps, f"{self.name}.{what}"), ps)
+
+
+class ColumnParallelDense(_ParallelDense):
+    """Dense layer whose output features are split over the mp group.
+
+    Holds units/mp rows of the weight (and bias) of Dense(units, in_units).
+    The input must be the same on every rank of the mp group (its gradient is
+    summed over the group). With gather_output the full output is gathered
+    along the last axis on every rank; without, each rank returns its block of
+    units/mp output features (to feed a RowParallelDense with
+    input_is_parallel=True, or a ShardedSoftmaxCrossEntropyLoss).
+    """
+
+    def __init__(self, units, in_units, gather_output=True, use_bias=True, activation=None, mesh=None,
+                 flatten=True, dtype="float32", weight_initializer=None, bias_initializer="zeros", **kwargs):
+        mesh = mesh if mesh is not None else default_mesh()
+        if units % mesh.mp:
+            raise ValueError(f"ColumnParallelDense: units={units} does not split evenly over mp={mesh.mp} ranks")
+        local = units // mesh.mp
+        rows = slice(mesh.mp_rank * local, (mesh.mp_rank + 1) * local)
+        super().__init__(units, in_units, (local, in_units), (rows,), (local,), (rows,), use_bias, activation,
+                         mesh, flatten, dtype, weight_initializer, bias_initializer, **kwargs)
+        self._local_units = local
+        self._gather_output = gather_output
+
+    def hybrid_forward(self, F, x, weight, bias=None):
+        self._check_imperative(F)
+        x = copy_to_group(x, self._mesh.mp_set, name=self.name)
+        y = F.FullyConnected(x, weight, bias, no_bias=bias is None, num_hidden=self._local_units,
+                             flatten=self._flatten)
+        if self.act is not None:
+            y = self.act(y)
+        if self._gather_output:
+            y = gather_from_group(y, self._mesh.mp_set, axis=-1, name=self.name)
+        return y
+
+    def full_weight(self):
+        return self._gather(self.weight.data(), 0, "weight")
+
+    def full_bias(self):
+        return None if self.bias is None else self._gather(self.bias.data(), 0, "bias")
+
+    def __repr__(self):
+        return (f"{type(self).__name__}({self._in_units} -> {self._units}, {self._local_units} per rank, "
+                f"gather_output={self._gather_output}, mesh={self._mesh})")
+
+
+class RowParallelDense(_ParallelDense):
+    """Dense layer whose input features are split over the mp group.
+
+    Holds in_units/mp columns of the weight of Dense(units, in_units); the bias
+    is whole, replicated and added once after the partial products are summed
+    over the mp group (it is not marked distributed). With input_is_parallel
+    the input is this rank's block of in_units/mp features (from a
+    ColumnParallelDense with gather_output=False); otherwise the full input,
+    the same on every rank of the group, is sliced here. The output is the
+    full output on every rank of the group.
+    """
+
+    def __init__(self, units, in_units, input_is_parallel=False, use_bias=True, activation=None, mesh=None,
+                 flatten=True, dtype="float32", weight_initializer=None, bias_initializer="zeros", **kwargs):
+        mesh = mesh if mesh is not None else default_mesh()
+        if in_units % mesh.mp:
+            raise ValueError(f"RowParallelDense: in_units={in_units} does not split evenly over mp={mesh.mp} "
+                             "ranks")
+        local = in_units // mesh.mp
+        cols = slice(mesh.mp_rank * local, (mesh.mp_rank + 1) * local)
+        super().__init__(units, in_units, (units, local), (slice(None), cols), (units,), None, use_bias,
+                         activation, mesh, flatten, dtype, weight_initializer, bias_initializer, **kwargs)
+        self._local_in_units = local
+        self._input_is_parallel = input_is_parallel
+
+    def hybrid_forward(self, F, x, weight, bias=None):
+        self._check_imperative(F)
+        if self._flatten and x.ndim > 2:
+            x = x.reshape((0, -1))
+        if not self._input_is_parallel:
+            x = scatter_to_group(x, self._mesh.mp_set, axis=-1, name=self.name)
+        partial = F.FullyConnected(x, weight, no_bias=True, num_hidden=self._units, flatten=self._flatten)
+        y = reduce_from_group(partial, self._mesh.mp_set, name=self.name)
+        if bias is not None:
+            y = F.broadcast_add(y, bias)
+        if self.act is not None:
+            y = self.act(y)
+        return y
+
+    def full_weight(self):
+        return self._gather(self.weight.data(), 1, "weight")
+
+    def full_bias(self):
+        return None if self.bias is None else self.bias.data().copy()
+
+    def __repr__(self):
+        return (f"{type(self).__name__}({self._in_units} -> {self._units}, {self._local_in_units} inputs per "
+                f"rank, input_is_parallel={self._input_is_parallel}, mesh={self._mesh})")

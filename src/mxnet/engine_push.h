@@ -1,0 +1,29 @@
+// What every MXNet engine op of mxplugin shares: pushing it with
+// MXEnginePushAsyncND, and completing it with a Status.
+#pragma once
+
+#include <mxnet/c_api.h>
+#include <mxnet/engine.h>
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace mxplugin {
+namespace mxnet_adapter {
+
+// Pushes `run(run_context, on_complete, param)` as one asynchronous engine op
+// reading `reads` and writing `writes` (disjoint). The engine owns `param`
+// from here on and frees it with `deleter` after completion. Throws Error if
+// the push fails (then `param` is freed here).
+void PushAsync(EngineAsyncFunc run, void* param, EngineFuncParamDeleter deleter, const ::mxnet::Context& ctx,
+               std::vector<NDArrayHandle> reads, std::vector<NDArrayHandle> writes, int priority,
+               const char* name);
+
+// Completes an engine op: a non-ok status becomes a dmlc::Error, which MXNet
+// raises as MXNetError where the op's outputs are read.
+void Complete(const ::mxnet::engine::CallbackOnComplete& on_complete, const Status& status);
+
+}  // namespace mxnet_adapter
+}  // namespace mxplugin
