@@ -302,7 +302,7 @@ setup(
     version="0.1.0",
     description="Data-parallel distributed training for Apache MXNet Gluon (Horovod-compatible API)",
     packages=["mxplugin", "mxplugin.parallel"],
-    package_data={"mxplugin": ["*.pyi", "*.pxd"]},
+    package_data={"mxplugin": ["*.pyi", "*.pxd", "*.pxi"]},
     ext_modules=cythonize_ext(),
     cmdclass={"build_ext": ParallelBuildExt},
     python_requires=">=3.8",

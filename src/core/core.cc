@@ -1,19 +1,13 @@
 #include "core/core.h"
 
+#include "core/ranks_text.h"
+
 #include <algorithm>
 #include <future>
 #include <sstream>
 
 namespace mxplugin {
 namespace {
-
-std::string RanksText(const std::vector<int>& ranks) {
-  std::ostringstream s;
-  s << "[";
-  for (size_t i = 0; i < ranks.size(); ++i) s << (i ? ", " : "") << ranks[i];
-  s << "]";
-  return s.str();
-}
 
 Status CheckTensorOp(const TensorOp& op, int set_size) {
   const RequestMeta& m = op.meta;
@@ -317,114 +311,6 @@ const Core::ProcessSet& Core::CheckLocked(int process_set_id, const std::vector<
     }
   }
   return set;
-}
-
-Status Core::RunControl(int process_set_id, const std::string& name, std::vector<int64_t> shape,
-                        std::function<Status()> action) {
-  auto promise = std::make_shared<std::promise<Status>>();
-  auto future = promise->get_future();
-  Request r;
-  r.meta.name = name;
-  r.meta.op = OpType::kBarrier;
-  r.meta.shape = std::move(shape);
-  r.process_set_id = process_set_id;
-  r.enqueue_time = Clock::now();
-  r.control = std::move(action);
-  r.completion = std::make_shared<Completion>(1, [promise](const Status& s) { promise->set_value(s); });
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (stopped_) return stop_status_;
-    r.meta.rank = topology_.rank;
-    in_flight_[process_set_id].insert(name);
-    queue_.push_back(std::move(r));
-  }
-  wake_.notify_one();
-  return future.get();
-}
-
-int Core::AddProcessSet(std::vector<int> ranks) {
-  std::sort(ranks.begin(), ranks.end());
-  for (size_t i = 0; i < ranks.size(); ++i) {
-    if (ranks[i] < 0 || ranks[i] >= topology_.size || (i > 0 && ranks[i] == ranks[i - 1])) {
-      throw Error(Status::InvalidArgument("process set " + RanksText(ranks) +
-                                          ": ranks must be distinct and in [0, " +
-                                          std::to_string(topology_.size) + ")"));
-    }
-  }
-  std::string name;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    name = "mxplugin.add_process_set." + std::to_string(control_counter_++);
-  }
-  auto id = std::make_shared<int>(-1);
-  std::vector<int64_t> shape(ranks.begin(), ranks.end());
-  Status st = RunControl(0, name, shape, [this, ranks, id]() -> Status {
-    for (const auto& kv : sets_) {
-      if (kv.second->ranks == ranks) {
-        return Status::InvalidArgument("a process set with ranks " + RanksText(ranks) +
-                                       " already exists (id " + std::to_string(kv.first) + ")");
-      }
-    }
-    std::unique_ptr<Communicator> comm;
-    Status s = world_->CreateSubgroup(ranks, &comm);
-    if (!s.ok()) return s;
-    std::lock_guard<std::mutex> lock(mutex_);
-    *id = next_set_id_++;
-    sets_[*id] = MakeProcessSet(ranks, std::move(comm));
-    return Status::Ok();
-  });
-  ThrowIfError(st);
-  return *id;
-}
-
-bool Core::RemoveProcessSet(int id) {
-  if (id == 0) return false;
-  std::string name;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    name = "mxplugin.remove_process_set." + std::to_string(control_counter_++);
-  }
-  auto removed = std::make_shared<bool>(false);
-  Status st = RunControl(0, name, {id}, [this, id, removed]() -> Status {
-    auto it = sets_.find(id);
-    if (it == sets_.end()) return Status::Ok();
-    std::unique_ptr<ProcessSet> set;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      set = std::move(it->second);
-      sets_.erase(it);
-    }
-    for (auto& pr : set->pending) {
-      Finish(pr.second, Status::InvalidArgument("process set " + std::to_string(id) + " was removed"));
-    }
-    *removed = true;
-    return Status::Ok();
-  });
-  ThrowIfError(st);
-  return *removed;
-}
-
-std::vector<int> Core::ProcessSetRanks(int id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = sets_.find(id);
-  if (it == sets_.end()) throw Error(Status::InvalidArgument("unknown process set id " + std::to_string(id)));
-  return it->second->ranks;
-}
-
-int Core::ProcessSetRank(int id) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  auto it = sets_.find(id);
-  if (it == sets_.end()) throw Error(Status::InvalidArgument("unknown process set id " + std::to_string(id)));
-  const auto& ranks = it->second->ranks;
-  auto pos = std::find(ranks.begin(), ranks.end(), topology_.rank);
-  return pos == ranks.end() ? -1 : static_cast<int>(pos - ranks.begin());
-}
-
-std::vector<int> Core::ProcessSetIds() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<int> ids;
-  for (const auto& kv : sets_) ids.push_back(kv.first);
-  return ids;
 }
 
 void Core::StartTimeline(const std::string& path, bool mark_cycles) {
