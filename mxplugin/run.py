@@ -303,11 +303,19 @@ def load_core():
 
 
 def mpi_line(info):
+    """The MPI the ranks will really use: the launcher's mpiexec and the libmpi
+    the core loaded (an isolated pip build records no paths of its own)."""
     if info is None:
         return "MPI: unknown (no build info)"
-    mpiexec = getattr(info, "MPIEXEC", "unknown")
-    library = getattr(info, "MPI_LIBRARY", "unknown")
-    return f"MPI: yes (mpiexec: {mpiexec}, library: {library})"
+    try:
+        mpiexec = find_mpiexec()
+    except UsageError as exc:
+        mpiexec = f"not found ({exc})"
+    try:
+        from mxplugin._loader import MPI_LIBRARY as library
+    except Exception as exc:  # reported again by the core line
+        library = f"not loadable ({type(exc).__name__})"
+    return f"MPI: yes (mpiexec: {mpiexec}, library: {library or 'from the linker search path'})"
 
 
 def cuda_line(info, core):
