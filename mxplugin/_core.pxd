@@ -36,6 +36,7 @@ cdef extern from "c_api.h" nogil:
     int mxp_remove_process_set(mxp_core* core, int32_t id, int32_t* removed)
     int mxp_process_set_ranks(mxp_core* core, int32_t id, int32_t* ranks, int32_t capacity, int32_t* n)
     int mxp_process_set_rank(mxp_core* core, int32_t id, int32_t* rank)
+    int mxp_reference_allreduce(mxp_core* core, void* data, int64_t count, int32_t dtype, double* seconds)
     int mxp_start_timeline(mxp_core* core, const char* path, int32_t mark_cycles)
     int mxp_stop_timeline(mxp_core* core)
     int mxp_enqueue_raw(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, mxp_handle** out)

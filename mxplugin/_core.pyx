@@ -181,6 +181,16 @@ cdef class Core:
         _check(mxp_process_set_rank(self.c, set_id, &rank))
         return rank
 
+    def reference_allreduce(self, uintptr_t data, int64_t count, int dtype):
+        """Benchmark reference: plain in-place MPI sum of `count` elements at
+        `data` on the background thread; returns the MPI call's seconds."""
+        cdef double seconds = 0
+        cdef int rc
+        with nogil:
+            rc = mxp_reference_allreduce(self.c, <void*>data, count, dtype, &seconds)
+        _check(rc)
+        return seconds
+
     def start_timeline(self, str path, bint mark_cycles=False):
         _check(mxp_start_timeline(self.c, path.encode(), mark_cycles))
 

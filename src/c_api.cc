@@ -140,6 +140,15 @@ int mxp_process_set_rank(mxp_core* core, int32_t id, int32_t* rank) {
   return Guard([&] { *rank = CoreOf(core).ProcessSetRank(id); });
 }
 
+int mxp_reference_allreduce(mxp_core* core, void* data, int64_t count, int32_t dtype, double* seconds) {
+  return Guard([&] {
+    if (!mxplugin::IsValidDataType(dtype)) {
+      throw Error(Status::InvalidArgument("unsupported dtype code " + std::to_string(dtype)));
+    }
+    *seconds = CoreOf(core).ReferenceAllreduce(data, count, static_cast<mxplugin::DataType>(dtype));
+  });
+}
+
 int mxp_start_timeline(mxp_core* core, const char* path, int32_t mark_cycles) {
   return Guard([&] { CoreOf(core).StartTimeline(path, mark_cycles != 0); });
 }

@@ -55,6 +55,10 @@ int mxp_remove_process_set(mxp_core* core, int32_t id, int32_t* removed);
 int mxp_process_set_ranks(mxp_core* core, int32_t id, int32_t* ranks, int32_t capacity, int32_t* n);
 int mxp_process_set_rank(mxp_core* core, int32_t id, int32_t* rank);
 
+/* Benchmark reference: plain in-place MPI sum on the background thread;
+ * *seconds: the MPI call's duration. Collective. */
+int mxp_reference_allreduce(mxp_core* core, void* data, int64_t count, int32_t dtype, double* seconds);
+
 int mxp_start_timeline(mxp_core* core, const char* path, int32_t mark_cycles);
 int mxp_stop_timeline(mxp_core* core);
 

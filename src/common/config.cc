@@ -43,6 +43,13 @@ Config Config::FromEnvironment() {
   if (const char* v = Lookup("TIMELINE")) c.timeline_path = v;
   if (const char* v = Lookup("TIMELINE_MARK_CYCLES")) c.timeline_mark_cycles = std::string(v) != "0";
   if (const char* v = Lookup("LOG_LEVEL")) c.log_level = ParseLogLevel(v, c.log_level);
+  if (const char* v = Lookup("MPI_THREADS")) {
+    std::string level = v;
+    if (level != "multiple" && level != "funneled") {
+      throw Error(Status::InvalidArgument("MXPLUGIN_MPI_THREADS='" + level + "': use funneled or multiple"));
+    }
+    c.mpi_thread_multiple = level == "multiple";
+  }
   if (c.num_streams < 1) c.num_streams = 1;
   return c;
 }

@@ -25,6 +25,7 @@ struct Config {
   std::string timeline_path;                   // MXPLUGIN_TIMELINE
   bool timeline_mark_cycles = false;           // MXPLUGIN_TIMELINE_MARK_CYCLES
   LogLevel log_level = LogLevel::kWarning;     // MXPLUGIN_LOG_LEVEL
+  bool mpi_thread_multiple = true;             // MXPLUGIN_MPI_THREADS: multiple (default) or funneled
 
   static Config FromEnvironment();
 };

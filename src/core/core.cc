@@ -85,7 +85,7 @@ std::unique_ptr<Core::ProcessSet> Core::MakeProcessSet(std::vector<int> ranks, s
 
 void Core::Loop() {
   try {
-    mpi_ = std::make_unique<MpiContext>();
+    mpi_ = std::make_unique<MpiContext>(config_.mpi_thread_multiple);
     world_ = mpi_->CreateWorld();
     std::unique_ptr<Communicator> global;
     Status st = world_->CreateSubgroup(world_->global_ranks(), &global);

@@ -62,6 +62,12 @@ class Core {
   int ProcessSetRank(int id) const;
   std::vector<int> ProcessSetIds() const;
 
+  // Benchmark reference: one plain MPI allreduce (sum, in place) of `count`
+  // elements at `data` over all ranks, run by the background thread with no
+  // fusion or scaling; returns the seconds the MPI call itself took.
+  // Collective: every rank calls it in the same order.
+  double ReferenceAllreduce(void* data, int64_t count, DataType dtype);
+
   void StartTimeline(const std::string& path, bool mark_cycles);
   void StopTimeline() { timeline_.Stop(); }
 

@@ -69,6 +69,19 @@ void Delete(void* param) { delete static_cast<EngineOp*>(param); }
 
 void PushCollective(Core* core, int process_set_id, std::vector<TensorOp> ops,
                     const std::vector<void*>& inputs, const std::vector<void*>& outputs, int priority) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    for (void* handle : {inputs[i], outputs[i]}) {
+      const auto* array = static_cast<const ::mxnet::NDArray*>(handle);
+      if (array->storage_type() != ::mxnet::kDefaultStorage) {
+        throw Error(Status::InvalidArgument(std::string(OpTypeName(ops[i].meta.op)) + " '" + ops[i].meta.name +
+                                            "': sparse NDArrays are not supported; use tostype('default')"));
+      }
+      if (array->ctx().dev_mask() != ::mxnet::Context::kCPU) {
+        ops[i].meta.device = array->ctx().dev_id;  // Core::Check decides whether GPU tensors can run
+      }
+    }
+    ops[i].input.device = ops[i].output.device = ops[i].meta.device;
+  }
   core->Check(process_set_id, ops);
   auto op = std::make_unique<EngineOp>();
   op->core = core;

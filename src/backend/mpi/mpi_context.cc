@@ -67,19 +67,32 @@ void FreeOps(MPI_Op* ops) {
 
 }  // namespace
 
-MpiContext::MpiContext() {
+MpiContext::MpiContext(bool thread_multiple) {
   int initialized = 0;
   MPI_Initialized(&initialized);
   int provided = MPI_THREAD_SINGLE;
   if (!initialized) {
-    // Only the background thread calls MPI, but report MULTIPLE when offered
-    // so mpi_threads_supported() tells the truth.
-    if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
+    // Note [MPI thread level]: only this (the background) thread calls MPI,
+    // so FUNNELED would do. But MPICH's MULTIPLE mode yields the CPU while it
+    // waits, which FUNNELED does not: with more busy threads than cores (2
+    // ranks, each with MXNet's and our thread, on 2 cores; or 3 ranks) the
+    // FUNNELED busy-wait starved peers: test_ops at 3 ranks took 42 s against
+    // 6 s, and a 102 MB allreduce flipped between 26 and 78 ms from run to
+    // run (MULTIPLE: 40-45 ms, steady). MULTIPLE is therefore the default;
+    // MXPLUGIN_MPI_THREADS=funneled selects FUNNELED for runs with a core to
+    // spare per rank.
+    const int wanted = thread_multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+    if (MPI_Init_thread(nullptr, nullptr, wanted, &provided) != MPI_SUCCESS) {
       throw Error(Status::Internal("MPI_Init_thread failed"));
     }
     owns_mpi_ = true;
   } else {
     MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_MULTIPLE) {
+      throw Error(Status::InvalidArgument(
+          "MPI was initialised by the program with a thread level below MPI_THREAD_MULTIPLE; mxplugin calls "
+          "MPI from its own thread, so initialise MPI with MPI_THREAD_MULTIPLE, or let mxplugin initialise it"));
+    }
   }
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
 

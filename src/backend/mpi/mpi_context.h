@@ -26,8 +26,10 @@ struct Topology {
 
 class MpiContext {
  public:
-  // Initialises MPI unless the host program already did.
-  MpiContext();
+  // Initialises MPI unless the host program already did (then it must have
+  // asked for MPI_THREAD_MULTIPLE). thread_multiple: ask for MULTIPLE rather
+  // than FUNNELED (Note [MPI thread level] in mpi_context.cc).
+  explicit MpiContext(bool thread_multiple);
   ~MpiContext();
   MpiContext(const MpiContext&) = delete;
   MpiContext& operator=(const MpiContext&) = delete;

@@ -1,5 +1,5 @@
-// Core's process-set management: control requests that every rank runs at
-// the same point of the op order (see "Process sets" in docs/architecture.md).
+// Control requests of the Core (process sets, the benchmark reference): run by
+// every rank at the same point of the op order (see "Process sets" in docs/architecture.md).
 #include <algorithm>
 #include <future>
 
@@ -114,6 +114,23 @@ std::vector<int> Core::ProcessSetIds() const {
   std::vector<int> ids;
   for (const auto& kv : sets_) ids.push_back(kv.first);
   return ids;
+}
+
+double Core::ReferenceAllreduce(void* data, int64_t count, DataType dtype) {
+  std::string name;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    name = "mxplugin.reference_allreduce." + std::to_string(control_counter_++);
+  }
+  auto seconds = std::make_shared<double>(0.0);
+  Status st = RunControl(0, name, {count}, [this, data, count, dtype, seconds]() -> Status {
+    auto t0 = Clock::now();
+    Status s = sets_.at(0)->comm->Allreduce(data, data, count, dtype, ReduceOp::kSum);
+    *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return s;
+  });
+  ThrowIfError(st);
+  return *seconds;
 }
 
 }  // namespace mxplugin
