@@ -1,7 +1,7 @@
 """Trains an MLP on scikit-learn's bundled handwritten digits (no download)
 with mxplugin.DistributedTrainer; each rank trains on its shard of every batch.
 
-    mxplugin-run -np 2 python examples/mxnet_digits.py --epochs 10
+    mxplugin-run -np 2 python examples/mxnet_digits.py
 """
 import argparse
 import logging
@@ -16,11 +16,13 @@ import mxplugin as hvd
 
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--epochs", type=int, default=10, help="passes over the training set (default 10)")
+    p.add_argument("--epochs", type=int, default=20, help="passes over the training set (default 20)")
     p.add_argument("--batch-size", type=int, default=64, help="global batch size, split across ranks (default 64)")
-    p.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
+    p.add_argument("--lr", type=float, default=0.1,
+                   help="learning rate (default 0.1)")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
     p.add_argument("--hidden", type=int, default=128, help="hidden units (default 128)")
+    p.add_argument("--wd", type=float, default=0.0, help="weight decay (default 0)")
     p.add_argument("--seed", type=int, default=42, help="random seed (default 42)")
     p.add_argument("--min-accuracy", type=float, default=0.0,
                    help="exit with status 1 if the final test accuracy is below this")
@@ -60,7 +62,7 @@ def main():
     hvd.broadcast_parameters(net.collect_params(), root_rank=0)
 
     trainer = hvd.DistributedTrainer(net.collect_params(), "sgd",
-                                     {"learning_rate": args.lr, "momentum": args.momentum})
+                                     {"learning_rate": args.lr, "momentum": args.momentum, "wd": args.wd})
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     per_rank = args.batch_size // size
     steps = len(x_train) // args.batch_size
