@@ -108,6 +108,7 @@ def train_steps(net, step_fn, batch, steps, image, timings=None):
         loss.backward()
         if timings is not None:
             mx.nd.waitall()
+            hvd.barrier()  # time the step alone, not the other rank finishing its backward
             t = time.perf_counter()
         step_fn(batch)
         if timings is not None:
