@@ -28,8 +28,14 @@ ELEMENTWISE_OPTIMIZERS = frozenset({
 })
 
 
-def is_elementwise(optimizer):
-    return type(optimizer).__name__.lower() in ELEMENTWISE_OPTIMIZERS
+# Optimizers whose state is element-wise, so it can live in flat buffers:
+# the element-wise ones, and lamb (its per-tensor norms are of weights and
+# gradients, not of its state).
+FLAT_STATE_OPTIMIZERS = ELEMENTWISE_OPTIMIZERS | {"lamb"}
+
+
+def has_flat_state(optimizer):
+    return type(optimizer).__name__.lower() in FLAT_STATE_OPTIMIZERS
 
 
 def group_key(param):
@@ -119,7 +125,7 @@ class Layout:
     """All buckets of a trainer, in reduction order (last layers first)."""
 
     def __init__(self, params, optimizer, bucket_bytes, num_buckets=0, include_distributed=False):
-        self.fused = is_elementwise(optimizer)
+        self.fused = has_flat_state(optimizer)
         groups = OrderedDict()
         self.excluded = []
         self.local = []  # model-parallel shards outside a mesh: updated, never reduced

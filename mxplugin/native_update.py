@@ -46,7 +46,16 @@ def _adagrad(opt, lr, wd, state):
                                 "rescale_grad": opt.rescale_grad, "clip_gradient": opt.clip_gradient}
 
 
-_SUPPORTED = {"sgd": _sgd, "ccsgd": _sgd, "nag": _nag, "adam": _adam, "rmsprop": _rmsprop, "adagrad": _adagrad}
+def _lamb(opt, lr, wd, state, t):
+    # per-tensor norms: the core runs the kernel once per parameter (segment)
+    return "lamb", list(state), {"lr": lr, "wd": wd, "beta1": opt.beta1, "beta2": opt.beta2,
+                                 "epsilon": opt.epsilon, "t": t, "bias_correction": opt.bias_correction,
+                                 "rescale_grad": opt.rescale_grad, "clip_gradient": _clip(opt.clip_gradient),
+                                 "lower_bound": _clip(opt.lower_bound), "upper_bound": _clip(opt.upper_bound)}
+
+
+_SUPPORTED = {"sgd": _sgd, "ccsgd": _sgd, "nag": _nag, "adam": _adam, "rmsprop": _rmsprop, "adagrad": _adagrad,
+              "lamb": _lamb}
 
 
 def supports(optimizer, bucket):
@@ -61,8 +70,9 @@ def update(optimizer, bucket, core_module):
     index = bucket.index
     optimizer._update_count(index)
     lr, wd = optimizer._get_lr(index), optimizer._get_wd(index)
-    if name == "adam":
-        kind, states, params = _adam(optimizer, lr, wd, bucket.state, optimizer._index_update_count[index])
+    if name in ("adam", "lamb"):
+        handler = _adam if name == "adam" else _lamb
+        kind, states, params = handler(optimizer, lr, wd, bucket.state, optimizer._index_update_count[index])
     else:
         kind, states, params = _SUPPORTED[name](optimizer, lr, wd, bucket.state)
     core_module.fused_update_multi(kind, bucket.weights, bucket.grad, states, params, bucket.segments)
