@@ -77,8 +77,8 @@ Status Controller::RunRound(bool want_shutdown, std::vector<Response>* responses
 
   if (bits[0] & kNoUncachedFlag) return Status::Ok();
 
-  std::vector<std::string> gathered;
-  st = comm_->GatherBytes(SerializeMetas(outbox_), &gathered, deadline);
+  std::vector<std::string> received;
+  st = comm_->GatherBytes(SerializeMetas(outbox_), &received, deadline);
   if (!st.ok()) return st;
   for (auto& meta : outbox_) sent_[meta.name] = std::move(meta);
   outbox_.clear();
@@ -86,7 +86,7 @@ Status Controller::RunRound(bool want_shutdown, std::vector<Response>* responses
   std::string plan_bytes;
   if (table_) {
     RoundPlan plan;
-    for (const auto& bytes : gathered) {
+    for (const auto& bytes : received) {
       for (const auto& meta : ParseMetas(bytes)) {
         // A full request for a cached name means signatures changed (or a
         // rank stalled): drop the entry everywhere and negotiate it in full.

@@ -87,13 +87,13 @@ void Core::Loop() {
   try {
     mpi_ = std::make_unique<MpiContext>(config_.mpi_thread_multiple);
     world_ = mpi_->CreateWorld();
-    std::unique_ptr<Communicator> global;
-    Status st = world_->CreateSubgroup(world_->global_ranks(), &global);
+    std::unique_ptr<Communicator> world_copy;
+    Status st = world_->CreateSubgroup(world_->global_ranks(), &world_copy);
     ThrowIfError(st);
     std::lock_guard<std::mutex> lock(mutex_);
     topology_ = mpi_->topology();
     logger_.set_rank(topology_.rank);
-    sets_[0] = MakeProcessSet(world_->global_ranks(), std::move(global));
+    sets_[0] = MakeProcessSet(world_->global_ranks(), std::move(world_copy));
     started_done_ = true;
   } catch (const Error& e) {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -26,20 +26,20 @@ std::string RankList(const std::vector<int>& ranks) {
 template <typename Describe>
 std::string Disagreement(const std::vector<RequestMeta>& metas, const std::vector<int>& global_ranks,
                          Describe describe) {
-  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  std::vector<std::pair<std::string, std::vector<int>>> by_value;
   for (size_t r = 0; r < metas.size(); ++r) {
     std::string v = describe(metas[r]);
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == v; });
-    if (it == groups.end()) {
-      groups.push_back({v, {global_ranks[r]}});
+    auto it = std::find_if(by_value.begin(), by_value.end(), [&](const auto& g) { return g.first == v; });
+    if (it == by_value.end()) {
+      by_value.push_back({v, {global_ranks[r]}});
     } else {
       it->second.push_back(global_ranks[r]);
     }
   }
-  if (groups.size() <= 1) return "";
+  if (by_value.size() <= 1) return "";
   std::ostringstream s;
-  for (size_t i = 0; i < groups.size(); ++i) {
-    s << (i ? "; " : "") << groups[i].first << " on " << RankList(groups[i].second);
+  for (size_t i = 0; i < by_value.size(); ++i) {
+    s << (i ? "; " : "") << by_value[i].first << " on " << RankList(by_value[i].second);
   }
   return s.str();
 }
@@ -71,7 +71,7 @@ void MessageTable::Add(const RequestMeta& meta, Clock::time_point now) {
 std::string MessageTable::MissingRanks(const Entry& entry) const {
   std::vector<int> missing;
   for (int r = 0; r < size_; ++r) {
-    if (entry.metas[r].name.empty()) missing.push_back(global_ranks_[r]);
+    if (entry.metas[r].name.empty()) missing.push_back(world_ranks_[r]);
   }
   return RankList(missing);
 }
@@ -92,30 +92,30 @@ Response MessageTable::Validate(const std::string& name, const Entry& entry) con
     return resp;
   };
   std::string d;
-  if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { return std::string(OpTypeName(m.op)); })).empty())
+  if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return std::string(OpTypeName(m.op)); })).empty())
     return fail("operation", d);
-  if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { return DeviceName(m.device); })).empty())
+  if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return DeviceName(m.device); })).empty())
     return fail("device", d);
-  if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { return std::string(DataTypeName(m.dtype)); })).empty())
+  if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return std::string(DataTypeName(m.dtype)); })).empty())
     return fail("dtype", d);
   const OpType op = metas[0].op;
   if (op == OpType::kAllreduce || op == OpType::kReducescatter) {
-    if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { return std::string(ReduceOpName(m.reduce_op)); })).empty())
+    if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return std::string(ReduceOpName(m.reduce_op)); })).empty())
       return fail("reduce op", d);
-    if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { std::ostringstream s; s.precision(17); s << m.prescale; return s.str(); })).empty())
+    if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { std::ostringstream s; s.precision(17); s << m.prescale; return s.str(); })).empty())
       return fail("prescale factor", d);
-    if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { std::ostringstream s; s.precision(17); s << m.postscale; return s.str(); })).empty())
+    if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { std::ostringstream s; s.precision(17); s << m.postscale; return s.str(); })).empty())
       return fail("postscale factor", d);
   }
   if (op == OpType::kBroadcast) {
-    if (!(d = Disagreement(metas, global_ranks_, [&](const RequestMeta& m) { return "root " + std::to_string(global_ranks_[m.root_rank]); })).empty())
+    if (!(d = Disagreement(metas, world_ranks_, [&](const RequestMeta& m) { return "root " + std::to_string(world_ranks_[m.root_rank]); })).empty())
       return fail("root rank", d);
   }
   if (op == OpType::kAllgather || op == OpType::kAlltoall) {
-    if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { return Trailing(m.shape); })).empty())
+    if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return Trailing(m.shape); })).empty())
       return fail("shape", d);
   } else if (op != OpType::kBarrier) {
-    if (!(d = Disagreement(metas, global_ranks_, [](const RequestMeta& m) { return ShapeText(m.shape); })).empty())
+    if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return ShapeText(m.shape); })).empty())
       return fail("shape", d);
   }
   if (op == OpType::kAllgather) {
@@ -124,7 +124,7 @@ Response MessageTable::Validate(const std::string& name, const Entry& entry) con
   if (op == OpType::kAlltoall) {
     for (const auto& m : metas) {
       if (static_cast<int>(m.splits.size()) != size_) {
-        return fail("splits", "rank " + std::to_string(global_ranks_[m.rank]) + " gave " +
+        return fail("splits", "rank " + std::to_string(world_ranks_[m.rank]) + " gave " +
                                   std::to_string(m.splits.size()) + " splits for " +
                                   std::to_string(size_) + " ranks");
       }

@@ -15,7 +15,7 @@ namespace mxplugin {
 class MessageTable {
  public:
   MessageTable(int size, const Config& config, const Logger* logger, std::vector<int> global_ranks)
-      : size_(size), config_(config), logger_(logger), global_ranks_(std::move(global_ranks)) {}
+      : size_(size), config_(config), logger_(logger), world_ranks_(std::move(global_ranks)) {}
 
   void Add(const RequestMeta& meta, Clock::time_point now);
   // Moves complete names (validated) and stall-timed-out names into `out`,
@@ -42,7 +42,7 @@ class MessageTable {
   int size_;
   const Config& config_;
   const Logger* logger_;
-  std::vector<int> global_ranks_;
+  std::vector<int> world_ranks_;
   std::map<std::string, Entry> entries_;
   uint64_t next_arrival_ = 0;
 };

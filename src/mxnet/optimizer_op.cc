@@ -48,7 +48,7 @@ float* WritableData(::mxnet::NDArray& array) {
 }
 
 void RunSegments(OptimizerOp* op, std::vector<::mxnet::NDArray>* staged) {
-  float* grad = ReadableData(op->grad, staged);
+  float* flat_grad = ReadableData(op->grad, staged);
   float* states[optim::kMaxStates] = {};
   for (size_t s = 0; s < op->states.size(); ++s) states[s] = WritableData(op->states[s]);
   for (size_t i = 0; i < op->weights.size(); ++i) {
@@ -56,7 +56,7 @@ void RunSegments(OptimizerOp* op, std::vector<::mxnet::NDArray>* staged) {
     const int64_t local[2] = {0, n};
     optim::FlatBuffers b;
     b.weight = WritableData(op->weights[i]);
-    b.grad = grad + begin;
+    b.grad = flat_grad + begin;
     b.num_states = static_cast<int>(op->states.size());
     for (int s = 0; s < b.num_states; ++s) b.states[s] = states[s] + begin;
     b.size = n;

@@ -59,8 +59,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, std::shared_ptr<const MpiHalfOps
   MPI_Comm_group(MPI_COMM_WORLD, &world_group);
   std::vector<int> local(size_);
   std::iota(local.begin(), local.end(), 0);
-  global_ranks_.resize(size_);
-  MPI_Group_translate_ranks(group, size_, local.data(), world_group, global_ranks_.data());
+  world_ranks_.resize(size_);
+  MPI_Group_translate_ranks(group, size_, local.data(), world_group, world_ranks_.data());
   MPI_Group_free(&group);
   MPI_Group_free(&world_group);
 }
@@ -208,7 +208,7 @@ Status MpiCommunicator::CreateSubgroup(const std::vector<int>& members,
   int color = MPI_UNDEFINED;
   int key = 0;
   for (size_t i = 0; i < members.size(); ++i) {
-    if (members[i] == global_ranks_[rank_]) {
+    if (members[i] == world_ranks_[rank_]) {
       color = 1;
       key = static_cast<int>(i);
     }

@@ -19,7 +19,7 @@ class MpiCommunicator : public Communicator {
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  const std::vector<int>& global_ranks() const override { return global_ranks_; }
+  const std::vector<int>& global_ranks() const override { return world_ranks_; }
 
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) override;
   Status Allgatherv(const void* send, int64_t send_count, void* recv, const std::vector<int64_t>& counts,
@@ -46,7 +46,7 @@ class MpiCommunicator : public Communicator {
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;
-  std::vector<int> global_ranks_;
+  std::vector<int> world_ranks_;
   std::shared_ptr<const MpiHalfOps> half_ops_;
 };
 
