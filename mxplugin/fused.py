@@ -84,6 +84,7 @@ class Bucket:
         self.state = None           # flat optimizer state (fused updates)
         self.param_states = {}      # index -> state views (or own states, per-parameter updates)
         self.weights = [p.data() for _, p in entries]
+        self.mults = [(p.lr_mult, p.wd_mult) for _, p in entries]
         self._grads = []
         for (index, p), (a, b), w in zip(entries, self.offsets, self.weights):
             g = self.grad[a:b].reshape(p.shape)
@@ -102,9 +103,12 @@ class Bucket:
 
     def intact(self):
         """False once Gluon has replaced a member's arrays (re-initialisation,
-        reset_ctx, ...): then the layout must be rebuilt."""
-        for (_, p), w, g in zip(self.entries, self.weights, self._grads):
+        reset_ctx, ...) or a member's lr_mult/wd_mult changed (freezing layers
+        mid-training): then the layout must be rebuilt."""
+        for (_, p), w, g, mults in zip(self.entries, self.weights, self._grads, self.mults):
             if p._data is None or p._grad is None or p._data[0] is not w or p._grad[0] is not g:
+                return False
+            if (p.lr_mult, p.wd_mult) != mults:
                 return False
         return True
 

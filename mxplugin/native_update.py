@@ -68,7 +68,9 @@ def update(optimizer, bucket, core_module):
     """Runs the optimizer's update of the whole bucket as one core kernel."""
     name = type(optimizer).__name__.lower()
     index = bucket.index
-    optimizer._update_count(index)
+    # Count every member (Adam's and LAMB's step t is per parameter, and a
+    # later per-parameter update or a checkpoint must see the right count).
+    optimizer._update_count([i for i, _ in bucket.entries])
     lr, wd = optimizer._get_lr(index), optimizer._get_wd(index)
     if name in ("adam", "lamb"):
         handler = _adam if name == "adam" else _lamb

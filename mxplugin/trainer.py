@@ -158,9 +158,15 @@ class DistributedTrainer(mx.gluon.Trainer):
             return
         self.num_reductions += 1
         arrays = [w for bucket in layout.buckets for w in bucket.weights]
-        if self._local_sgd_states:
-            arrays += [a for bucket in layout.buckets for a in _flat_arrays(bucket.state)]
-        # one grouped call: the core fuses the small ones and reduces the rest in place
+        arrays += [a for _, p in layout.excluded for a in p.list_data()]
+        if self._local_sgd_states or self._multi_precision_weights(layout):
+            # Multi-precision updates start from the float32 master copy in the
+            # state, so it must be averaged with the weights it shadows.
+            for bucket in layout.buckets:
+                if bucket.state is not None:
+                    arrays += _flat_arrays(bucket.state)
+                else:
+                    arrays += [a for st in bucket.param_states.values() for a in _flat_arrays(st)]
         grouped_allreduce_(arrays, name=f"{self._prefix}localsgd", op=Average, process_set=self._process_set)
 
     def update(self, batch_size, ignore_stale_grad=False):
@@ -206,6 +212,11 @@ class DistributedTrainer(mx.gluon.Trainer):
                 if not ignore_stale_grad or arr._fresh_grad:
                     self._updaters[0]([index], [grad], [arr])
                     arr._fresh_grad = False
+
+    def _multi_precision_weights(self, layout):
+        return getattr(self._optimizer, "multi_precision", False) and any(
+            str(w.dtype) == "float16" or getattr(w.dtype, "__name__", "") == "float16"
+            for b in layout.buckets for w in b.weights)
 
     def _update_local(self, layout, ignore_stale_grad):
         """Model-parallel shards (distributed, no mesh): each rank holds its

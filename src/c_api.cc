@@ -110,7 +110,12 @@ int mxp_core_shutdown(mxp_core* core) {
   return Guard([&] { CoreOf(core).Shutdown(); });
 }
 
-void mxp_core_destroy(mxp_core* core) { delete core; }
+// Stops the core but keeps the object: engine ops pushed earlier may still run
+// (and call Enqueue, which then fails with "shut down") after Python dropped
+// its handle, e.g. at interpreter exit. One stopped Core per process is cheap.
+void mxp_core_destroy(mxp_core* core) {
+  if (core != nullptr && core->core) core->core->Shutdown();
+}
 
 int mxp_core_topology(mxp_core* core, mxp_topology* out) {
   return Guard([&] {

@@ -41,3 +41,8 @@ def test_digits_converges_at_two_ranks():
 def test_local_sgd_converges_with_k_times_fewer_reductions():
     out, _ = assert_spmd_ok("check_local_sgd.py", 2)
     assert "local SGD accuracy" in out
+
+
+@pytest.mark.parametrize("np_", [1, 2])
+def test_review_regressions(np_):
+    assert_spmd_ok("check_regressions.py", np_)

@@ -33,9 +33,11 @@ Status Controller::RunRound(bool want_shutdown, std::vector<Response>* responses
 
   // A cached request waiting too long is sent in full, so the coordinator's
   // stall detection (which names the missing ranks) sees it.
-  if (config_.stall_check_seconds > 0) {
+  const double resend_after = config_.stall_check_seconds > 0 ? config_.stall_check_seconds
+                                                              : config_.stall_shutdown_seconds;
+  if (resend_after > 0) {
     for (auto it = cached_pending_.begin(); it != cached_pending_.end();) {
-      if (std::chrono::duration<double>(now - it->second.since).count() > config_.stall_check_seconds) {
+      if (std::chrono::duration<double>(now - it->second.since).count() > resend_after) {
         outbox_.push_back(it->second.meta);
         it = cached_pending_.erase(it);
       } else {

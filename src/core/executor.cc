@@ -79,7 +79,11 @@ void Executor::Execute(const std::vector<Response>& responses, PendingRequests* 
     std::vector<std::string> done;
     for (auto& kv : fused) {
       for (auto& group : kv.second) {
-        RunFused(group);
+        try {
+          RunFused(group);
+        } catch (const std::exception& e) {  // thrown before any request of the group finished
+          for (Request* r : group) finish_(*r, Status::Internal(std::string("fused allreduce failed: ") + e.what()));
+        }
         for (Request* r : group) done.push_back(r->meta.name);
       }
     }

@@ -21,6 +21,7 @@ bool Timeline::Start(const std::string& path_template, int rank, bool mark_cycle
     std::fputs("\n]\n", file_);
     std::fclose(file_);
     file_ = nullptr;
+    active_ = false;
   }
   // One path for all ranks is written by rank 0 alone (as Horovod does);
   // "{rank}" in the path gives every rank a file of its own.
@@ -34,6 +35,7 @@ bool Timeline::Start(const std::string& path_template, int rank, bool mark_cycle
   }
   file_ = std::fopen(path.c_str(), "w");
   if (file_ == nullptr) return false;
+  active_ = true;
   std::fputs("[\n", file_);
   first_event_ = true;
   rows_.clear();
@@ -49,6 +51,7 @@ void Timeline::Stop() {
   std::fputs("\n]\n", file_);
   std::fclose(file_);
   file_ = nullptr;
+  active_ = false;
 }
 
 double Timeline::Micros(Clock::time_point t) const {

@@ -3,6 +3,7 @@
 // MEMCPY_OUT_FUSION_BUFFER. One row ("thread") per tensor name.
 #pragma once
 
+#include <atomic>
 #include <cstdio>
 #include <mutex>
 #include <string>
@@ -19,7 +20,7 @@ class Timeline {
   // Returns false (and leaves the timeline off) when the file can't be opened.
   bool Start(const std::string& path, int rank, bool mark_cycles);
   void Stop();
-  bool active() const { return file_ != nullptr; }
+  bool active() const { return active_.load(std::memory_order_relaxed); }
   bool mark_cycles() const { return mark_cycles_; }
   void Record(const std::string& tensor, const char* phase, Clock::time_point begin, Clock::time_point end);
   void MarkCycle(Clock::time_point at);
@@ -30,6 +31,7 @@ class Timeline {
 
   std::mutex mutex_;
   std::FILE* file_ = nullptr;
+  std::atomic<bool> active_{false};  // file_ != nullptr, readable without the lock
   bool mark_cycles_ = false;
   bool first_event_ = true;
   int rank_ = 0;

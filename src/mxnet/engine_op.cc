@@ -6,6 +6,7 @@
 #include <mxnet/engine.h>
 #include <mxnet/ndarray.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "mxnet/engine_push.h"
@@ -91,6 +92,8 @@ void PushCollective(Core* core, int process_set_id, std::vector<TensorOp> ops,
   for (size_t i = 0; i < ops.size(); ++i) {
     auto* out = static_cast<::mxnet::NDArray*>(outputs[i]);
     op->outputs.push_back(*out);
+    // Views of one array share an engine variable; the engine wants it once.
+    if (std::find(write_vars.begin(), write_vars.end(), out->var()) != write_vars.end()) continue;
     writes.push_back(outputs[i]);
     write_vars.push_back(out->var());
   }

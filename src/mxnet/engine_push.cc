@@ -10,7 +10,7 @@ void PushAsync(EngineAsyncFunc run, void* param, EngineFuncParamDeleter deleter,
   int rc = MXEnginePushAsyncND(run, param, deleter, &context, reads.data(), static_cast<int>(reads.size()),
                                writes.data(), static_cast<int>(writes.size()), nullptr, priority, name, false);
   if (rc != 0) {
-    deleter(param);
+    // Not freed here: MXNet may already own `param` (it wraps it before pushing).
     throw Error(Status::Internal(std::string("MXEnginePushAsyncND failed: ") + MXGetLastError()));
   }
 }

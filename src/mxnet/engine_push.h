@@ -16,7 +16,7 @@ namespace mxnet_adapter {
 // Pushes `run(run_context, on_complete, param)` as one asynchronous engine op
 // reading `reads` and writing `writes` (disjoint). The engine owns `param`
 // from here on and frees it with `deleter` after completion. Throws Error if
-// the push fails (then `param` is freed here).
+// the push fails (`param` may then leak; MXNet may already have freed it).
 void PushAsync(EngineAsyncFunc run, void* param, EngineFuncParamDeleter deleter, const ::mxnet::Context& ctx,
                std::vector<NDArrayHandle> reads, std::vector<NDArrayHandle> writes, int priority,
                const char* name);
