@@ -3,6 +3,7 @@
 #include "core/ranks_text.h"
 
 #include <algorithm>
+#include <cstring>
 #include <future>
 #include <sstream>
 
@@ -87,6 +88,7 @@ void Core::Loop() {
   try {
     mpi_ = std::make_unique<MpiContext>(config_.mpi_thread_multiple);
     world_ = mpi_->CreateWorld();
+    AgreeOnConfig();
     std::unique_ptr<Communicator> world_copy;
     Status st = world_->CreateSubgroup(world_->global_ranks(), &world_copy);
     ThrowIfError(st);
@@ -137,6 +139,21 @@ void Core::Loop() {
   world_.reset();
   if (broken) mpi_->set_skip_finalize();
   mpi_.reset();
+}
+
+// Settings that must be equal on every rank (fusion decides message sizes;
+// the response cache's capacity decides its bit indices) come from rank 0,
+// whatever each rank's environment says.
+void Core::AgreeOnConfig() {
+  int64_t values[3] = {config_.fusion_threshold_bytes, config_.direct_threshold_bytes, config_.cache_capacity};
+  std::string bytes(reinterpret_cast<const char*>(values), sizeof(values));
+  auto deadline = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(config_.peer_timeout_seconds * 1e6));
+  ThrowIfError(world_->BroadcastBytes(&bytes, deadline));
+  if (bytes.size() != sizeof(values)) throw Error(Status::Internal("bad configuration broadcast"));
+  std::memcpy(values, bytes.data(), sizeof(values));
+  config_.fusion_threshold_bytes = values[0];
+  config_.direct_threshold_bytes = values[1];
+  config_.cache_capacity = static_cast<int>(values[2]);
 }
 
 void Core::RunCycle(bool* stop) {

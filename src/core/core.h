@@ -84,6 +84,7 @@ class Core {
   };
 
   const ProcessSet& CheckLocked(int process_set_id, const std::vector<TensorOp>& ops) const;
+  void AgreeOnConfig();
   void Loop();
   void RunCycle(bool* stop);
   void Finish(Request& req, const Status& status);
