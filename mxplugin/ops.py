@@ -122,6 +122,11 @@ def _allreduce_entries(tensors, outputs, base, op, prescale_factor, postscale_fa
     return entries
 
 
+def _check_group(tensors):
+    for i, t in enumerate(tensors):
+        _check_array(t, f"tensor {i}")
+
+
 def _check_distinct(tensors):
     seen = set()
     for t in tensors:
@@ -158,8 +163,7 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
     op = _resolve_op(average, op)
     if not tensors:
         return tensors
-    for i, t in enumerate(tensors):
-        _check_array(t, f"tensor {i}")
+    _check_group(tensors)
     outputs = [mx.nd.empty(t.shape, ctx=t.context, dtype=t.dtype) for t in tensors]
     _push(_allreduce_entries(list(tensors), outputs, _base_name("allreduce", name), op, prescale_factor,
                              postscale_factor), process_set, priority)
@@ -172,8 +176,7 @@ def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_fa
     op = _resolve_op(average, op)
     if not tensors:
         return tensors
-    for i, t in enumerate(tensors):
-        _check_array(t, f"tensor {i}")
+    _check_group(tensors)
     _check_distinct(tensors)
     _push(_allreduce_entries(list(tensors), list(tensors), _base_name("allreduce", name), op,
                              prescale_factor, postscale_factor), process_set, priority)

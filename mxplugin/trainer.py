@@ -99,12 +99,6 @@ class DistributedTrainer(mx.gluon.Trainer):
             self._init_params()
         return self._ensure_layout()
 
-    @staticmethod
-    def _core_module():
-        from mxplugin._loader import core_module
-
-        return core_module
-
     # -- reduction ----------------------------------------------------------------
     def _world(self):
         ps = self._process_set
@@ -180,7 +174,7 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     # -- update -------------------------------------------------------------------
     def _update(self, ignore_stale_grad=False):
-        layout = self._ensure_layout()
+        layout = self._layout  # step() and update() checked it in _prepare() this step
         loss_scaler = getattr(self, "_amp_loss_scaler", None)
         if loss_scaler is not None and loss_scaler.has_overflow(self._params):
             return
@@ -199,7 +193,7 @@ class DistributedTrainer(mx.gluon.Trainer):
                     "with ignore_stale_grad=True to suppress this warning and skip updating of Parameters "
                     "with stale gradient")
             if layout.fused and all(fresh) and native_update.supports(opt, bucket):
-                native_update.update(opt, bucket, self._core_module())
+                native_update.update(opt, bucket, basics._core_module())
             else:
                 single.extend((index, p, bucket) for (index, p), f in zip(bucket.entries, fresh) if f)
             for _, p in bucket.entries:

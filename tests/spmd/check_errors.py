@@ -4,26 +4,12 @@ duplicate names in flight."""
 import sys
 import time
 
-from common import assert_close, hvd, mx, np, rank_data, start
+from common import assert_close, hvd, mx, np, rank_data, finish, say, start
 
 from mxnet.base import MXNetError
 
 from mxplugin import MismatchError
 from mxplugin._loader import core_module as m
-
-
-def say(text):
-    """One write per line: print() under PYTHONUNBUFFERED writes the text and
-    the newline separately, and mpiexec can interleave two ranks' lines."""
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
-
-def finish():
-    """common.finish(), with "PASS <rank>" in one write."""
-    hvd.barrier()
-    say(f"PASS {hvd.rank()}")
-    hvd.shutdown()
 
 
 r, n = start()

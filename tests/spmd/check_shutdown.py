@@ -4,18 +4,11 @@ nothing hangs, and later ops raise promptly everywhere."""
 import sys
 import time
 
-from common import hvd, mx, start
+from common import hvd, mx, say, start
 
 from mxnet.base import MXNetError
 
 from mxplugin import PeerFailureError
-
-
-def say(text):
-    """One write per line: print() under PYTHONUNBUFFERED writes the text and
-    the newline separately, and mpiexec can interleave two ranks' lines."""
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
 
 
 r, n = start()

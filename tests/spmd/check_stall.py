@@ -5,23 +5,9 @@ afterwards the library works."""
 import sys
 import time
 
-from common import assert_close, hvd, mx, np, rank_data, start
+from common import assert_close, hvd, mx, np, rank_data, finish, say, start
 
 from mxnet.base import MXNetError
-
-
-def say(text):
-    """One write per line: print() under PYTHONUNBUFFERED writes the text and
-    the newline separately, and mpiexec can interleave two ranks' lines."""
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
-
-def finish():
-    """common.finish(), with "PASS <rank>" in one write."""
-    hvd.barrier()
-    say(f"PASS {hvd.rank()}")
-    hvd.shutdown()
 
 
 r, n = start()

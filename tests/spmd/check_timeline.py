@@ -15,21 +15,7 @@ mode, directory = sys.argv[1], sys.argv[2]
 if mode == "env":
     os.environ["MXPLUGIN_TIMELINE"] = os.path.join(directory, "env.{rank}.json")  # {rank}: a file per rank
 
-from common import assert_close, hvd, mx, np, start  # noqa: E402
-
-
-def say(text):
-    """One write per line: print() under PYTHONUNBUFFERED writes the text and
-    the newline separately, and mpiexec can interleave two ranks' lines."""
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
-
-
-def finish():
-    """common.finish(), with "PASS <rank>" in one write."""
-    hvd.barrier()
-    say(f"PASS {hvd.rank()}")
-    hvd.shutdown()
+from common import assert_close, hvd, mx, np, finish, say, start  # noqa: E402
 
 
 def workload(tag):

@@ -15,12 +15,18 @@ def start():
     return hvd.rank(), hvd.size()
 
 
+def say(text):
+    """One write per line: print() under PYTHONUNBUFFERED writes the text and
+    the newline separately, and mpiexec can interleave two ranks' lines."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def finish():
     """Every rank reports success; the harness checks all of them did."""
     mx.nd.waitall()
     hvd.barrier()
-    sys.stdout.write(f"PASS {hvd.rank()}\n")  # one write: lines of ranks must not interleave
-    sys.stdout.flush()
+    say(f"PASS {hvd.rank()}")
     hvd.shutdown()
 
 
