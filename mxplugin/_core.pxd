@@ -24,6 +24,7 @@ cdef extern from "c_api.h" nogil:
         int32_t priority
         void* input
         void* output
+        void* stream
     ctypedef struct mxp_topology:
         int32_t rank, size, local_rank, local_size, cross_rank, cross_size, threads_multiple
 

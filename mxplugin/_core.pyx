@@ -70,7 +70,7 @@ cdef class _OpBatch:
 
     cdef set(self, int i, bytes name, int op_type, int reduce_op, int dtype, int device,
              shape, out_shape, int root_rank, double prescale, double postscale, splits,
-             int priority, uintptr_t inp, uintptr_t out):
+             int priority, uintptr_t inp, uintptr_t out, uintptr_t stream=0):
         cdef mxp_op* o = &self.ops[i]
         self.keep.append(name)
         o.name = name
@@ -94,6 +94,7 @@ cdef class _OpBatch:
         o.priority = priority
         o.input = <void*>inp
         o.output = <void*>out
+        o.stream = <void*>stream
 
 
 cdef class Handle:
@@ -199,8 +200,10 @@ cdef class Core:
 
     def enqueue(self, list ops, int process_set_id, bint mxnet=False, int priority=0):
         """ops: tuples (name, op_type, reduce_op, dtype, device, shape, out_shape,
-        root_rank, prescale, postscale, splits, priority, input, output) where
-        input/output are data pointers (raw) or NDArrayHandles (mxnet=True).
+        root_rank, prescale, postscale, splits, priority, input, output[, stream])
+        where input/output are data pointers (raw) or NDArrayHandles
+        (mxnet=True), and stream (GPU tensors, raw only) is the cudaStream_t
+        the input was produced on (0: the legacy default stream).
         Returns a Handle for raw ops, None for MXNet ops (the engine tracks them)."""
         cdef int n = len(ops)
         cdef _OpBatch batch = _OpBatch(n)
@@ -210,7 +213,8 @@ cdef class Core:
         for i in range(n):
             t = ops[i]
             batch.set(i, t[0].encode() if isinstance(t[0], str) else t[0], t[1], t[2], t[3], t[4],
-                      t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13])
+                      t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13],
+                      t[14] if len(t) > 14 else 0)
         if mxnet:
             _check(mxp_mxnet_enqueue(self.c, batch.ops, n, process_set_id, priority))
             return None

@@ -80,6 +80,7 @@ std::vector<TensorOp> OpsFromC(const mxp_op* ops, int32_t n) {
     t.input.shape = t.meta.shape;
     t.input.dtype = t.meta.dtype;
     t.input.device = c.device;
+    t.input.stream = c.stream;
     t.output.shape = Ints(c.out_shape, c.out_ndim);
     t.output.dtype = t.meta.dtype;
     t.output.device = c.device;

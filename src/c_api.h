@@ -33,6 +33,12 @@ typedef struct {
   int32_t priority;
   void* input;
   void* output;
+  /* GPU tensors (device >= 0): the cudaStream_t on which the input was
+   * produced (NULL: the legacy default stream). The core makes its own
+   * streams wait for the work queued there so far, through an event recorded
+   * during the enqueue call; ignored for CPU tensors and by mxp_mxnet_enqueue,
+   * which takes the engine's stream. */
+  void* stream;
 } mxp_op;
 
 typedef struct {

@@ -14,6 +14,10 @@ struct TensorRef {
   std::vector<int64_t> shape;
   DataType dtype = DataType::kFloat32;
   int device = kCpuDevice;
+  // GPU tensors: the cudaStream_t the producer's work was queued on (nullptr:
+  // the legacy default stream). Core::Enqueue records a ready event on it from
+  // the calling thread; outputs are complete when the completion callback runs.
+  void* stream = nullptr;
 
   int64_t num_elements() const {
     int64_t n = 1;
