@@ -7,7 +7,9 @@
 #include <string>
 
 #include "core/core.h"
+#ifdef MXPLUGIN_WITH_MXNET
 #include "mxnet/engine_op.h"
+#endif
 
 using mxplugin::Core;
 using mxplugin::Error;
@@ -213,7 +215,12 @@ int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t proc
       inputs[i] = ops[i].input;
       outputs[i] = ops[i].output;
     }
+#ifdef MXPLUGIN_WITH_MXNET
     mxplugin::mxnet_adapter::PushCollective(&c, process_set_id, std::move(ts), inputs, outputs, priority);
+#else
+    (void)c, (void)process_set_id, (void)priority;
+    throw Error(Status::InvalidArgument("mxplugin was built without MXNet (MXPLUGIN_WITH_MXNET=0)"));
+#endif
   });
 }
 

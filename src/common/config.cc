@@ -40,6 +40,7 @@ Config Config::FromEnvironment() {
   c.peer_timeout_seconds = ReadDouble("PEER_TIMEOUT_SECONDS", c.peer_timeout_seconds);
   c.cache_capacity = static_cast<int>(ReadDouble("CACHE_CAPACITY", c.cache_capacity));
   c.num_streams = static_cast<int>(ReadDouble("NUM_STREAMS", c.num_streams));
+  if (Lookup("NUM_STREAMS") == nullptr) c.num_streams = static_cast<int>(ReadDouble("NUM_NCCL_STREAMS", c.num_streams));
   if (const char* v = Lookup("TIMELINE")) c.timeline_path = v;
   if (const char* v = Lookup("TIMELINE_MARK_CYCLES")) c.timeline_mark_cycles = std::string(v) != "0";
   if (const char* v = Lookup("LOG_LEVEL")) c.log_level = ParseLogLevel(v, c.log_level);

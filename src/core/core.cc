@@ -2,6 +2,10 @@
 
 #include "core/ranks_text.h"
 
+#ifdef MXPLUGIN_WITH_NCCL
+#include "core/gpu/ready_event.h"
+#endif
+
 #include <algorithm>
 #include <cstring>
 #include <future>
@@ -14,8 +18,17 @@ Status CheckTensorOp(const TensorOp& op, int set_size) {
   const RequestMeta& m = op.meta;
   const std::string who = std::string(OpTypeName(m.op)) + " '" + m.name + "'";
   if (m.device != kCpuDevice) {
+#ifndef MXPLUGIN_WITH_NCCL
     return Status::InvalidArgument(who + ": the tensor is on " + DeviceName(m.device) +
-                                   ", but this core runs collectives on CPU memory only (no NCCL backend)");
+                                   ", but this build of mxplugin has no NCCL backend and runs collectives on CPU "
+                                   "memory only; rebuild with CUDA and NCCL (mxplugin-run --check-build says why "
+                                   "they were left out)");
+#endif
+    if (m.op == OpType::kBarrier) return Status::InvalidArgument(who + ": a barrier carries no tensor");
+  }
+  if (op.input.device != m.device || op.output.device != m.device) {
+    return Status::InvalidArgument(who + ": input is on " + DeviceName(op.input.device) + " and output on " +
+                                   DeviceName(op.output.device) + "; both must be on " + DeviceName(m.device));
   }
   if (m.op == OpType::kAllreduce && op.output.num_elements() != op.input.num_elements()) {
     return Status::InvalidArgument(who + ": output and input sizes differ");
@@ -132,20 +145,29 @@ void Core::Loop() {
   FailEverything(stop_status_);
   bool broken = stop_status_.code() != StatusCode::kAborted ||
                 stop_status_.reason().find("shut down") == std::string::npos;
+  // GPU work finishes its requests from another thread, through Finish(),
+  // which takes the lock: wait for it, and destroy the sets, without it.
+  for (auto& kv : sets_) {
+    if (kv.second->executor) kv.second->executor->Drain();
+  }
+  std::map<int, std::unique_ptr<ProcessSet>> sets;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    sets_.clear();
+    sets.swap(sets_);
   }
+  sets.clear();
   world_.reset();
   if (broken) mpi_->set_skip_finalize();
   mpi_.reset();
 }
 
 // Settings that must be equal on every rank (fusion decides message sizes;
-// the response cache's capacity decides its bit indices) come from rank 0,
+// the response cache's capacity decides its bit indices; the stream count
+// decides which NCCL communicator carries an op) come from rank 0,
 // whatever each rank's environment says.
 void Core::AgreeOnConfig() {
-  int64_t values[3] = {config_.fusion_threshold_bytes, config_.direct_threshold_bytes, config_.cache_capacity};
+  int64_t values[4] = {config_.fusion_threshold_bytes, config_.direct_threshold_bytes, config_.cache_capacity,
+                       config_.num_streams};
   std::string bytes(reinterpret_cast<const char*>(values), sizeof(values));
   auto deadline = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(config_.peer_timeout_seconds * 1e6));
   ThrowIfError(world_->BroadcastBytes(&bytes, deadline));
@@ -154,6 +176,7 @@ void Core::AgreeOnConfig() {
   config_.fusion_threshold_bytes = values[0];
   config_.direct_threshold_bytes = values[1];
   config_.cache_capacity = static_cast<int>(values[2]);
+  config_.num_streams = static_cast<int>(values[3]);
 }
 
 void Core::RunCycle(bool* stop) {
@@ -250,8 +273,19 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
     return;
   }
   auto completion = std::make_shared<Completion>(ops.size(), std::move(done));
-  std::vector<Request> requests;
   const auto now = Clock::now();
+  // GPU inputs: mark the producer's work queued so far, on this (the
+  // framework's) thread and before anything is queued, so a CUDA failure
+  // leaves nothing half-enqueued.
+  std::vector<std::shared_ptr<void>> ready(ops.size());
+#ifdef MXPLUGIN_WITH_NCCL
+  bool any_gpu = false;
+  for (const auto& op : ops) any_gpu = any_gpu || op.meta.device != kCpuDevice;
+  if (any_gpu) Check(process_set_id, ops);
+  for (size_t i = 0; i < ops.size() && any_gpu; ++i) {
+    if (ops[i].meta.device != kCpuDevice) ready[i] = gpu::RecordReadyEvent(ops[i].meta.device, ops[i].input.stream);
+  }
+#endif
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const ProcessSet& set = CheckLocked(process_set_id, ops);
@@ -280,8 +314,10 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
       }
       m.rank = set.comm->rank();
     }
-    for (auto& op : ops) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      TensorOp& op = ops[i];
       Request r;
+      r.ready_event = std::move(ready[i]);
       r.meta = std::move(op.meta);
       r.process_set_id = process_set_id;
       r.input = std::move(op.input);
@@ -320,6 +356,16 @@ const Core::ProcessSet& Core::CheckLocked(int process_set_id, const std::vector<
   }
   for (const auto& op : ops) {
     ThrowIfError(CheckTensorOp(op, static_cast<int>(set.ranks.size())));
+    if (op.meta.device != kCpuDevice) {
+      // Note [GPU lanes] binds each rank's NCCL communicators to one device.
+      if (gpu_device_ == kCpuDevice) gpu_device_ = op.meta.device;
+      if (op.meta.device != gpu_device_) {
+        throw Error(Status::InvalidArgument(std::string(OpTypeName(op.meta.op)) + " '" + op.meta.name +
+                                            "': the tensor is on " + DeviceName(op.meta.device) + ", but rank " +
+                                            std::to_string(topology_.rank) + " already runs GPU collectives on " +
+                                            DeviceName(gpu_device_) + "; use one GPU per process"));
+      }
+    }
     if (op.meta.op == OpType::kBroadcast &&
         std::find(set.ranks.begin(), set.ranks.end(), op.meta.root_rank) == set.ranks.end()) {
       throw Error(Status::InvalidArgument("broadcast '" + op.meta.name + "': root rank " +

@@ -104,6 +104,7 @@ class Core {
   std::map<int, std::unique_ptr<ProcessSet>> sets_;  // structure guarded by mutex_
   int next_set_id_ = 1;                        // background thread only
   int control_counter_ = 0;                    // guarded by mutex_
+  mutable int gpu_device_ = kCpuDevice;        // this rank's GPU, bound by its first GPU op; guarded by mutex_
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

@@ -4,6 +4,7 @@
 #include <map>
 #include <tuple>
 
+#include "core/collective_layout.h"
 #include "scale.h"
 
 namespace mxplugin {
@@ -17,19 +18,6 @@ FusionKey KeyOf(const Request& r) {
                    r.meta.prescale, r.meta.postscale);
 }
 
-// Blocks of a reducescatter: lower ranks get the extra rows.
-std::vector<int64_t> ScatterRows(int64_t rows, int size) {
-  std::vector<int64_t> out(size, rows / size);
-  for (int r = 0; r < rows % size; ++r) ++out[r];
-  return out;
-}
-
-std::vector<int64_t> Displacements(const std::vector<int64_t>& counts) {
-  std::vector<int64_t> d(counts.size(), 0);
-  for (size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
-  return d;
-}
-
 }  // namespace
 
 void Executor::Trace(const Request& req, const char* phase, Clock::time_point begin, Clock::time_point end) {
@@ -41,17 +29,41 @@ bool Executor::Fusable(const Request& req) const {
          req.input.num_bytes() > 0 && req.input.num_bytes() <= config_.fusion_threshold_bytes;
 }
 
+Executor::Plan Executor::MakePlan(const std::vector<std::pair<Request*, const Response*>>& items) const {
+  Plan plan;
+  std::map<FusionKey, std::vector<std::vector<Request*>>> fused;
+  for (const auto& item : items) {
+    Request& req = *item.first;
+    if (!Fusable(req) || req.control) {
+      plan.others.push_back(item);
+      continue;
+    }
+    auto& groups = fused[KeyOf(req)];
+    int64_t used = 0;
+    if (!groups.empty()) {
+      for (Request* r : groups.back()) used += AlignFusionOffset(r->input.num_bytes());
+    }
+    if (groups.empty() || used + req.input.num_bytes() > config_.fusion_threshold_bytes) groups.emplace_back();
+    groups.back().push_back(&req);
+  }
+  for (auto& kv : fused) {
+    for (auto& group : kv.second) plan.fused.push_back(std::move(group));
+  }
+  return plan;
+}
+
 void Executor::Execute(const std::vector<Response>& responses, PendingRequests* pending) {
   const Clock::time_point negotiated = Clock::now();
   size_t i = 0;
   while (i < responses.size()) {
     // One segment: consecutive responses of equal priority. Small allreduces
     // in it are fused by key; fused groups run first (they are cheap), then
-    // the rest in negotiated order. Identical on every rank.
+    // the rest in negotiated order. Identical on every rank. GPU work is
+    // launched before the CPU work, which blocks this thread.
     size_t end = i;
     while (end < responses.size() && responses[end].priority == responses[i].priority) ++end;
-    std::map<FusionKey, std::vector<std::vector<Request*>>> fused;
-    std::vector<std::pair<Request*, const Response*>> others;
+    std::vector<std::pair<Request*, const Response*>> cpu, gpu;
+    std::vector<std::string> done;
     for (size_t k = i; k < end; ++k) {
       const Response& resp = responses[k];
       auto it = pending->find(resp.name);
@@ -64,30 +76,19 @@ void Executor::Execute(const std::vector<Response>& responses, PendingRequests* 
         pending->erase(name);
         continue;
       }
-      if (Fusable(req) && !req.control) {
-        auto& groups = fused[KeyOf(req)];
-        int64_t used = 0;
-        if (!groups.empty()) {
-          for (Request* r : groups.back()) used += AlignFusionOffset(r->input.num_bytes());
-        }
-        if (groups.empty() || used + req.input.num_bytes() > config_.fusion_threshold_bytes) groups.emplace_back();
-        groups.back().push_back(&req);
-      } else {
-        others.emplace_back(&req, &resp);
+      (req.meta.device != kCpuDevice && !req.control ? gpu : cpu).emplace_back(&req, &resp);
+      done.push_back(resp.name);
+    }
+    if (!gpu.empty()) ExecuteGpu(MakePlan(gpu));
+    Plan plan = MakePlan(cpu);
+    for (auto& group : plan.fused) {
+      try {
+        RunFused(group);
+      } catch (const std::exception& e) {  // thrown before any request of the group finished
+        for (Request* r : group) finish_(*r, Status::Internal(std::string("fused allreduce failed: ") + e.what()));
       }
     }
-    std::vector<std::string> done;
-    for (auto& kv : fused) {
-      for (auto& group : kv.second) {
-        try {
-          RunFused(group);
-        } catch (const std::exception& e) {  // thrown before any request of the group finished
-          for (Request* r : group) finish_(*r, Status::Internal(std::string("fused allreduce failed: ") + e.what()));
-        }
-        for (Request* r : group) done.push_back(r->meta.name);
-      }
-    }
-    for (auto& pr : others) {
+    for (auto& pr : plan.others) {
       Status st;
       try {
         st = RunOne(*pr.first, *pr.second);
@@ -95,12 +96,44 @@ void Executor::Execute(const std::vector<Response>& responses, PendingRequests* 
         st = e.status();
       }
       finish_(*pr.first, st);
-      done.push_back(pr.first->meta.name);
     }
     for (const auto& name : done) pending->erase(name);
     i = end;
   }
 }
+
+#ifdef MXPLUGIN_WITH_NCCL
+
+// The GPU executor takes the requests (moved out; their pending entries are
+// erased by the caller) and finishes them when the GPU is done.
+void Executor::ExecuteGpu(const Plan& plan) {
+  if (!gpu_) gpu_ = std::make_unique<gpu::GpuExecutor>(comm_, config_, timeline_, finish_);
+  for (const auto& group : plan.fused) {
+    std::vector<Request> moved;
+    for (Request* r : group) moved.push_back(std::move(*r));
+    gpu_->RunFused(std::move(moved));
+  }
+  for (const auto& pr : plan.others) gpu_->RunOne(std::move(*pr.first), *pr.second);
+}
+
+void Executor::Drain() {
+  if (gpu_) gpu_->Drain();
+}
+
+#else
+
+// Core::Check rejects GPU tensors in builds without NCCL; this is a backstop.
+void Executor::ExecuteGpu(const Plan& plan) {
+  const Status st = Status::InvalidArgument("GPU tensors need a build with NCCL");
+  for (const auto& group : plan.fused) {
+    for (Request* r : group) finish_(*r, st);
+  }
+  for (const auto& pr : plan.others) finish_(*pr.first, st);
+}
+
+void Executor::Drain() {}
+
+#endif
 
 void Executor::RunFused(std::vector<Request*>& group) {
   if (group.size() == 1) {
@@ -179,21 +212,12 @@ Status Executor::RunAllreduce(Request& req) {
 }
 
 Status Executor::RunAllgather(Request& req, const Response& resp) {
-  const int64_t row = req.input.row_elements();
   std::vector<int64_t> counts;
-  int64_t total = 0;
-  for (int64_t rows : resp.sizes) {
-    counts.push_back(rows * row);
-    total += rows * row;
-  }
-  if (total != req.output.num_elements()) {
-    return Status::InvalidArgument("allgather '" + req.meta.name + "': output holds " +
-                                   std::to_string(req.output.num_elements()) + " elements, ranks send " +
-                                   std::to_string(total));
-  }
+  Status st = AllgatherCounts(req, resp, &counts);
+  if (!st.ok()) return st;
   auto t0 = Clock::now();
-  Status st = comm_->Allgatherv(req.input.data, req.input.num_elements(), req.output.data, counts,
-                                Displacements(counts), req.meta.dtype);
+  st = comm_->Allgatherv(req.input.data, req.input.num_elements(), req.output.data, counts, Displacements(counts),
+                         req.meta.dtype);
   Trace(req, "ALLGATHER", t0, Clock::now());
   return st;
 }
@@ -211,37 +235,20 @@ Status Executor::RunBroadcast(Request& req) {
 }
 
 Status Executor::RunAlltoall(Request& req, const Response& resp) {
-  const int size = comm_->size();
-  const int me = comm_->rank();
-  const int64_t row = req.input.row_elements();
-  std::vector<int64_t> send_counts(size), recv_counts(size);
-  for (int r = 0; r < size; ++r) {
-    send_counts[r] = req.meta.splits[r] * row;
-    recv_counts[r] = resp.sizes[static_cast<size_t>(r) * size + me] * row;
-  }
-  int64_t total = 0;
-  for (int64_t c : recv_counts) total += c;
-  if (total != req.output.num_elements()) {
-    return Status::InvalidArgument("alltoall '" + req.meta.name + "': output holds " +
-                                   std::to_string(req.output.num_elements()) + " elements, ranks send " +
-                                   std::to_string(total));
-  }
+  std::vector<int64_t> send_counts, recv_counts;
+  Status st = AlltoallCounts(req, resp, comm_->rank(), comm_->size(), &send_counts, &recv_counts);
+  if (!st.ok()) return st;
   auto t0 = Clock::now();
-  Status st = comm_->Alltoallv(req.input.data, send_counts, Displacements(send_counts), req.output.data,
-                               recv_counts, Displacements(recv_counts), req.meta.dtype);
+  st = comm_->Alltoallv(req.input.data, send_counts, Displacements(send_counts), req.output.data, recv_counts,
+                        Displacements(recv_counts), req.meta.dtype);
   Trace(req, "ALLTOALL", t0, Clock::now());
   return st;
 }
 
 Status Executor::RunReducescatter(Request& req) {
-  const int size = comm_->size();
-  const int64_t row = req.input.row_elements();
-  const int64_t rows = req.input.shape.empty() ? 1 : req.input.shape[0];
-  std::vector<int64_t> counts = ScatterRows(rows, size);
-  for (auto& c : counts) c *= row;
-  if (counts[comm_->rank()] != req.output.num_elements()) {
-    return Status::InvalidArgument("reducescatter '" + req.meta.name + "': output has the wrong size");
-  }
+  std::vector<int64_t> counts;
+  Status st = ReducescatterCounts(req, comm_->rank(), comm_->size(), &counts);
+  if (!st.ok()) return st;
   auto t0 = Clock::now();
   const void* send = req.input.data;
   if (req.meta.prescale != 1.0) {
@@ -249,7 +256,7 @@ Status Executor::RunReducescatter(Request& req) {
     CopyAndScale(scratch, req.input.data, req.input.num_elements(), req.meta.dtype, req.meta.prescale);
     send = scratch;
   }
-  Status st = comm_->ReduceScatter(send, req.output.data, counts, req.meta.dtype, req.meta.reduce_op);
+  st = comm_->ReduceScatter(send, req.output.data, counts, req.meta.dtype, req.meta.reduce_op);
   if (st.ok()) ScaleInPlace(req.output.data, req.output.num_elements(), req.meta.dtype, req.meta.postscale);
   Trace(req, "REDUCESCATTER", t0, Clock::now());
   return st;

@@ -16,6 +16,10 @@
 #include "core/request.h"
 #include "core/timeline.h"
 
+#ifdef MXPLUGIN_WITH_NCCL
+#include "core/gpu/gpu_executor.h"
+#endif
+
 namespace mxplugin {
 
 using PendingRequests = std::unordered_map<std::string, Request>;
@@ -27,9 +31,20 @@ class Executor {
   Executor(Communicator* comm, const Config& config, Timeline* timeline, FinishFn finish)
       : comm_(comm), config_(config), timeline_(timeline), finish_(std::move(finish)) {}
 
+  // Runs the responses' requests: CPU ones before returning, GPU ones (moved
+  // out of `pending`) asynchronously on the GPU executor.
   void Execute(const std::vector<Response>& responses, PendingRequests* pending);
+  // Waits for asynchronous (GPU) work to finish; call without Core's lock.
+  void Drain();
 
  private:
+  // Small allreduces of one key, grouped up to the fusion threshold, and the rest.
+  struct Plan {
+    std::vector<std::vector<Request*>> fused;
+    std::vector<std::pair<Request*, const Response*>> others;
+  };
+  Plan MakePlan(const std::vector<std::pair<Request*, const Response*>>& items) const;
+  void ExecuteGpu(const Plan& plan);
   void RunFused(std::vector<Request*>& group);
   Status RunOne(Request& req, const Response& resp);
   Status RunAllreduce(Request& req);
@@ -45,6 +60,9 @@ class Executor {
   Timeline* timeline_;
   FinishFn finish_;
   FusionBuffer buffer_;
+#ifdef MXPLUGIN_WITH_NCCL
+  std::unique_ptr<gpu::GpuExecutor> gpu_;  // made at the first GPU response
+#endif
 };
 
 }  // namespace mxplugin

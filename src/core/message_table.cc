@@ -94,7 +94,10 @@ Response MessageTable::Validate(const std::string& name, const Entry& entry) con
   std::string d;
   if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return std::string(OpTypeName(m.op)); })).empty())
     return fail("operation", d);
-  if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return DeviceName(m.device); })).empty())
+  if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) {
+         // Ranks use their own GPUs; only CPU against GPU is a disagreement.
+         return std::string(m.device == kCpuDevice ? "cpu" : "gpu");
+       })).empty())
     return fail("device", d);
   if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return std::string(DataTypeName(m.dtype)); })).empty())
     return fail("dtype", d);

@@ -1,0 +1,390 @@
+#include "core/gpu/gpu_executor.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "core/collective_layout.h"
+#include "core/fusion_buffer.h"
+#include "cuda/scale_kernels.h"
+
+namespace mxplugin {
+namespace gpu {
+namespace {
+
+Status CudaStatus(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status::Ok();
+  cudaGetLastError();
+  return Status::Internal(std::string(what) + " failed: " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+}
+
+cudaStream_t StreamOf(const void* lane_stream) { return static_cast<cudaStream_t>(const_cast<void*>(lane_stream)); }
+
+// How long the completion thread lets a launch run before asking NCCL
+// whether a peer has failed (Note [NCCL and dead peers]).
+constexpr std::chrono::milliseconds kHealthCheckAfter(500);
+
+}  // namespace
+
+GpuExecutor::GpuExecutor(Communicator* bootstrap, const Config& config, Timeline* timeline, FinishFn finish)
+    : bootstrap_(bootstrap), config_(config), timeline_(timeline), finish_(std::move(finish)) {
+  completion_ = std::thread([this] { CompletionLoop(); });
+}
+
+GpuExecutor::~GpuExecutor() {
+  Drain();
+  if (device_ < 0) return;
+  cudaSetDevice(device_);
+  for (Lane& lane : lanes_) {
+    if (lane.fusion != nullptr) cudaFreeAsync(lane.fusion, StreamOf(lane.stream));
+    cudaStreamSynchronize(StreamOf(lane.stream));
+    lane.comm.reset();
+    cudaStreamDestroy(StreamOf(lane.stream));
+  }
+  cudaGetLastError();
+}
+
+void GpuExecutor::Drain() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (draining_) return;
+    draining_ = true;
+  }
+  wake_.notify_all();
+  if (completion_.joinable()) completion_.join();
+}
+
+Status GpuExecutor::Broken() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return broken_;
+}
+
+Status GpuExecutor::EnsureLanes(int device) {
+  if (!lanes_.empty()) {
+    if (device == device_) return Status::Ok();
+    return Status::InvalidArgument("this rank's GPU collectives run on gpu(" + std::to_string(device_) +
+                                   "); a tensor on gpu(" + std::to_string(device) +
+                                   ") cannot join them (one GPU per process)");
+  }
+  Status st = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
+  if (!st.ok()) return st;
+  // Communication streams get the highest priority, so that reductions are
+  // not queued behind the backward pass's kernels.
+  int least = 0, greatest = 0;
+  cudaDeviceGetStreamPriorityRange(&least, &greatest);
+  std::vector<void*> streams;
+  for (int i = 0; i < std::max(1, config_.num_streams); ++i) {
+    cudaStream_t s = nullptr;
+    st = CudaStatus(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest), "cudaStreamCreate");
+    if (!st.ok()) break;
+    streams.push_back(s);
+  }
+  std::vector<std::unique_ptr<NcclCommunicator>> comms;
+  // Collective over the set even when the streams failed, so that no peer
+  // waits for this rank: an empty stream list still joins the id broadcast.
+  const auto deadline =
+      Clock::now() + std::chrono::microseconds(static_cast<int64_t>(config_.peer_timeout_seconds * 1e6));
+  Status made = st.ok() ? NcclCommunicator::CreateMany(bootstrap_, device, streams, deadline, &comms) : st;
+  if (!made.ok()) {
+    for (void* s : streams) cudaStreamDestroy(static_cast<cudaStream_t>(s));
+    return Status(made.code(), "setting up NCCL on gpu(" + std::to_string(device) + ") failed: " + made.reason());
+  }
+  lanes_.resize(streams.size());
+  for (size_t i = 0; i < streams.size(); ++i) {
+    lanes_[i].stream = streams[i];
+    lanes_[i].comm = std::move(comms[i]);
+  }
+  device_ = device;
+  return Status::Ok();
+}
+
+GpuExecutor::Lane& GpuExecutor::NextLane() {
+  Lane& lane = lanes_[next_lane_ % lanes_.size()];
+  ++next_lane_;
+  return lane;
+}
+
+Status GpuExecutor::WaitReady(Lane& lane, const Request& request) {
+  if (!request.ready_event) return Status::Ok();
+  return CudaStatus(
+      cudaStreamWaitEvent(StreamOf(lane.stream), static_cast<cudaEvent_t>(request.ready_event.get()), 0),
+      "waiting for the tensor's producer (cudaStreamWaitEvent)");
+}
+
+// Grows the lane's fusion buffer in stream order: the old one is freed
+// behind the work already queued that may still read it.
+Status GpuExecutor::Reserve(Lane& lane, int64_t bytes, void** out) {
+  if (bytes > lane.fusion_bytes) {
+    cudaStream_t stream = StreamOf(lane.stream);
+    if (lane.fusion != nullptr) cudaFreeAsync(lane.fusion, stream);
+    lane.fusion = nullptr;
+    lane.fusion_bytes = 0;
+    const int64_t want = std::max<int64_t>(bytes, 1 << 20);
+    Status st = CudaStatus(cudaMallocAsync(&lane.fusion, static_cast<size_t>(want), stream),
+                           "allocating the GPU fusion buffer (cudaMallocAsync)");
+    if (!st.ok()) return st;
+    lane.fusion_bytes = want;
+  }
+  *out = lane.fusion;
+  return Status::Ok();
+}
+
+void GpuExecutor::RunFused(std::vector<Request> group) {
+  const auto begin = Clock::now();
+  Status st = Broken();
+  if (st.ok()) st = EnsureLanes(group[0].input.device);
+  if (!st.ok()) {
+    Submit(nullptr, std::move(group), st, "NCCL_ALLREDUCE", begin);
+    return;
+  }
+  Lane& lane = NextLane();
+  st = LaunchFused(lane, group);
+  Submit(&lane, std::move(group), st, "NCCL_ALLREDUCE", begin);
+}
+
+void GpuExecutor::RunOne(Request req, const Response& resp) {
+  const auto begin = Clock::now();
+  const char* phase = "NCCL";
+  Status st = Broken();
+  if (st.ok()) st = EnsureLanes(req.input.device);
+  std::vector<Request> one;
+  if (!st.ok()) {
+    one.push_back(std::move(req));
+    Submit(nullptr, std::move(one), st, phase, begin);
+    return;
+  }
+  Lane& lane = NextLane();
+  st = LaunchOne(lane, req, resp, &phase);
+  one.push_back(std::move(req));
+  Submit(&lane, std::move(one), st, phase, begin);
+}
+
+// Pack with prescale, reduce, unpack with postscale: two batched kernel
+// launches and one NCCL call for the whole group.
+Status GpuExecutor::LaunchFused(Lane& lane, std::vector<Request>& group) {
+  if (group.size() == 1) return LaunchAllreduce(lane, group[0]);
+  const Request& first = group[0];
+  const DataType dtype = first.meta.dtype;
+  int64_t bytes = 0;
+  for (const Request& r : group) bytes = AlignFusionOffset(bytes) + r.input.num_bytes();
+  void* buffer = nullptr;
+  Status st;
+  for (const Request& r : group) {
+    if (st.ok()) st = WaitReady(lane, r);
+  }
+  if (st.ok()) st = Reserve(lane, bytes, &buffer);
+  if (!st.ok()) return st;
+  std::vector<cuda::CopyDescriptor> in, out;
+  int64_t offset = 0;
+  for (const Request& r : group) {
+    offset = AlignFusionOffset(offset);
+    char* slot = static_cast<char*>(buffer) + offset;
+    in.push_back({r.input.data, slot, r.input.num_elements(), r.meta.prescale});
+    out.push_back({slot, r.output.data, r.output.num_elements(), r.meta.postscale});
+    offset += r.input.num_bytes();
+  }
+  st = cuda::BatchedCopyAndScale(in.data(), static_cast<int64_t>(in.size()), dtype, lane.stream);
+  if (st.ok()) {
+    st = lane.comm->Allreduce(buffer, buffer, offset / static_cast<int64_t>(DataTypeSize(dtype)), dtype,
+                              first.meta.reduce_op);
+  }
+  if (st.ok()) st = cuda::BatchedCopyAndScale(out.data(), static_cast<int64_t>(out.size()), dtype, lane.stream);
+  return st;
+}
+
+// Large tensors are reduced where they lie. A sum with scale factors is one
+// NCCL pre-multiplied sum where NCCL offers it for the dtype; otherwise the
+// scaling costs a kernel pass on each side, as on the CPU.
+Status GpuExecutor::LaunchAllreduce(Lane& lane, Request& req) {
+  const int64_t n = req.input.num_elements();
+  const DataType dtype = req.meta.dtype;
+  Status st = WaitReady(lane, req);
+  if (!st.ok() || n == 0) return st;
+  const double factor = req.meta.prescale * req.meta.postscale;
+  if (req.meta.reduce_op == ReduceOp::kSum && factor != 1.0 && NcclCommunicator::ScaledSumSupported(dtype)) {
+    return lane.comm->ScaledSum(req.input.data, req.output.data, n, dtype, factor);
+  }
+  const void* send = req.input.data;
+  if (req.meta.prescale != 1.0) {
+    st = cuda::CopyAndScale(req.output.data, req.input.data, n, dtype, req.meta.prescale, lane.stream);
+    if (!st.ok()) return st;
+    send = req.output.data;
+  }
+  st = lane.comm->Allreduce(send, req.output.data, n, dtype, req.meta.reduce_op);
+  if (st.ok()) st = cuda::ScaleInPlace(req.output.data, n, dtype, req.meta.postscale, lane.stream);
+  return st;
+}
+
+Status GpuExecutor::LaunchReducescatter(Lane& lane, Request& req) {
+  std::vector<int64_t> counts;
+  Status st = ReducescatterCounts(req, lane.comm->rank(), lane.comm->size(), &counts);
+  if (!st.ok()) return st;
+  const void* send = req.input.data;
+  if (req.meta.prescale != 1.0) {
+    void* scratch = nullptr;
+    st = Reserve(lane, req.input.num_bytes(), &scratch);
+    if (st.ok()) {
+      st = cuda::CopyAndScale(scratch, req.input.data, req.input.num_elements(), req.meta.dtype, req.meta.prescale,
+                              lane.stream);
+    }
+    if (!st.ok()) return st;
+    send = scratch;
+  }
+  st = lane.comm->ReduceScatter(send, req.output.data, counts, req.meta.dtype, req.meta.reduce_op);
+  if (st.ok()) {
+    st = cuda::ScaleInPlace(req.output.data, req.output.num_elements(), req.meta.dtype, req.meta.postscale,
+                            lane.stream);
+  }
+  return st;
+}
+
+Status GpuExecutor::LaunchOne(Lane& lane, Request& req, const Response& resp, const char** phase) {
+  NcclCommunicator& comm = *lane.comm;
+  if (req.meta.op == OpType::kAllreduce) {
+    *phase = "NCCL_ALLREDUCE";
+    return LaunchAllreduce(lane, req);
+  }
+  Status st = WaitReady(lane, req);
+  if (!st.ok()) return st;
+  switch (req.meta.op) {
+    case OpType::kAllgather: {
+      *phase = "NCCL_ALLGATHER";
+      std::vector<int64_t> counts;
+      st = AllgatherCounts(req, resp, &counts);
+      if (!st.ok()) return st;
+      return comm.Allgatherv(req.input.data, req.input.num_elements(), req.output.data, counts,
+                             Displacements(counts), req.meta.dtype);
+    }
+    case OpType::kBroadcast: {
+      *phase = "NCCL_BROADCAST";
+      const int64_t n = req.input.num_elements();
+      if (n == 0) return Status::Ok();
+      if (comm.rank() == req.meta.root_rank && req.output.data != req.input.data) {
+        st = cuda::CopyAndScale(req.output.data, req.input.data, n, req.meta.dtype, 1.0, lane.stream);
+        if (!st.ok()) return st;
+      }
+      return comm.Broadcast(req.output.data, n, req.meta.dtype, req.meta.root_rank);
+    }
+    case OpType::kAlltoall: {
+      *phase = "NCCL_ALLTOALL";
+      std::vector<int64_t> send_counts, recv_counts;
+      st = AlltoallCounts(req, resp, comm.rank(), comm.size(), &send_counts, &recv_counts);
+      if (!st.ok()) return st;
+      return comm.Alltoallv(req.input.data, send_counts, Displacements(send_counts), req.output.data, recv_counts,
+                            Displacements(recv_counts), req.meta.dtype);
+    }
+    case OpType::kReducescatter:
+      *phase = "NCCL_REDUCESCATTER";
+      return LaunchReducescatter(lane, req);
+    default:
+      return Status::Internal(std::string(OpTypeName(req.meta.op)) + " has no GPU implementation");
+  }
+}
+
+void GpuExecutor::Submit(Lane* lane, std::vector<Request> requests, Status status, const char* phase,
+                         Clock::time_point begin) {
+  InFlight item;
+  item.lane = lane;
+  item.requests = std::move(requests);
+  item.status = status;
+  item.phase = phase;
+  item.begin = begin;
+  if (lane != nullptr) {
+    // Even after a failed launch, completion waits for whatever was queued,
+    // so that no kernel still writes an output its owner has been told about.
+    cudaEvent_t done = nullptr;
+    Status st = CudaStatus(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
+    if (st.ok()) st = CudaStatus(cudaEventRecord(done, StreamOf(lane->stream)), "cudaEventRecord");
+    if (st.ok()) {
+      item.done = done;
+    } else {
+      if (done != nullptr) cudaEventDestroy(done);
+      Status synced = CudaStatus(cudaStreamSynchronize(StreamOf(lane->stream)), "cudaStreamSynchronize");
+      if (item.status.ok()) item.status = synced.ok() ? st : synced;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_flight_.push_back(std::move(item));
+  }
+  wake_.notify_all();
+}
+
+void GpuExecutor::FinishItem(InFlight& item, const Status& status) {
+  const auto end = Clock::now();
+  for (Request& r : item.requests) {
+    if (timeline_->active()) timeline_->Record(r.meta.name, item.phase, item.begin, end);
+    finish_(r, status);
+  }
+  if (item.done != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(item.done));
+  item.done = nullptr;
+}
+
+void GpuExecutor::AbortAll(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (broken_.ok()) broken_ = why;
+  }
+  for (Lane& lane : lanes_) {
+    if (lane.comm) lane.comm->Abort();
+  }
+}
+
+// Polls the events of launched work, oldest first, and finishes requests as
+// their work completes. While work runs long, asks NCCL whether a peer failed
+// (then aborts every lane so that stuck kernels return); while draining, gives
+// up on work older than the peer timeout the same way.
+void GpuExecutor::CompletionLoop() {
+  Clock::time_point drain_started{};
+  while (true) {
+    std::deque<InFlight> items;
+    bool draining;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait_for(lock, std::chrono::milliseconds(50), [this] { return !in_flight_.empty() || draining_; });
+      items.swap(in_flight_);
+      draining = draining_;
+    }
+    if (draining && drain_started == Clock::time_point{}) drain_started = Clock::now();
+    if (items.empty()) {
+      if (draining) return;
+      continue;
+    }
+    bool progressed = false;
+    std::deque<InFlight> still;
+    for (InFlight& item : items) {
+      Status broken = Broken();
+      cudaError_t state = item.done == nullptr ? cudaSuccess : cudaEventQuery(static_cast<cudaEvent_t>(item.done));
+      if (state == cudaErrorNotReady) {
+        const auto age = Clock::now() - item.begin;
+        if (broken.ok() && age > kHealthCheckAfter && item.lane != nullptr) {
+          Status health = item.lane->comm->AsyncError();
+          if (!health.ok()) AbortAll(health);
+        }
+        if (draining && Broken().ok() &&
+            Clock::now() - drain_started > std::chrono::duration<double>(config_.peer_timeout_seconds)) {
+          AbortAll(Status::Aborted("GPU collectives were still running " +
+                                   std::to_string(static_cast<int>(config_.peer_timeout_seconds)) +
+                                   " s after shutdown began (MXPLUGIN_PEER_TIMEOUT_SECONDS); they were aborted"));
+        }
+        still.push_back(std::move(item));
+        continue;
+      }
+      progressed = true;
+      Status status = item.status;
+      if (status.ok() && state != cudaSuccess) status = CudaStatus(state, "a GPU collective");
+      broken = Broken();
+      if (status.ok() && !broken.ok()) status = broken;  // aborted NCCL work leaves garbage behind
+      FinishItem(item, status);
+    }
+    if (!still.empty()) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      for (auto it = still.rbegin(); it != still.rend(); ++it) in_flight_.push_front(std::move(*it));
+    }
+    if (!progressed) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+}  // namespace gpu
+}  // namespace mxplugin
