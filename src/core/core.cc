@@ -4,6 +4,7 @@
 
 #ifdef MXPLUGIN_WITH_NCCL
 #include "core/gpu/ready_event.h"
+#include "cuda/device.h"
 #endif
 
 #include <algorithm>
@@ -25,6 +26,24 @@ Status CheckTensorOp(const TensorOp& op, int set_size) {
                                    "they were left out)");
 #endif
     if (m.op == OpType::kBarrier) return Status::InvalidArgument(who + ": a barrier carries no tensor");
+#ifdef MXPLUGIN_WITH_NCCL
+    std::string reason;
+    const int devices = cuda::DeviceCount(&reason);
+    if (m.device < 0 || m.device >= devices) {
+      return Status::InvalidArgument(who + ": the tensor is on " + DeviceName(m.device) + ", but this process sees " +
+                                     std::to_string(devices) + " CUDA device(s)" +
+                                     (reason.empty() ? std::string() : " (" + reason + ")"));
+    }
+    // Adapters that fill in the pointers later (MXNet) check before they are known.
+    if (op.input.num_elements() > 0 && op.input.data != nullptr) {
+      Status st = gpu::CheckDeviceMemory(op.input.data, m.device, (who + ": input").c_str());
+      if (!st.ok()) return st;
+    }
+    if (op.output.num_elements() > 0 && op.output.data != nullptr) {
+      Status st = gpu::CheckDeviceMemory(op.output.data, m.device, (who + ": output").c_str());
+      if (!st.ok()) return st;
+    }
+#endif
   }
   if (op.input.device != m.device || op.output.device != m.device) {
     return Status::InvalidArgument(who + ": input is on " + DeviceName(op.input.device) + " and output on " +

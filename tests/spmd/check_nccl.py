@@ -1,0 +1,182 @@
+"""The core's GPU path (NCCL backend, lanes, ready events, device fusion
+buffer) through the raw entry with CuPy arrays: no MXNet needed, so it runs
+in a core-only build too. Each rank uses GPU local_rank; NCCL needs one GPU
+per rank. Run under mpiexec by tests/test_nccl.py."""
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import cupy as cp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from mxplugin._loader import core_module as m  # noqa: E402
+
+core = m.Core()
+topo = core.topology()
+rank, size = topo["rank"], topo["size"]
+dev = topo["local_rank"]
+cp.cuda.Device(dev).use()
+# The producer stream: the core must wait for it through the ready event.
+stream = cp.cuda.Stream(non_blocking=True)
+DT = m.DTYPES
+TOL = {"float16": dict(rtol=2e-3, atol=2e-2), "float32": dict(rtol=1e-5, atol=1e-5),
+       "float64": dict(rtol=1e-12, atol=1e-12)}
+
+
+def say(text):
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def host_data(shape, r, dtype, seed):
+    rng = np.random.RandomState(seed * 1000 + r)
+    if dtype.startswith("float"):
+        return (rng.uniform(-1, 1, size=shape) * 4).astype(dtype)
+    return rng.randint(-50, 50, size=shape).astype(dtype)
+
+
+def upload(host):
+    with stream:
+        return cp.asarray(host)
+
+
+def op(name, op_type, dtype, inp, out, reduce_op=m.REDUCE_SUM, root=0, pre=1.0, post=1.0, splits=None,
+       device=None):
+    return (name, op_type, reduce_op, DT[dtype], dev if device is None else device, list(inp.shape),
+            list(out.shape), root, pre, post, splits, 0, inp.data.ptr, out.data.ptr, stream.ptr)
+
+
+def run(ops):
+    handle = core.enqueue(ops, 0)
+    handle.wait()
+
+
+def check(what, actual, expected, dtype):
+    got = cp.asnumpy(actual)
+    if dtype.startswith("float"):
+        np.testing.assert_allclose(got.astype("float64"), expected, err_msg=f"rank {rank}: {what}", **TOL[dtype])
+    else:
+        np.testing.assert_array_equal(got, np.asarray(expected).astype(dtype), err_msg=f"rank {rank}: {what}")
+
+
+# --- allreduce: fused (small) and direct (large), sum/average/min/max/product,
+# scaled, in and out of place, several dtypes, one grouped call
+ops, expect, seed = [], [], 0
+for dtype in ("float32", "float16", "float64", "int32", "int64"):
+    for reduce_name, reduce_op in (("sum", m.REDUCE_SUM), ("avg", m.REDUCE_AVERAGE), ("min", m.REDUCE_MIN),
+                                   ("max", m.REDUCE_MAX), ("prod", m.REDUCE_PRODUCT)):
+        scaled = reduce_name in ("sum", "avg") and dtype.startswith("float")
+        for pre, post in ([(1.0, 1.0), (0.5, 3.0)] if scaled else [(1.0, 1.0)]):
+            for shape in ((5,), (3, 7), (200_003,)):  # the last is above the direct threshold
+                seed += 1
+                per = [host_data(shape, r, dtype, seed) for r in range(size)]
+                if reduce_name == "prod":
+                    per = [np.sign(p).astype(dtype) + (p == 0).astype(dtype) for p in per]  # stays in range
+                stack = np.stack([p.astype("float64") * pre for p in per])
+                total = {"sum": stack.sum(0), "avg": stack.sum(0) / size, "min": stack.min(0), "max": stack.max(0),
+                         "prod": stack.prod(0)}[reduce_name] * post
+                if not dtype.startswith("float"):
+                    total = np.trunc(total)
+                name = f"ar.{dtype}.{reduce_name}.{pre}.{shape}"
+                inp = upload(per[rank])
+                out = cp.zeros_like(inp)
+                ops.append(op(name, m.OP_ALLREDUCE, dtype, inp, out, reduce_op, pre=pre, post=post))
+                expect.append((name, out, total, dtype))
+                inplace = upload(per[rank])
+                ops.append(op(name + ".inplace", m.OP_ALLREDUCE, dtype, inplace, inplace, reduce_op, pre=pre,
+                              post=post))
+                expect.append((name + ".inplace", inplace, total, dtype))
+keep = [e[1] for e in expect]
+run(ops)
+for name, out, total, dtype in expect:
+    check(name, out, total, dtype)
+say(f"rank {rank}: {len(ops)} allreduces ok")
+
+# --- many groups at once: separate calls (and priorities) spread over the lanes
+handles, expect = [], []
+for k in range(24):
+    per = [host_data((1000 + k,), r, "float32", 500 + k) for r in range(size)]
+    bufs = [upload(per[rank]) for _ in range(3)]
+    group = [op(f"lanes.{k}.{j}", m.OP_ALLREDUCE, "float32", b, b) for j, b in enumerate(bufs)]
+    handles.append(core.enqueue(group, 0))
+    expect += [(b, sum(p.astype("float64") for p in per)) for b in bufs]
+for h in handles:
+    h.wait()
+for i, (b, total) in enumerate(expect):
+    check(f"lanes {i}", b, total, "float32")
+say(f"rank {rank}: 72 allreduces over the lanes ok")
+
+# --- ready events: the input is still being computed on the producer stream
+# when the op is enqueued; the result must see the finished values.
+base = upload(np.full((4_000_000,), rank + 1, dtype="float32"))
+with stream:
+    for _ in range(100):
+        base += 1  # each a kernel on `stream`
+out = cp.zeros_like(base)
+run([op("ordered", m.OP_ALLREDUCE, "float32", base, out)])
+check("ready event ordering", out[:10], np.full(10, sum(r + 1 + 100 for r in range(size)), "float64"), "float32")
+say(f"rank {rank}: ordering against the producer stream ok")
+
+# --- allgather (rows differ per rank), broadcast (in and out of place), alltoall, reducescatter
+rows = [r + 2 for r in range(size)]
+per = [host_data((rows[r], 3), r, "float32", 900) for r in range(size)]
+inp = upload(per[rank])
+gathered = cp.zeros((sum(rows), 3), dtype="float32")
+run([op("ag", m.OP_ALLGATHER, "float32", inp, gathered)])
+check("allgather", gathered, np.concatenate(per).astype("float64"), "float32")
+
+root = size - 1
+src = [host_data((6, 5), r, "float64", 901) for r in range(size)]
+b_in = upload(src[rank])
+b_out = cp.zeros_like(b_in)
+b_inplace = upload(src[rank])
+run([op("bc", m.OP_BROADCAST, "float64", b_in, b_out, root=root),
+     op("bc.inplace", m.OP_BROADCAST, "float64", b_inplace, b_inplace, root=root)])
+check("broadcast", b_out, src[root], "float64")
+check("broadcast in place", b_inplace, src[root], "float64")
+
+splits_of = [[(r + d) % 3 for d in range(size)] for r in range(size)]  # rows rank r sends to each rank
+send = [host_data((sum(splits_of[r]), 2), r, "int32", 902) for r in range(size)]
+expected = []
+for r in range(size):
+    start = sum(splits_of[r][:rank])
+    expected.append(send[r][start:start + splits_of[r][rank]])
+a_in = upload(send[rank])
+a_out = cp.zeros((sum(splits_of[r][rank] for r in range(size)), 2), dtype="int32")
+run([op("a2a", m.OP_ALLTOALL, "int32", a_in, a_out, splits=splits_of[rank])])
+check("alltoall", a_out, np.concatenate(expected), "int32")
+
+total_rows = 2 * size + 1  # uneven: rank 0 gets the extra row
+blocks = [total_rows // size + (1 if r < total_rows % size else 0) for r in range(size)]
+rs = [host_data((total_rows, 4), r, "float32", 903) for r in range(size)]
+full = sum(x.astype("float64") for x in rs)
+lo = sum(blocks[:rank])
+r_in = upload(rs[rank])
+r_sum = cp.zeros((blocks[rank], 4), dtype="float32")
+r_avg = cp.zeros((blocks[rank], 4), dtype="float32")
+run([op("rs.sum", m.OP_REDUCESCATTER, "float32", r_in, r_sum),
+     op("rs.avg", m.OP_REDUCESCATTER, "float32", r_in, r_avg, m.REDUCE_AVERAGE, pre=2.0)])
+check("reducescatter sum", r_sum, full[lo:lo + blocks[rank]], "float32")
+check("reducescatter average", r_avg, 2.0 * full[lo:lo + blocks[rank]] / size, "float32")
+say(f"rank {rank}: allgather, broadcast, alltoall, reducescatter ok")
+
+# --- errors found before anything runs, on this rank
+host = np.zeros(16, dtype="float32")
+try:
+    core.enqueue([("host.as.gpu", m.OP_ALLREDUCE, 0, DT["float32"], dev, [16], [16], 0, 1.0, 1.0, None, 0,
+                   host.ctypes.data, host.ctypes.data, 0)], 0)
+    raise AssertionError("a host pointer passed as GPU memory was accepted")
+except ValueError as e:
+    assert "host memory" in str(e) or "not a CUDA pointer" in str(e), e
+g = upload(np.zeros(4, dtype="float32"))
+try:
+    run([op("bad.device", m.OP_ALLREDUCE, "float32", g, g, device=cp.cuda.runtime.getDeviceCount())])
+    raise AssertionError("a device id past the last GPU was accepted")
+except ValueError as e:
+    assert "CUDA device" in str(e), e
+say(f"rank {rank}: GPU argument errors ok")
+
+stream.synchronize()
+core.shutdown()
+say(f"PASS {rank}")
