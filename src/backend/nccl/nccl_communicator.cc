@@ -215,8 +215,8 @@ Status NcclCommunicator::Check(ncclResult_t result, const char* what) {
 }
 
 Status NcclCommunicator::Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) {
-  ncclDataType_t type;
-  ncclRedOp_t red;
+  ncclDataType_t type = ncclFloat32;
+  ncclRedOp_t red = ncclSum;
   Status st = NcclType(dtype, &type);
   if (st.ok()) st = NcclOp(op, &red);
   if (!st.ok()) return st;
@@ -229,7 +229,7 @@ bool NcclCommunicator::ScaledSumSupported(DataType dtype) {
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 11, 0)
   // Integers would multiply by a truncated factor; the CPU path scales them
   // after the sum, in float64, so they keep a separate scale pass.
-  ncclDataType_t type;
+  ncclDataType_t type = ncclFloat32;
   return (dtype == DataType::kFloat16 || dtype == DataType::kFloat32 || dtype == DataType::kFloat64 ||
           dtype == DataType::kBFloat16) &&
          NcclType(dtype, &type).ok();
@@ -244,7 +244,7 @@ Status NcclCommunicator::ScaledSum(const void* send, void* recv, int64_t count, 
   if (!ScaledSumSupported(dtype)) {
     return Status::InvalidArgument(std::string("NCCL cannot pre-multiply ") + DataTypeName(dtype));
   }
-  ncclDataType_t type;
+  ncclDataType_t type = ncclFloat32;
   Status st = NcclType(dtype, &type);
   if (!st.ok()) return st;
   // The scalar has the element type, as NCCL reads it.
@@ -280,7 +280,7 @@ Status NcclCommunicator::ScaledSum(const void* send, void* recv, int64_t count, 
 Status NcclCommunicator::Allgatherv(const void* send, int64_t send_count, void* recv,
                                     const std::vector<int64_t>& counts, const std::vector<int64_t>& displs,
                                     DataType dtype) {
-  ncclDataType_t type;
+  ncclDataType_t type = ncclFloat32;
   Status st = NcclType(dtype, &type);
   if (!st.ok()) return st;
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_);
@@ -306,7 +306,7 @@ Status NcclCommunicator::Allgatherv(const void* send, int64_t send_count, void* 
 }
 
 Status NcclCommunicator::Broadcast(void* buffer, int64_t count, DataType dtype, int root) {
-  ncclDataType_t type;
+  ncclDataType_t type = ncclFloat32;
   Status st = NcclType(dtype, &type);
   if (!st.ok()) return st;
   return Check(ncclBroadcast(buffer, buffer, static_cast<size_t>(count), type, root, comm_,
@@ -318,7 +318,7 @@ Status NcclCommunicator::Alltoallv(const void* send, const std::vector<int64_t>&
                                    const std::vector<int64_t>& send_displs, void* recv,
                                    const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs,
                                    DataType dtype) {
-  ncclDataType_t type;
+  ncclDataType_t type = ncclFloat32;
   Status st = NcclType(dtype, &type);
   if (!st.ok()) return st;
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_);
@@ -343,8 +343,8 @@ Status NcclCommunicator::Alltoallv(const void* send, const std::vector<int64_t>&
 
 Status NcclCommunicator::ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                                        DataType dtype, ReduceOp op) {
-  ncclDataType_t type;
-  ncclRedOp_t red;
+  ncclDataType_t type = ncclFloat32;
+  ncclRedOp_t red = ncclSum;
   Status st = NcclType(dtype, &type);
   if (st.ok()) st = NcclOp(op, &red);
   if (!st.ok()) return st;
