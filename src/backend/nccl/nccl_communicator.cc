@@ -296,7 +296,8 @@ Status NcclCommunicator::Allgatherv(const void* send, int64_t send_count, void* 
   ncclResult_t first = ncclSuccess;
   for (int r = 0; r < size_; ++r) {
     if (counts[r] == 0) continue;
-    ncclResult_t res = ncclBroadcast(r == rank_ ? send : nullptr, At(recv, displs[r], dtype),
+    // Non-roots' send buffer is unused; a valid pointer keeps NCCL's checks quiet.
+    ncclResult_t res = ncclBroadcast(r == rank_ ? send : At(recv, displs[r], dtype), At(recv, displs[r], dtype),
                                      static_cast<size_t>(counts[r]), type, r, comm_, stream);
     if (first == ncclSuccess && res != ncclSuccess && res != ncclInProgress) first = res;
   }
@@ -361,7 +362,8 @@ Status NcclCommunicator::ReduceScatter(const void* send, void* recv, const std::
   int64_t offset = 0;
   for (int r = 0; r < size_; ++r) {
     if (recv_counts[r] > 0) {
-      ncclResult_t res = ncclReduce(At(send, offset, dtype), r == rank_ ? recv : nullptr,
+      // recv is written on rank r only.
+      ncclResult_t res = ncclReduce(At(send, offset, dtype), recv,
                                     static_cast<size_t>(recv_counts[r]), type, red, r, comm_, stream);
       if (first == ncclSuccess && res != ncclSuccess && res != ncclInProgress) first = res;
     }

@@ -68,24 +68,30 @@ Status GpuExecutor::EnsureLanes(int device) {
                                    ") cannot join them (one GPU per process)");
   }
   Status st = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
-  if (!st.ok()) return st;
   // Communication streams get the highest priority, so that reductions are
   // not queued behind the backward pass's kernels.
   int least = 0, greatest = 0;
   cudaDeviceGetStreamPriorityRange(&least, &greatest);
   std::vector<void*> streams;
-  for (int i = 0; i < std::max(1, config_.num_streams); ++i) {
+  for (int i = 0; i < std::max(1, config_.num_streams) && st.ok(); ++i) {
     cudaStream_t s = nullptr;
     st = CudaStatus(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest), "cudaStreamCreate");
     if (!st.ok()) break;
     streams.push_back(s);
   }
   std::vector<std::unique_ptr<NcclCommunicator>> comms;
-  // Collective over the set even when the streams failed, so that no peer
-  // waits for this rank: an empty stream list still joins the id broadcast.
   const auto deadline =
       Clock::now() + std::chrono::microseconds(static_cast<int64_t>(config_.peer_timeout_seconds * 1e6));
-  Status made = st.ok() ? NcclCommunicator::CreateMany(bootstrap_, device, streams, deadline, &comms) : st;
+  Status made;
+  if (st.ok()) {
+    made = NcclCommunicator::CreateMany(bootstrap_, device, streams, deadline, &comms);
+  } else {
+    // Still take part in the id broadcast, so that peers fail at their NCCL
+    // setup's deadline instead of in the broadcast.
+    std::string ids;
+    bootstrap_->BroadcastBytes(&ids, deadline);
+    made = st;
+  }
   if (!made.ok()) {
     for (void* s : streams) cudaStreamDestroy(static_cast<cudaStream_t>(s));
     return Status(made.code(), "setting up NCCL on gpu(" + std::to_string(device) + ") failed: " + made.reason());
