@@ -1,0 +1,125 @@
+"""GPU allreduce through mxplugin's core against one raw NCCL allreduce of the
+same bytes, measured in the same run (needs CuPy, a GPU per rank and a build
+with NCCL; no MXNet):
+
+    mxplugin-run -np 2 python bench/gpu_allreduce.py [--model resnet50] [--iters 20]
+
+Each rank takes GPU local_rank. Cases, each timed end to end from the host
+(enqueue to every handle done), medians of --iters after --warmup:
+  reference     one ncclAllReduce (CuPy's NCCL binding) of a single buffer
+                holding all the gradients' bytes, then a stream synchronise
+  grouped       one grouped call of every gradient tensor (fused on the GPU,
+                averaged: prescale/postscale folded into the pack/unpack)
+  per_tensor    one call per tensor, then waiting for all of them
+Prints each case's time and its ratio to the reference; rank 0 writes
+everything, with the GPU model and MXPLUGIN_NUM_STREAMS, to
+bench/results/gpu_allreduce.json (or --output).
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# float32 element counts of a ResNet50-like gradient list: 109 tensors,
+# 25.5 M elements (102 MB), from 1000 to 2.4 M elements each. (The CPU
+# benchmark takes resnet50_v1's exact list from MXNet, which the GPU test
+# machine does not have.)
+RESNET50_SHAPES = ([9408, 64, 64] + [4096, 64, 36864, 64, 16384, 256, 16384, 256] +
+                   [16384, 64, 36864, 64, 16384, 256] * 2 + [32768, 128, 147456, 128, 65536, 512, 131072, 512] +
+                   [65536, 128, 147456, 128, 65536, 512] * 3 +
+                   [131072, 256, 589824, 256, 262144, 1024, 524288, 1024] +
+                   [262144, 256, 589824, 256, 262144, 1024] * 5 +
+                   [524288, 512, 2359296, 512, 1048576, 2048, 2097152, 2048] +
+                   [1048576, 512, 2359296, 512, 1048576, 2048] * 2 + [2048000, 1000])
+
+
+def fail(message):
+    sys.exit(f"bench/gpu_allreduce.py: {message}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                                         "gpu_allreduce.json"))
+    args = parser.parse_args()
+    try:
+        import cupy as cp
+        from cupy.cuda import nccl
+    except ImportError:
+        fail("needs CuPy with NCCL support (pip install cupy-cuda12x or cupy-cuda13x)")
+    from mxplugin._loader import core_module as m
+    if not m.nccl_built():
+        fail("this build of mxplugin has no NCCL (mxplugin-run --check-build says why)")
+
+    core = m.Core()
+    topo = core.topology()
+    rank, size = topo["rank"], topo["size"]
+    cp.cuda.Device(topo["local_rank"]).use()
+    dev = topo["local_rank"]
+    stream = cp.cuda.Stream(non_blocking=True)
+
+    # Reference communicator: its id travels over mxplugin's CPU broadcast.
+    uid = np.array(nccl.get_unique_id() if rank == 0 else [0] * 128, dtype=np.int8)
+    h = core.enqueue([("bench.nccl_id", m.OP_BROADCAST, 0, m.DTYPES["int8"], -1, [uid.size], [uid.size], 0, 1.0,
+                       1.0, None, 0, uid.ctypes.data, uid.ctypes.data)], 0)
+    h.wait()
+    raw = nccl.NcclCommunicator(size, tuple(int(b) for b in uid), rank)
+
+    grads = [cp.ones(n, dtype=cp.float32) for n in RESNET50_SHAPES]
+    total = sum(RESNET50_SHAPES)
+    flat = cp.ones(total, dtype=cp.float32)
+    stream.synchronize()
+
+    def op(name, g):
+        return (name, m.OP_ALLREDUCE, m.REDUCE_AVERAGE, m.DTYPES["float32"], dev, [g.size], [g.size], 0, 1.0, 1.0,
+                None, 0, g.data.ptr, g.data.ptr, stream.ptr)
+
+    def reference():
+        raw.allReduce(flat.data.ptr, flat.data.ptr, total, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream.ptr)
+        stream.synchronize()
+
+    def grouped():
+        core.enqueue([op(f"g{i}", g) for i, g in enumerate(grads)], 0).wait()
+
+    def per_tensor():
+        handles = [core.enqueue([op(f"t{i}", g)], 0) for i, g in enumerate(grads)]
+        for handle in handles:
+            handle.wait()
+
+    cases = {"reference": reference, "grouped": grouped, "per_tensor": per_tensor}
+    times = {k: [] for k in cases}
+    for it in range(args.warmup + args.iters):
+        for name, fn in cases.items():  # interleaved, so drift hits every case alike
+            t0 = time.perf_counter()
+            fn()
+            if it >= args.warmup:
+                times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    result = {
+        "gpu": cp.cuda.runtime.getDeviceProperties(dev)["name"].decode(), "ranks": size,
+        "num_streams": int(os.environ.get("MXPLUGIN_NUM_STREAMS", "2")), "tensors": len(grads),
+        "bytes": total * 4, "median_seconds": med, "samples": times,
+        "ratio_to_reference": {k: med[k] / med["reference"] for k in med},
+    }
+    if rank == 0:
+        print(f"{result['gpu']}, {size} rank(s), {len(grads)} tensors, {total * 4 / 1e6:.1f} MB, "
+              f"MXPLUGIN_NUM_STREAMS={result['num_streams']}")
+        for k in cases:
+            print(f"  {k:11s} {med[k] * 1e3:8.2f} ms   ratio to one raw ncclAllReduce {med[k] / med['reference']:.3f}")
+        os.makedirs(os.path.dirname(args.output), exist_ok=True)
+        with open(args.output, "w") as f:
+            json.dump(result, f, indent=1)
+        print(f"wrote {args.output}")
+    core.shutdown()
+
+
+if __name__ == "__main__":
+    main()
