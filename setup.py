@@ -2,19 +2,32 @@
 
 MPI comes from `mpicc -show`: $MPICC if set (a cluster's MPI), else the
 mpicc next to this Python (the PyPI `mpich` package), else the one on PATH.
-MXNet headers and libmxnet.so come from the installed mxnet==1.9.1 wheel.
 
-CUDA is optional. MXPLUGIN_WITH_CUDA unset (or "auto"): the kernels in cuda/
-are compiled when nvcc is found ($NVCC, $CUDA_HOME/bin, $CUDA_PATH/bin, PATH,
-/usr/local/cuda/bin); "1": they must be (the build fails without nvcc);
-"0": never. MXPLUGIN_CUDA_ARCHS (default "80;90") lists the SM versions to
-emit machine code for; PTX of the last one is added for newer GPUs. The
-CUDA runtime is linked statically, so the extension imports and runs its CPU
-paths on machines with no GPU, driver or CUDA installation.
+Three optional parts, each switched by MXPLUGIN_WITH_<PART>: unset (or
+"auto") builds it when what it needs is found, "1" requires it (the build
+fails, saying why, without it), "0" leaves it out. build_support.py finds
+them; mxplugin/_build_info.py records what was built.
+
+MXNET: the adapter in src/mxnet/ against the installed mxnet==1.9.1 wheel
+(headers, libmxnet.so, its old libstdc++ ABI). Without it the core is built
+alone (a core-only build, for machines with no MXNet): `mxplugin._loader`
+still gives the core module, `import mxplugin` the build queries.
+
+CUDA: the kernels in cuda/, when nvcc is found ($NVCC, $CUDA_HOME/bin,
+$CUDA_PATH/bin, PATH, /usr/local/cuda/bin). MXPLUGIN_CUDA_ARCHS (default
+"80;90") lists the SM versions to emit machine code for; PTX of the last one
+is added for newer GPUs. The CUDA runtime is linked statically, so the
+extension imports and runs its CPU paths on machines with no GPU, driver or
+CUDA installation.
+
+NCCL (needs CUDA): the backend in src/backend/nccl/ and the GPU executor in
+src/core/gpu/, linked against NCCL >= 2.10 found in $MXPLUGIN_NCCL_HOME,
+$NCCL_HOME, $NCCL_ROOT, the nvidia-nccl-cu12/-cu13 wheels, the CUDA toolkit,
+/usr or /usr/local/nccl. Under pip's build isolation the wheel is found in
+the site-packages of the Python running pip: install it before mxplugin.
 """
 import os
 import shlex
-import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -23,146 +36,23 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, ROOT)  # pip runs this file with its own directory first on sys.path
+
+import build_support  # noqa: E402
+
+# Compiled only with the part they belong to.
+MXNET_SOURCES = ("src/mxnet",)
+NCCL_SOURCES = ("src/backend/nccl", "src/core/gpu")
 
 
-def find_mpicc():
-    if os.environ.get("MPICC"):
-        return os.environ["MPICC"]
-    beside_python = os.path.join(os.path.dirname(sys.executable), "mpicc")
-    if os.path.exists(beside_python):
-        return beside_python
-    found = shutil.which("mpicc")
-    if found:
-        return found
-    sys.exit("mxplugin: no mpicc found. `pip install mpich`, or set MPICC to your MPI's mpicc.")
-
-
-def mpi_flags(mpicc):
-    out = subprocess.check_output([mpicc, "-show"], text=True).strip()
-    inc, libdirs, libs, rpaths = [], [], [], []
-    for tok in shlex.split(out)[1:]:
-        if tok.startswith("-I"):
-            inc.append(tok[2:])
-        elif tok.startswith("-L"):
-            libdirs.append(tok[2:])
-        elif tok.startswith("-l"):
-            libs.append(tok[2:])
-        elif tok.startswith("-Wl,-rpath,"):
-            rpaths.append(tok[len("-Wl,-rpath,"):])
-    # mpicc may add -Wl,-rpath -Wl,DIR as two tokens
-    toks = shlex.split(out)
-    for a, b in zip(toks, toks[1:]):
-        if a == "-Wl,-rpath" and b.startswith("-Wl,"):
-            rpaths.append(b[4:])
-    return inc, libdirs, libs, rpaths
-
-
-def find_mpi_library(libdirs):
-    for d in libdirs:
-        for name in ("libmpi.so.12", "libmpi.so.40", "libmpi.so"):
-            path = os.path.join(d, name)
-            if os.path.exists(path):
-                return os.path.realpath(path)
-    return ""
-
-
-def find_mpiexec(mpicc):
-    cand = os.path.join(os.path.dirname(os.path.realpath(mpicc)), "mpiexec")
-    if os.path.exists(cand):
-        return cand
-    return shutil.which("mpiexec") or "mpiexec"
-
-
-def mxnet_paths():
-    import mxnet
-    from mxnet import libinfo
-
-    inc = libinfo.find_include_path()
-    lib = libinfo.find_lib_path()[0]
-    return [inc, os.path.join(inc, "mkldnn")], os.path.dirname(lib), mxnet.__version__
-
-
-def sources():
+def sources(excluded_dirs):
     out = []
     for base, _, files in os.walk(os.path.join(ROOT, "src")):
-        for f in files:
-            if f.endswith(".cc"):
-                out.append(os.path.relpath(os.path.join(base, f), ROOT))
+        rel = os.path.relpath(base, ROOT)
+        if any(rel == d or rel.startswith(d + os.sep) for d in excluded_dirs):
+            continue
+        out += [os.path.join(rel, f) for f in files if f.endswith(".cc")]
     return sorted(out)
-
-
-def find_nvcc():
-    if os.environ.get("NVCC"):
-        if not os.path.exists(os.environ["NVCC"]):
-            sys.exit(f"mxplugin: NVCC={os.environ['NVCC']} does not exist.")
-        return os.environ["NVCC"]
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        home = os.environ.get(var)
-        if home and os.path.exists(os.path.join(home, "bin", "nvcc")):
-            return os.path.join(home, "bin", "nvcc")
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    default = "/usr/local/cuda/bin/nvcc"
-    return default if os.path.exists(default) else None
-
-
-def cuda_library_dirs(nvcc):
-    """The library directories nvcc itself links with (its dry run prints
-    them), then the usual places beside nvcc's toolkit."""
-    dirs = []
-    try:
-        out = subprocess.run([nvcc, "--dryrun", "-x", "cu", "-c", os.devnull, "-o", os.devnull],
-                             capture_output=True, text=True, timeout=60)
-        for line in (out.stdout + out.stderr).splitlines():
-            if line.startswith("#$ LIBRARIES="):
-                dirs += [t[2:] for t in shlex.split(line.split("=", 1)[1]) if t.startswith("-L")]
-    except (OSError, subprocess.SubprocessError):
-        pass
-    top = os.path.dirname(os.path.dirname(os.path.realpath(nvcc)))
-    dirs += [os.path.join(top, d) for d in ("lib64", "lib", os.path.join("targets", "x86_64-linux", "lib"))]
-    return [os.path.normpath(d) for d in dirs if not d.rstrip("/").endswith("stubs")]
-
-
-def find_static_cudart(nvcc):
-    for d in cuda_library_dirs(nvcc):
-        path = os.path.join(d, "libcudart_static.a")
-        if os.path.exists(path):
-            return path
-    return None
-
-
-def cuda_config():
-    """None for a CPU-only build, else {nvcc, cudart, archs}. Exits with the
-    reason when MXPLUGIN_WITH_CUDA=1 cannot be honoured."""
-    flag = os.environ.get("MXPLUGIN_WITH_CUDA", "").strip().lower()
-    if flag not in ("", "auto", "0", "1"):
-        sys.exit(f"mxplugin: MXPLUGIN_WITH_CUDA={flag!r}: use 1 (require CUDA), 0 (skip it) or leave it unset "
-                 "(build the CUDA kernels when nvcc is found).")
-    if flag == "0":
-        return None
-    nvcc = find_nvcc()
-    if nvcc is None:
-        if flag == "1":
-            sys.exit("mxplugin: MXPLUGIN_WITH_CUDA=1 but no nvcc was found (looked at $NVCC, $CUDA_HOME/bin, "
-                     "$CUDA_PATH/bin, PATH and /usr/local/cuda/bin). Install the CUDA toolkit or point "
-                     "CUDA_HOME at it, or set MXPLUGIN_WITH_CUDA=0 for a CPU-only build.")
-        return None
-    cudart = find_static_cudart(nvcc)
-    if cudart is None:
-        message = (f"mxplugin: found {nvcc} but no libcudart_static.a beside it (searched "
-                   f"{', '.join(cuda_library_dirs(nvcc))}); the CUDA runtime is linked statically so that the "
-                   "extension loads on machines without CUDA.")
-        if flag == "1":
-            sys.exit(message)
-        print(message + " Building without CUDA.", file=sys.stderr)
-        return None
-    archs = [a.strip() for a in os.environ.get("MXPLUGIN_CUDA_ARCHS", "80;90").replace(",", ";").split(";")
-             if a.strip()]
-    if not archs or not all(a.isdigit() for a in archs):
-        sys.exit(f"mxplugin: MXPLUGIN_CUDA_ARCHS={os.environ.get('MXPLUGIN_CUDA_ARCHS')!r}: "
-                 "give SM versions such as 80;90")
-    return {"nvcc": nvcc, "cudart": cudart, "archs": archs}
 
 
 def cuda_sources():
@@ -170,71 +60,107 @@ def cuda_sources():
     return sorted(os.path.relpath(os.path.join(cuda_dir, f), ROOT) for f in os.listdir(cuda_dir))
 
 
-mpicc = find_mpicc()
-mpi_inc, mpi_libdirs, mpi_libs, mpi_rpaths = mpi_flags(mpicc)
-mx_inc, mx_libdir, mx_version = mxnet_paths()
-CUDA = cuda_config()
+mpicc = build_support.find_mpicc(os.environ)
+mpi_inc, mpi_libdirs, mpi_libs, mpi_rpaths = build_support.mpi_flags(mpicc)
+MXNET = build_support.mxnet_config(os.environ)
+CUDA = build_support.cuda_config(os.environ)
+NCCL, nccl_not_built_reason = build_support.nccl_config(os.environ, CUDA)
 
-# In an isolated pip build the mpich wheel lives in a temporary environment;
-# at run time the same wheel (an install requirement) sits beside the
-# interpreter, where mxplugin looks when these paths are empty.
-ephemeral = "pip-build-env" in os.path.realpath(mpicc)
+
+def lasting(path):
+    """`path`, or "" when it lies in pip's temporary build environment. At
+    run time the same wheels (install requirements) sit beside the
+    interpreter, where mxplugin looks when these paths are empty."""
+    return "" if "pip-build-env" in os.path.realpath(path) else path
+
+
 BUILD_INFO = {
-    "MPICC": "" if ephemeral else os.path.realpath(mpicc),
-    "MPIEXEC": "" if ephemeral else find_mpiexec(mpicc),
-    "MPI_LIBRARY": "" if ephemeral else find_mpi_library(mpi_libdirs),
-    "MXNET_VERSION": mx_version,
+    "MPICC": lasting(os.path.realpath(mpicc)),
+    "MPIEXEC": lasting(build_support.find_mpiexec(mpicc)),
+    "MPI_LIBRARY": lasting(build_support.find_mpi_library(mpi_libdirs)),
+    "MXNET_BUILT": MXNET is not None,
+    "MXNET_VERSION": MXNET["version"] if MXNET else "",
     "CUDA_BUILT": CUDA is not None,
     "NVCC": CUDA["nvcc"] if CUDA else "",
     "CUDA_ARCHS": ";".join(CUDA["archs"]) if CUDA else "",
-    "NCCL_BUILT": 0,
+    "NCCL_BUILT": NCCL.version_code if NCCL else 0,
+    "NCCL_VERSION": NCCL.version if NCCL else "",
+    "NCCL_INCLUDE": lasting(NCCL.include_dir) if NCCL else "",
+    "NCCL_LIBRARY": lasting(os.path.realpath(NCCL.library)) if NCCL else "",
+    "NCCL_NOT_BUILT_REASON": nccl_not_built_reason,
 }
 BUILD_INFO_PATH = os.path.join(ROOT, "mxplugin", "_build_info.py")
 build_info = "# Written by setup.py: what this build of mxplugin was compiled against.\n" + "".join(
     f"{k} = {v!r}\n" for k, v in BUILD_INFO.items())
 # Rewritten only when it changes: the extension depends on it, so a change of
-# configuration (CUDA on or off) relinks and an unchanged one rebuilds nothing.
+# configuration (MXNet, CUDA or NCCL on or off, another NCCL) relinks and an
+# unchanged one rebuilds nothing.
 if not os.path.exists(BUILD_INFO_PATH) or open(BUILD_INFO_PATH).read() != build_info:
     with open(BUILD_INFO_PATH, "w") as f:
         f.write(build_info)
+
+# The mxnet==1.9.1 wheel uses the old libstdc++ ABI; the C++ and CUDA host
+# code must agree with it (std::string crosses between them). A core-only
+# build keeps the compiler's default.
+ABI_FLAGS = ["-D_GLIBCXX_USE_CXX11_ABI=0"] if MXNET else []
+PART_FLAGS = (["-DMXPLUGIN_WITH_MXNET=1"] if MXNET else []) + (["-DMXPLUGIN_WITH_CUDA=1"] if CUDA else []) + (
+    ["-DMXPLUGIN_WITH_NCCL=1", f"-DMXPLUGIN_NCCL_VERSION_CODE={NCCL.version_code}"] if NCCL else [])
 
 CXXFLAGS = [
     "-std=c++17", "-O3", "-fvisibility=hidden", "-Wno-unused-function",
     # sqrt may skip setting errno: lets GCC vectorise the optimizer kernels
     # (src/optim/); results are unchanged
     "-fno-math-errno",
-    # match the mxnet==1.9.1 wheel: old libstdc++ ABI, oneDNN layout in NDArray
-    "-D_GLIBCXX_USE_CXX11_ABI=0", "-DMXNET_USE_MKLDNN=1", "-DDMLC_USE_CXX11=1",
-    "-DMSHADOW_USE_CUDA=0", "-DMSHADOW_USE_MKL=0", "-DMSHADOW_USE_CBLAS=0",
-    "-DMSHADOW_USE_F16C=0", "-DMXNET_USE_CUDA=0",
-] + (["-DMXPLUGIN_WITH_CUDA=1"] if CUDA else [])
+] + ABI_FLAGS + PART_FLAGS
+if MXNET:
+    # the wheel's oneDNN layout of NDArray, for the adapter's mxnet::NDArray
+    CXXFLAGS += ["-DMXNET_USE_MKLDNN=1", "-DDMLC_USE_CXX11=1", "-DMSHADOW_USE_CUDA=0", "-DMSHADOW_USE_MKL=0",
+                 "-DMSHADOW_USE_CBLAS=0", "-DMSHADOW_USE_F16C=0", "-DMXNET_USE_CUDA=0"]
 
-# Host code of the .cu files gets the same ABI and visibility as the C++ core.
-NVCCFLAGS = [
-    "-std=c++17", "-O3", "-DMXPLUGIN_WITH_CUDA=1", "-D_GLIBCXX_USE_CXX11_ABI=0",
-    "-Xcompiler=-fPIC,-fvisibility=hidden", "-Isrc",
-]
+# Host code of the .cu files gets the same ABI, visibility and switches as the C++ core.
+NVCCFLAGS = ["-std=c++17", "-O3", "-Xcompiler=-fPIC,-fvisibility=hidden", "-Isrc"] + ABI_FLAGS + PART_FLAGS
+if NCCL:
+    NVCCFLAGS += [f"-I{NCCL.include_dir}"]
 if CUDA:
     NVCCFLAGS += [f"-gencode=arch=compute_{a},code=sm_{a}" for a in CUDA["archs"]]
     NVCCFLAGS += [f"-gencode=arch=compute_{CUDA['archs'][-1]},code=compute_{CUDA['archs'][-1]}"]
     if os.environ.get("CUDAHOSTCXX"):
         NVCCFLAGS += ["-ccbin", os.environ["CUDAHOSTCXX"]]
 
-# Static cudart (it loads libcuda.so.1 itself, at the first CUDA call), with
-# its symbols kept out of the extension's exports.
-CUDA_LINK_ARGS = [CUDA["cudart"], "-ldl", "-lrt", "-Wl,--exclude-libs,libcudart_static.a"] if CUDA else []
+include_dirs = ["src"] + mpi_inc
+library_dirs = list(mpi_libdirs)
+rpaths = mpi_rpaths + mpi_libdirs
+link_args = ["-pthread"]
+if MXNET:
+    include_dirs += MXNET["include_dirs"]
+    library_dirs.append(MXNET["library_dir"])
+    rpaths.append(MXNET["library_dir"])
+    link_args += [f"-L{MXNET['library_dir']}", "-l:libmxnet.so"]
+if CUDA:
+    # cuda_runtime.h for the C++ sources. Static cudart (it loads
+    # libcuda.so.1 itself, at the first CUDA call), with its symbols kept out
+    # of the extension's exports.
+    include_dirs += CUDA["include_dirs"]
+    link_args += [CUDA["cudart"], "-ldl", "-lrt", "-Wl,--exclude-libs,libcudart_static.a"]
+if NCCL:
+    nccl_dir, nccl_name = os.path.split(NCCL.library)
+    include_dirs.append(NCCL.include_dir)
+    library_dirs.append(nccl_dir)
+    rpaths.append(nccl_dir)
+    link_args += [f"-L{nccl_dir}", f"-l:{nccl_name}"]
+# ROOT last: `#include "cuda/scale_kernels.h"` from src/
+include_dirs.append(ROOT)
 
 ext = Extension(
     "mxplugin._core",
-    sources=["mxplugin/_core.pyx"] + sources(),
+    sources=["mxplugin/_core.pyx"] + sources(([] if MXNET else list(MXNET_SOURCES))
+                                             + ([] if NCCL else list(NCCL_SOURCES))),
     language="c++",
-    # ROOT last: `#include "cuda/scale_kernels.h"` from src/
-    include_dirs=["src"] + mpi_inc + mx_inc + [ROOT],
-    library_dirs=mpi_libdirs + [mx_libdir],
+    include_dirs=include_dirs,
+    library_dirs=library_dirs,
     libraries=mpi_libs,
     extra_compile_args=CXXFLAGS,
-    extra_link_args=[f"-L{mx_libdir}", "-l:libmxnet.so", "-pthread"]
-    + [f"-Wl,-rpath,{d}" for d in mpi_rpaths + mpi_libdirs + [mx_libdir]] + CUDA_LINK_ARGS,
+    extra_link_args=link_args + [f"-Wl,-rpath,{d}" for d in rpaths],
     depends=["mxplugin/_build_info.py"] + (cuda_sources() if CUDA else []),
 )
 
@@ -306,7 +232,10 @@ setup(
     ext_modules=cythonize_ext(),
     cmdclass={"build_ext": ParallelBuildExt},
     python_requires=">=3.8",
-    install_requires=["mxnet==1.9.1", "numpy<1.24", "mpich", "cloudpickle"],
-    extras_require={"test": ["pytest", "scikit-learn"], "bench": ["matplotlib"]},
+    install_requires=(["mxnet==1.9.1", "numpy<1.24"] if MXNET else ["numpy"]) + ["mpich", "cloudpickle"],
+    # The NCCL wheel matching the CUDA toolkit; install it before building
+    # too, so that the build finds it (README, "Building with CUDA and NCCL").
+    extras_require={"test": ["pytest", "scikit-learn"], "bench": ["matplotlib"],
+                    "nccl-cu12": ["nvidia-nccl-cu12>=2.10"], "nccl-cu13": ["nvidia-nccl-cu13"]},
     entry_points={"console_scripts": ["mxplugin-run = mxplugin.run:main"]},
 )

@@ -2,19 +2,30 @@
 
 A drop-in for horovod.mxnet (`import mxplugin as hvd`) on a C++ core that
 fuses, scales and negotiates collectives in a background thread over MPI.
+
+A core-only build (MXPLUGIN_WITH_MXNET=0, for machines without MXNet) offers
+the start-up, topology and build queries of basics.py and the exceptions;
+its core module is `mxplugin._loader.core_module`.
 """
+try:
+    from mxplugin._build_info import MXNET_BUILT as _MXNET_BUILT
+except ImportError:  # not built yet, or built before core-only builds: the full API
+    _MXNET_BUILT = True
+
 from mxplugin.basics import (ProcessSet, add_process_set, ccl_built, cross_rank, cross_size, cuda_built,
                              ddl_built, gloo_built, gloo_enabled, global_process_set, init, is_initialized,
                              local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
                              rank, remove_process_set, rocm_built, shutdown, size, start_timeline,
                              stop_timeline)
-from mxplugin.compression import Compression
 from mxplugin.errors import MismatchError, MXPluginError, NotInitializedError, PeerFailureError
-from mxplugin.functions import allgather_object, broadcast_object, broadcast_parameters
-from mxplugin import kvstore as _kvstore  # noqa: F401  (registers kvstore="mxplugin")
-from mxplugin.trainer import DistributedOptimizer, DistributedTrainer
-from mxplugin.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, allreduce_, alltoall,
-                          barrier, broadcast, broadcast_, grouped_allgather, grouped_allreduce,
-                          grouped_allreduce_, grouped_reducescatter, reducescatter)
+
+if _MXNET_BUILT:
+    from mxplugin.compression import Compression
+    from mxplugin.functions import allgather_object, broadcast_object, broadcast_parameters
+    from mxplugin import kvstore as _kvstore  # noqa: F401  (registers kvstore="mxplugin")
+    from mxplugin.trainer import DistributedOptimizer, DistributedTrainer
+    from mxplugin.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, allreduce_, alltoall,
+                              barrier, broadcast, broadcast_, grouped_allgather, grouped_allreduce,
+                              grouped_allreduce_, grouped_reducescatter, reducescatter)
 
 __version__ = "0.1.0"

@@ -1,42 +1,69 @@
 """Loads the compiled core with its native dependencies in place.
 
-libmxnet.so is loaded by `import mxnet`; libmpi is loaded here with
-RTLD_GLOBAL from the MPI the package was built with (or MXPLUGIN_MPI_LIBRARY),
-so the extension finds both by soname even when the build ran in an
-isolated environment that no longer exists.
+libmxnet.so is loaded by `import mxnet` (not in a core-only build, which
+does not link it); libmpi, and libnccl in an NCCL build, are loaded here
+with RTLD_GLOBAL from where the package was built against (or
+MXPLUGIN_MPI_LIBRARY / MXPLUGIN_NCCL_LIBRARY), so the extension finds them
+by soname even when the build ran in an isolated environment that no longer
+exists.
 """
 import ctypes
 import glob
+import importlib.util
 import os
 import sys
 
-import mxnet  # noqa: F401  (loads libmxnet.so, which _core links against)
+try:
+    from mxplugin import _build_info
+except ImportError:  # a checkout that was never built: importing _core below says so
+    _build_info = None
+
+if getattr(_build_info, "MXNET_BUILT", True):
+    import mxnet  # noqa: F401  (loads libmxnet.so, which _core links against)
 
 
 def _mpi_library_candidates():
     env = os.environ.get("MXPLUGIN_MPI_LIBRARY")
     if env:
         yield env
-    try:
-        from mxplugin import _build_info
-
-        yield _build_info.MPI_LIBRARY
-    except ImportError:
-        pass
+    yield getattr(_build_info, "MPI_LIBRARY", "")
     for prefix in (sys.prefix, os.path.dirname(os.path.dirname(sys.executable))):
         yield from sorted(glob.glob(os.path.join(prefix, "lib", "libmpi.so.*")))
 
 
-def _preload_mpi():
-    for path in _mpi_library_candidates():
+def _nccl_library_candidates():
+    env = os.environ.get("MXPLUGIN_NCCL_LIBRARY")
+    if env:
+        yield env
+    yield getattr(_build_info, "NCCL_LIBRARY", "")
+    # the nvidia-nccl-cu12/-cu13 wheel installed with mxplugin
+    try:
+        spec = importlib.util.find_spec("nvidia")
+    except (ImportError, ValueError):
+        spec = None
+    for entry in (spec.submodule_search_locations or []) if spec else []:
+        yield os.path.join(entry, "nccl", "lib", "libnccl.so.2")
+
+
+def _preload(candidates):
+    for path in candidates:
         if path and os.path.exists(path):
             ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
             return path
     return None  # rely on the dynamic linker's search path
 
 
-MPI_LIBRARY = _preload_mpi()
+MPI_LIBRARY = _preload(_mpi_library_candidates())
+NCCL_LIBRARY = _preload(_nccl_library_candidates()) if getattr(_build_info, "NCCL_BUILT", 0) else None
 
-from mxplugin import _core  # noqa: E402
+try:
+    from mxplugin import _core  # noqa: E402
+except ImportError as exc:
+    if NCCL_LIBRARY is None and "libnccl" in str(exc):
+        raise ImportError(
+            f"mxplugin was built with NCCL {_build_info.NCCL_VERSION} ({_build_info.NCCL_LIBRARY or 'from a wheel'}) "
+            "and cannot find libnccl.so.2 now: pip install nvidia-nccl-cu12 (or -cu13, matching your CUDA), or "
+            "set MXPLUGIN_NCCL_LIBRARY to its path.") from exc
+    raise
 
 core_module = _core

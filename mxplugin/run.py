@@ -319,31 +319,46 @@ def mpi_line(info):
 
 
 def cuda_line(info, core):
-    if core is not None:
-        return "CUDA: yes" if core.cuda_built() else "CUDA: no"
-    built = getattr(info, "CUDA_BUILT", None)
+    built = core.cuda_built() if core is not None else getattr(info, "CUDA_BUILT", None)
+    source = "" if core is not None else " (from build info)"
     if built is None:
         return "CUDA: unknown"
-    return f"CUDA: {'yes' if built else 'no'} (from build info)"
+    if not built:
+        return f"CUDA: no{source}"
+    archs = getattr(info, "CUDA_ARCHS", "")
+    return f"CUDA: yes (archs {archs.replace(';', ', ') or 'unknown'}){source}"
 
 
 def nccl_line(info, core):
-    version = core.nccl_built() if core is not None else getattr(info, "NCCL_BUILT", None)
+    """NCCL's version and the libnccl loaded (or recorded), or why not built."""
+    recorded = getattr(info, "NCCL_BUILT", None)
+    code = core.nccl_built() if core is not None else recorded
     source = "" if core is not None else " (from build info)"
-    if version is None:
+    if code is None:
         return "NCCL: unknown"
-    if not version:
-        return f"NCCL: no{source}"
-    return f"NCCL: yes (version code {version}){source}"
+    if not code:
+        reason = getattr(info, "NCCL_NOT_BUILT_REASON", "")
+        return f"NCCL: no ({reason}){source}" if reason else f"NCCL: no{source}"
+    library = None
+    if core is not None:
+        from mxplugin._loader import NCCL_LIBRARY as library
+    library = library or getattr(info, "NCCL_LIBRARY", "") or "from the linker search path"
+    version = getattr(info, "NCCL_VERSION", "") if recorded == code else ""
+    line = f"NCCL: yes ({version or f'version code {code}'}, {library}){source}"
+    if recorded is not None and recorded != code:
+        line += f"; the build info says {recorded or 'no NCCL'}: rebuild mxplugin"
+    return line
 
 
 def mxnet_line(info):
+    if info is not None and not getattr(info, "MXNET_BUILT", True):
+        return "MXNet: no (core-only build)"
     built = getattr(info, "MXNET_VERSION", None)
     # _loader imports mxnet; report a mismatch with what is installed now.
     running = getattr(sys.modules.get("mxnet"), "__version__", None)
     if built and running and built != running:
-        return f"MXNet: built against {built}, installed {running}"
-    return f"MXNet: {built or running or 'unknown'}"
+        return f"MXNet: yes (built against {built}, installed {running})"
+    return f"MXNet: yes ({built or running or 'version unknown'})"
 
 
 def check_build():

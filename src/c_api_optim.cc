@@ -11,8 +11,11 @@
 
 #include "c_api.h"
 #include "common/status.h"
-#include "mxnet/optimizer_op.h"
 #include "optim/update.h"
+
+#ifdef MXPLUGIN_WITH_MXNET
+#include "mxnet/optimizer_op.h"
+#endif
 
 using mxplugin::Error;
 using mxplugin::Status;
@@ -33,6 +36,13 @@ int Guard(F&& f) {
     return mxp_set_last_error(static_cast<int>(StatusCode::kInternal), e.what());
   }
 }
+
+#ifndef MXPLUGIN_WITH_MXNET
+int MXNetNotBuilt() {
+  return mxp_set_last_error(static_cast<int>(StatusCode::kInternal),
+                            "mxplugin was built without MXNet (MXPLUGIN_WITH_MXNET=0)");
+}
+#endif
 
 // Note [Optimizer fields]: the one table of which mxp_optim_params field
 // belongs to which optimizer, under which name: f(name, params field, C field).
@@ -191,6 +201,8 @@ int mxp_optim_update_raw(const mxp_optim_params* params, const mxp_optim_buffers
   });
 }
 
+#ifdef MXPLUGIN_WITH_MXNET
+
 int mxp_optim_update_mxnet(const mxp_optim_params* params, const mxp_optim_buffers* buffers, int32_t priority) {
   return Guard([&] {
     const mxp_optim_buffers& c = *buffers;
@@ -228,5 +240,17 @@ int mxp_optim_update_mxnet_multi(const mxp_optim_params* params, void* const* we
                                                    std::move(offsets), priority);
   });
 }
+
+#else
+
+int mxp_optim_update_mxnet(const mxp_optim_params*, const mxp_optim_buffers*, int32_t) {
+  return MXNetNotBuilt();
+}
+
+int mxp_optim_update_mxnet_multi(const mxp_optim_params*, void* const*, int32_t, const mxp_optim_buffers*, int32_t) {
+  return MXNetNotBuilt();
+}
+
+#endif  // MXPLUGIN_WITH_MXNET
 
 }  // extern "C"
