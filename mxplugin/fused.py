@@ -6,8 +6,10 @@ Each group is cut into buckets in reverse registration order. A bucket owns a
 flat gradient buffer and flat optimizer states; every parameter's gradient and
 state are views into them. So a bucket's gradients are reduced with one
 in-place allreduce (no pack/unpack copy) and, for the optimizers the core
-implements, the bucket is updated by one engine op running the core's kernel
-over the flat gradient/states and the parameters' weights.
+implements, a host bucket is updated by one engine op running the core's
+kernel over the flat gradient/states and the parameters' weights. Buffers
+live on the parameters' context; a GPU bucket is reduced by the core's GPU
+path and updated per parameter by MXNet's own ops (the kernels are CPU only).
 
 Weights stay ordinary arrays: oneDNN reorders a convolution's weight in place
 during an inference forward, which MXNet cannot do on a view of a larger array.

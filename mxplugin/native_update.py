@@ -58,10 +58,16 @@ _SUPPORTED = {"sgd": _sgd, "ccsgd": _sgd, "nag": _nag, "adam": _adam, "rmsprop":
               "lamb": _lamb}
 
 
+def has_kernel(optimizer):
+    return type(optimizer).__name__.lower() in _SUPPORTED
+
+
 def supports(optimizer, bucket):
-    """float32 buckets of the optimizers above (lazy_update only matters for
-    sparse gradients, which never sit in a bucket)."""
-    return type(optimizer).__name__.lower() in _SUPPORTED and np.dtype(bucket.grad.dtype) == np.float32
+    """float32 host buckets of the optimizers above (lazy_update only matters
+    for sparse gradients, which never sit in a bucket). The kernels run on
+    host memory: buckets on a GPU are updated by MXNet's own ops."""
+    return (has_kernel(optimizer) and np.dtype(bucket.grad.dtype) == np.float32
+            and bucket.ctx.device_type != "gpu")
 
 
 def update(optimizer, bucket, core_module):

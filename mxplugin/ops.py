@@ -76,8 +76,11 @@ def _check_array(tensor, what="tensor"):
 
 
 def _describe(tensor, what="tensor"):
-    """(dtype code, device, shape list) of an NDArray. Storage type and device
-    are checked by the C++ adapter (cheaper there: this runs per tensor)."""
+    """(dtype code, device, shape list) of an NDArray. The device is left to
+    the C++ adapter, which reads it from the NDArray's context (the GPU's
+    device id, -1 for host contexts) and checks storage type and that input,
+    output and every tensor of a group share one device (cheaper there: this
+    runs per tensor). Whether GPU tensors can run is the core's decision."""
     _check_array(tensor, what)
     code = _dtype_by_type.get(tensor.dtype)
     if code is None:

@@ -2,6 +2,7 @@
 in contiguous buckets and whose same-type parameter groups are updated by one
 fused call each (see fused.py)."""
 import itertools
+import logging
 import pickle
 from collections import OrderedDict
 
@@ -13,6 +14,7 @@ from mxplugin.fused import Layout
 from mxplugin.ops import Average, Sum, allreduce_, grouped_allreduce_
 
 _trainer_ids = itertools.count()
+_log = logging.getLogger(__name__)
 
 
 class DistributedTrainer(mx.gluon.Trainer):
@@ -90,6 +92,14 @@ class DistributedTrainer(mx.gluon.Trainer):
             if states:
                 self._layout.load_param_states(states)
         self._pending_states = None
+        # The core's optimizer kernels (src/optim/) run on host memory: buckets
+        # on a GPU are updated per parameter by MXNet's own optimizer ops
+        # (native_update.supports says no), their gradients still reduced in
+        # place by the core's GPU path.
+        on_gpu = [i for i, b in enumerate(self._layout.buckets) if b.ctx.device_type == "gpu"]
+        if on_gpu and self._layout.fused and native_update.has_kernel(self._optimizer):
+            _log.debug("buckets %s are on a GPU: updated by MXNet's %s op per parameter, not the core's "
+                       "CPU kernel", on_gpu, type(self._optimizer).__name__)
         return self._layout
 
     def _prepare(self):
@@ -161,7 +171,15 @@ class DistributedTrainer(mx.gluon.Trainer):
                     arrays += _flat_arrays(bucket.state)
                 else:
                     arrays += [a for st in bucket.param_states.values() for a in _flat_arrays(st)]
-        grouped_allreduce_(arrays, name=f"{self._prefix}localsgd", op=Average, process_set=self._process_set)
+        # One grouped call per context (one engine op runs on one device),
+        # named by position so ranks on different GPU ids agree.
+        by_ctx = {}
+        for a in arrays:
+            by_ctx.setdefault(a.context, []).append(a)
+        contexts = sorted(by_ctx, key=lambda c: (c.device_type, c.device_id))
+        for i, ctx in enumerate(contexts):
+            name = f"{self._prefix}localsgd" + (f".{i}" if len(contexts) > 1 else "")
+            grouped_allreduce_(by_ctx[ctx], name=name, op=Average, process_set=self._process_set)
 
     def update(self, batch_size, ignore_stale_grad=False):
         self._prepare()

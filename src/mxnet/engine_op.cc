@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <string>
 
 #include "mxnet/engine_push.h"
 
@@ -19,6 +20,7 @@ struct EngineOp {
   Core* core = nullptr;
   int process_set_id = 0;
   std::vector<TensorOp> ops;
+  int device = kCpuDevice;  // of every tensor of the group
   // Copies of the caller's NDArrays: they share storage with them and keep
   // it alive until the engine op completes, even if Python drops its objects.
   std::vector<::mxnet::NDArray> inputs;
@@ -29,32 +31,91 @@ struct EngineOp {
 
 void* DataOf(::mxnet::NDArray& array) { return array.data().dptr_; }
 
+// The device mxplugin sees: the CUDA device id of a GPU array, kCpuDevice for
+// every host context (cpu, cpu_pinned, cpu_shared).
+int DeviceOf(const ::mxnet::Context& ctx) {
+  return ctx.dev_mask() == ::mxnet::Context::kGPU ? ctx.dev_id : kCpuDevice;
+}
+
+// MXNet's name of a context, as Python prints it.
+std::string ContextName(const ::mxnet::Context& ctx) {
+  switch (ctx.dev_type) {
+    case ::mxnet::Context::kGPU: return "gpu(" + std::to_string(ctx.dev_id) + ")";
+    case ::mxnet::Context::kCPUPinned: return "cpu_pinned(" + std::to_string(ctx.dev_id) + ")";
+    case ::mxnet::Context::kCPUShared: return "cpu_shared(" + std::to_string(ctx.dev_id) + ")";
+    default: return "cpu(" + std::to_string(ctx.dev_id) + ")";
+  }
+}
+
+// Note [Engine CUDA stream]: the cudaStream_t of the GPU worker running an
+// engine op. MXNet 1.9.1 passes the op a RunContext (include/mxnet/base.h):
+//   struct RunContext { Context ctx; void* stream; void* aux_stream; bool is_bulk; };
+// where on a GPU worker `stream` is that worker's mshadow::Stream<gpu>*
+// (include/mshadow/stream_gpu-inl.h):
+//   template<> struct Stream<gpu> { cudaStream_t stream_; cublasHandle_t blas_handle_; ... };
+// a struct without virtual members or bases, so `stream_` sits at offset 0.
+// This extension is built against the wheel's headers with
+// MSHADOW_USE_CUDA=0, where Stream<gpu> is the empty generic template and
+// get_stream<gpu>()->stream_ does not exist: we read the first pointer-sized
+// word instead (the assumption this adapter makes about MXNet's layout).
+// ThreadedEnginePerDevice's GPU workers always pass their stream to ops
+// pushed as FnProperty::kNormal, as ours are. A null `stream` would mean the
+// legacy default stream: still correct (MXNet 1.x finishes an op on a GPU only
+// once its stream has drained -- Stream<gpu>::Wait after each op or bulk
+// segment -- so our inputs are complete when we run), but the core's ready
+// event would then wait for every blocking stream of the device.
+void* CudaStreamOf(const ::mxnet::RunContext& run_context) {
+  if (run_context.stream == nullptr) return nullptr;
+  return *static_cast<void* const*>(run_context.stream);
+}
+
+// GPU arrays: device pointers as they are (oneDNN layouts are a CPU thing)
+// and the worker's stream, on which the core records the event its own
+// streams wait for. Nothing here touches host memory.
+void ResolveGpu(EngineOp* op, const ::mxnet::RunContext& run_context, std::vector<TensorOp>* ops) {
+  void* stream = CudaStreamOf(run_context);
+  for (size_t i = 0; i < ops->size(); ++i) {
+    TensorOp& t = (*ops)[i];
+    t.input.data = DataOf(op->inputs[i]);
+    t.output.data = DataOf(op->outputs[i]);
+    t.input.stream = t.output.stream = stream;
+  }
+}
+
+// Note [oneDNN layouts]: oneDNN may keep a CPU array (e.g. conv weights after
+// an inference forward) in a blocked layout. Read such inputs through a
+// default-layout copy; mark such outputs as default layout (we overwrite them
+// entirely). Inputs first: in place, input and output share storage.
+void ResolveCpu(EngineOp* op, std::vector<TensorOp>* ops) {
+  op->staged.reserve(op->inputs.size());
+  for (size_t i = 0; i < ops->size(); ++i) {
+    ::mxnet::NDArray& in = op->inputs[i];
+    if (in.IsMKLDNNData()) {
+      op->staged.push_back(in.Reorder2Default());
+      (*ops)[i].input.data = DataOf(op->staged.back());
+    } else {
+      (*ops)[i].input.data = DataOf(in);
+    }
+  }
+  for (size_t i = 0; i < ops->size(); ++i) {
+    ::mxnet::NDArray& out = op->outputs[i];
+    if (out.IsMKLDNNData()) out.InvalidateMKLDNNData();
+    (*ops)[i].output.data = DataOf(out);
+  }
+}
+
 // Runs on an engine worker once all dependencies are ready.
-void Run(void* /*run_context*/, void* on_complete_ptr, void* param) {
+void Run(void* run_context, void* on_complete_ptr, void* param) {
   // Copy the completion object now: the engine's one dies when we return.
   ::mxnet::engine::CallbackOnComplete on_complete =
       *static_cast<::mxnet::engine::CallbackOnComplete*>(on_complete_ptr);
   auto* op = static_cast<EngineOp*>(param);
   try {
     std::vector<TensorOp> ops = op->ops;
-    // Note [oneDNN layouts]: oneDNN may keep an array (e.g. conv weights after
-    // an inference forward) in a blocked layout. Read such inputs through a
-    // default-layout copy; mark such outputs as default layout (we overwrite
-    // them entirely). Inputs first: in place, input and output share storage.
-    op->staged.reserve(op->inputs.size());
-    for (size_t i = 0; i < ops.size(); ++i) {
-      ::mxnet::NDArray& in = op->inputs[i];
-      if (in.IsMKLDNNData()) {
-        op->staged.push_back(in.Reorder2Default());
-        ops[i].input.data = DataOf(op->staged.back());
-      } else {
-        ops[i].input.data = DataOf(in);
-      }
-    }
-    for (size_t i = 0; i < ops.size(); ++i) {
-      ::mxnet::NDArray& out = op->outputs[i];
-      if (out.IsMKLDNNData()) out.InvalidateMKLDNNData();
-      ops[i].output.data = DataOf(out);
+    if (op->device == kCpuDevice) {
+      ResolveCpu(op, &ops);
+    } else {
+      ResolveGpu(op, *static_cast<const ::mxnet::RunContext*>(run_context), &ops);
     }
     op->core->Enqueue(op->process_set_id, std::move(ops), [on_complete](const Status& status) { Complete(on_complete, status); });
   } catch (const Error& e) {
@@ -70,18 +131,33 @@ void Delete(void* param) { delete static_cast<EngineOp*>(param); }
 
 void PushCollective(Core* core, int process_set_id, std::vector<TensorOp> ops,
                     const std::vector<void*>& inputs, const std::vector<void*>& outputs, int priority) {
+  auto who = [&ops](size_t i) { return std::string(OpTypeName(ops[i].meta.op)) + " '" + ops[i].meta.name + "'"; };
   for (size_t i = 0; i < ops.size(); ++i) {
-    for (void* handle : {inputs[i], outputs[i]}) {
-      const auto* array = static_cast<const ::mxnet::NDArray*>(handle);
+    const auto* in = static_cast<const ::mxnet::NDArray*>(inputs[i]);
+    const auto* out = static_cast<const ::mxnet::NDArray*>(outputs[i]);
+    for (const auto* array : {in, out}) {
       if (array->storage_type() != ::mxnet::kDefaultStorage) {
-        throw Error(Status::InvalidArgument(std::string(OpTypeName(ops[i].meta.op)) + " '" + ops[i].meta.name +
-                                            "': sparse NDArrays are not supported; use tostype('default')"));
-      }
-      if (array->ctx().dev_mask() != ::mxnet::Context::kCPU) {
-        ops[i].meta.device = array->ctx().dev_id;  // Core::Check decides whether GPU tensors can run
+        throw Error(Status::InvalidArgument(who(i) + ": sparse NDArrays are not supported; use tostype('default')"));
       }
     }
-    ops[i].input.device = ops[i].output.device = ops[i].meta.device;
+    const int device = DeviceOf(in->ctx());
+    if (DeviceOf(out->ctx()) != device) {
+      throw Error(Status::InvalidArgument(who(i) + ": input is on " + ContextName(in->ctx()) + " but output on " +
+                                          ContextName(out->ctx()) + "; both must be on one device"));
+    }
+    // One engine op runs on one device's worker (and, on a GPU, its stream),
+    // and a group is negotiated and completes as one unit: a group spanning
+    // devices is an error rather than split into one op per device.
+    if (i > 0 && device != ops[0].meta.device) {
+      const auto* first = static_cast<const ::mxnet::NDArray*>(inputs[0]);
+      throw Error(Status::InvalidArgument(who(i) + " is on " + ContextName(in->ctx()) + " but '" +
+                                          ops[0].meta.name + "' of the same grouped call on " +
+                                          ContextName(first->ctx()) +
+                                          ": all tensors of one grouped call must be on one device; "
+                                          "make one call per device"));
+    }
+    // Core::Check decides whether GPU tensors can run (NCCL built or not).
+    ops[i].meta.device = ops[i].input.device = ops[i].output.device = device;
   }
   core->Check(process_set_id, ops);
   auto op = std::make_unique<EngineOp>();
@@ -107,7 +183,9 @@ void PushCollective(Core* core, int process_set_id, std::vector<TensorOp> ops,
     for (auto h : reads) seen = seen || static_cast<::mxnet::NDArray*>(h)->var() == in->var();
     if (!written && !seen) reads.push_back(inputs[i]);
   }
+  op->device = ops.empty() ? kCpuDevice : ops[0].meta.device;
   op->ops = std::move(ops);
+  // A GPU group runs on that GPU's worker, which passes Run its stream.
   const ::mxnet::Context ctx = op->outputs.empty() ? ::mxnet::Context::CPU() : op->outputs[0].ctx();
   PushAsync(&Run, op.release(), &Delete, ctx, std::move(reads), std::move(writes), priority, "mxplugin_collective");
 }
