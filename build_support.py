@@ -20,7 +20,10 @@ import sys
 import sysconfig
 from dataclasses import dataclass
 
-NCCL_MIN_VERSION_CODE = 21000  # NCCL 2.10: ncclAvg, ncclRedOpCreatePreMulSum
+# NCCL 2.14: nonblocking communicators (bounded setup and calls, and an abort
+# from another thread that cannot catch a call in the middle), plus
+# ncclRedOpCreatePreMulSum (2.11) and ncclGetLastError (2.13).
+NCCL_MIN_VERSION_CODE = 21400
 NCCL_LIBRARY_NAMES = ("libnccl.so.2", "libnccl.so")
 
 
@@ -340,8 +343,8 @@ def nccl_config(env, cuda, package_dirs=None, system=True):
         return skip("NCCL not found", "pip install nvidia-nccl-cu12 (or -cu13, matching your CUDA) before "
                     "building, or set MXPLUGIN_NCCL_HOME to an NCCL installation.")
     if nccl.version_code < NCCL_MIN_VERSION_CODE:
-        return skip(f"NCCL {nccl.version} from {nccl.origin} is older than 2.10",
-                    "Point MXPLUGIN_NCCL_HOME at NCCL 2.10 or newer.")
+        return skip(f"NCCL {nccl.version} from {nccl.origin} is older than 2.14",
+                    "Point MXPLUGIN_NCCL_HOME at NCCL 2.14 or newer.")
     return nccl, ""
 
 

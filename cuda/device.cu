@@ -37,7 +37,7 @@ Status CheckDeviceAvailable() {
   return Status::Internal("no CUDA device is available to run mxplugin's CUDA kernels: " + reason);
 }
 
-Status CheckDevicePointer(const void* ptr, const char* role) {
+Status CheckDevicePointer(const void* ptr, const char* role, int* device) {
   if (ptr == nullptr) return Status::InvalidArgument(std::string(role) + " is a null pointer");
   cudaPointerAttributes attributes{};
   const cudaError_t err = cudaPointerGetAttributes(&attributes, ptr);
@@ -50,6 +50,7 @@ Status CheckDevicePointer(const void* ptr, const char* role) {
     return Status::InvalidArgument(std::string(role) +
                                    " points to host memory that the GPU cannot access; pass a device pointer");
   }
+  if (device != nullptr) *device = attributes.type == cudaMemoryTypeDevice ? attributes.device : -1;
   return Status::Ok();
 }
 

@@ -17,8 +17,9 @@ int DeviceCount(std::string* reason = nullptr);
 Status CheckDeviceAvailable();
 
 // Ok when a kernel may dereference `ptr` (device, managed or mapped host
-// memory); `role` names the pointer in the error.
-Status CheckDevicePointer(const void* ptr, const char* role);
+// memory); `role` names the pointer in the error. `device`, when given,
+// receives the GPU that owns device memory (-1 for managed or mapped memory).
+Status CheckDevicePointer(const void* ptr, const char* role, int* device = nullptr);
 
 // Waits for the work queued on `stream`; returns the first error of that work.
 Status SynchronizeStream(void* stream);

@@ -203,6 +203,7 @@ Status Launch(const CopyDescriptor* copies, int64_t n, cudaStream_t stream) {
   int32_t blocks = 0;
   auto flush = [&]() -> Status {
     if (batch.num_segments == 0) return Status::Ok();
+    cudaGetLastError();  // a stale, non-sticky error of an earlier call is not this launch's
     CopyAndScaleKernel<E><<<blocks, kThreads, 0, stream>>>(batch);
     const cudaError_t err = cudaGetLastError();
     batch.num_segments = 0;

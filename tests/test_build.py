@@ -221,13 +221,13 @@ def test_switch_and_version_requirements(tmp_path, capsys):
     assert configure({}, cuda=False, site_dirs=[site_dir]) == (None, "CUDA is not built")
     assert configure({}) == (None, "NCCL not found")
     nccl, reason = configure({"NCCL_HOME": old}, site_dirs=[site_dir])  # the first found decides
-    assert nccl is None and reason == "NCCL 2.7.8 from $NCCL_HOME is older than 2.10"
+    assert nccl is None and reason == "NCCL 2.7.8 from $NCCL_HOME is older than 2.14"
     assert "building without NCCL" in capsys.readouterr().err
 
     for env, cuda, site_dirs, message in [
         ({"MXPLUGIN_WITH_NCCL": "1"}, False, [site_dir], "needs the CUDA build"),
         ({"MXPLUGIN_WITH_NCCL": "1"}, True, [], "NCCL not found"),
-        ({"MXPLUGIN_WITH_NCCL": "1", "NCCL_HOME": old}, True, [site_dir], "older than 2.10"),
+        ({"MXPLUGIN_WITH_NCCL": "1", "NCCL_HOME": old}, True, [site_dir], "older than 2.14"),
         # an explicit home that is wrong is an error, not a reason to look elsewhere
         ({"MXPLUGIN_NCCL_HOME": str(tmp_path / "missing")}, True, [site_dir],
          "MXPLUGIN_NCCL_HOME=.*has no include/nccl.h"),

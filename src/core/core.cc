@@ -26,24 +26,6 @@ Status CheckTensorOp(const TensorOp& op, int set_size) {
                                    "they were left out)");
 #endif
     if (m.op == OpType::kBarrier) return Status::InvalidArgument(who + ": a barrier carries no tensor");
-#ifdef MXPLUGIN_WITH_NCCL
-    std::string reason;
-    const int devices = cuda::DeviceCount(&reason);
-    if (m.device < 0 || m.device >= devices) {
-      return Status::InvalidArgument(who + ": the tensor is on " + DeviceName(m.device) + ", but this process sees " +
-                                     std::to_string(devices) + " CUDA device(s)" +
-                                     (reason.empty() ? std::string() : " (" + reason + ")"));
-    }
-    // Adapters that fill in the pointers later (MXNet) check before they are known.
-    if (op.input.num_elements() > 0 && op.input.data != nullptr) {
-      Status st = gpu::CheckDeviceMemory(op.input.data, m.device, (who + ": input").c_str());
-      if (!st.ok()) return st;
-    }
-    if (op.output.num_elements() > 0 && op.output.data != nullptr) {
-      Status st = gpu::CheckDeviceMemory(op.output.data, m.device, (who + ": output").c_str());
-      if (!st.ok()) return st;
-    }
-#endif
   }
   if (op.input.device != m.device || op.output.device != m.device) {
     return Status::InvalidArgument(who + ": input is on " + DeviceName(op.input.device) + " and output on " +
@@ -81,6 +63,41 @@ Status CheckTensorOp(const TensorOp& op, int set_size) {
 
 }  // namespace
 
+void Core::CheckGpuArguments(const std::vector<TensorOp>& ops) {
+#ifdef MXPLUGIN_WITH_NCCL
+  for (const TensorOp& op : ops) {
+    const RequestMeta& m = op.meta;
+    if (m.device == kCpuDevice) continue;
+    const std::string who = std::string(OpTypeName(m.op)) + " '" + m.name + "'";
+    auto check = [&]() -> Status {
+      std::string reason;
+      const int devices = cuda::DeviceCount(&reason);
+      if (m.device < 0 || m.device >= devices) {
+        return Status::InvalidArgument(who + ": the tensor is on " + DeviceName(m.device) + ", but this process sees " +
+                                       std::to_string(devices) + " CUDA device(s)" +
+                                       (reason.empty() ? std::string() : " (" + reason + ")"));
+      }
+      // Adapters that fill in the pointers later (MXNet) check before they are known.
+      for (const auto& part : {std::make_pair(&op.input, "input"), std::make_pair(&op.output, "output")}) {
+        const TensorRef& t = *part.first;
+        if (t.num_elements() == 0 || t.data == nullptr) continue;
+        int owner = -1;
+        Status st = cuda::CheckDevicePointer(t.data, (who + ": " + part.second).c_str(), &owner);
+        if (!st.ok()) return st;
+        if (owner >= 0 && owner != m.device) {
+          return Status::InvalidArgument(who + ": the " + part.second + " lives on " + DeviceName(owner) +
+                                         ", but the op says " + DeviceName(m.device));
+        }
+      }
+      return Status::Ok();
+    };
+    ThrowIfError(check());
+  }
+#else
+  (void)ops;
+#endif
+}
+
 Core::Core(Config config) : config_(std::move(config)), logger_(config_.log_level) {
   thread_ = std::thread([this] { Loop(); });
   std::unique_lock<std::mutex> lock(mutex_);
@@ -104,14 +121,24 @@ void Core::Shutdown() {
   timeline_.Stop();
 }
 
+void Core::RequestStop(const Status& why) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_status_.ok()) stop_status_ = why;
+    shutdown_requested_ = true;
+  }
+  wake_.notify_all();
+}
+
 std::unique_ptr<Core::ProcessSet> Core::MakeProcessSet(std::vector<int> ranks, std::unique_ptr<Communicator> comm) {
   auto set = std::make_unique<ProcessSet>();
   set->ranks = std::move(ranks);
   set->comm = std::move(comm);
   if (set->comm) {
     set->controller = std::make_unique<Controller>(set->comm.get(), config_, &logger_);
-    set->executor = std::make_unique<Executor>(set->comm.get(), config_, &timeline_,
-                                               [this](Request& r, const Status& s) { Finish(r, s); });
+    set->executor = std::make_unique<Executor>(
+        set->comm.get(), config_, &timeline_, [this](Request& r, const Status& s) { Finish(r, s); },
+        [this](const Status& why) { RequestStop(why); });
   }
   return set;
 }
@@ -156,7 +183,9 @@ void Core::Loop() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stop_status_.ok()) {
-      stop_status_ = failure.ok() ? Status::Aborted("mxplugin has been shut down (shutdown() was called on some rank)")
+      stop_status_ = failure.ok() ? Status::Aborted(
+                                        "mxplugin has been shut down (shutdown() was called on some rank, or a "
+                                        "rank stopped after a failure: see the other ranks' output)")
                                   : failure;
     }
     stopped_ = true;
@@ -166,6 +195,9 @@ void Core::Loop() {
                 stop_status_.reason().find("shut down") == std::string::npos;
   // GPU work finishes its requests from another thread, through Finish(),
   // which takes the lock: wait for it, and destroy the sets, without it.
+  for (auto& kv : sets_) {
+    if (kv.second->executor) kv.second->executor->BeginDrain();
+  }
   for (auto& kv : sets_) {
     if (kv.second->executor) kv.second->executor->Drain();
   }
@@ -211,6 +243,10 @@ void Core::RunCycle(bool* stop) {
   const auto now = Clock::now();
   timeline_.MarkCycle(now);
   for (auto& req : incoming) {
+#ifdef MXPLUGIN_WITH_NCCL
+    // CUDA calls on this thread (events freed, NCCL set-up) use this rank's GPU.
+    if (!loop_device_set_ && req.meta.device != kCpuDevice) loop_device_set_ = gpu::UseDevice(req.meta.device);
+#endif
     auto it = sets_.find(req.process_set_id);
     if (it == sets_.end() || !it->second->comm) {
       Finish(req, Status::InvalidArgument("process set " + std::to_string(req.process_set_id) +
@@ -300,7 +336,7 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
 #ifdef MXPLUGIN_WITH_NCCL
   bool any_gpu = false;
   for (const auto& op : ops) any_gpu = any_gpu || op.meta.device != kCpuDevice;
-  if (any_gpu) Check(process_set_id, ops);
+  if (any_gpu) CheckGpuArguments(ops);
   for (size_t i = 0; i < ops.size() && any_gpu; ++i) {
     if (ops[i].meta.device != kCpuDevice) ready[i] = gpu::RecordReadyEvent(ops[i].meta.device, ops[i].input.stream);
   }
@@ -357,6 +393,7 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
 }
 
 void Core::Check(int process_set_id, const std::vector<TensorOp>& ops) const {
+  CheckGpuArguments(ops);
   std::lock_guard<std::mutex> lock(mutex_);
   CheckLocked(process_set_id, ops);
 }
@@ -375,16 +412,6 @@ const Core::ProcessSet& Core::CheckLocked(int process_set_id, const std::vector<
   }
   for (const auto& op : ops) {
     ThrowIfError(CheckTensorOp(op, static_cast<int>(set.ranks.size())));
-    if (op.meta.device != kCpuDevice) {
-      // Note [GPU lanes] binds each rank's NCCL communicators to one device.
-      if (gpu_device_ == kCpuDevice) gpu_device_ = op.meta.device;
-      if (op.meta.device != gpu_device_) {
-        throw Error(Status::InvalidArgument(std::string(OpTypeName(op.meta.op)) + " '" + op.meta.name +
-                                            "': the tensor is on " + DeviceName(op.meta.device) + ", but rank " +
-                                            std::to_string(topology_.rank) + " already runs GPU collectives on " +
-                                            DeviceName(gpu_device_) + "; use one GPU per process"));
-      }
-    }
     if (op.meta.op == OpType::kBroadcast &&
         std::find(set.ranks.begin(), set.ranks.end(), op.meta.root_rank) == set.ranks.end()) {
       throw Error(Status::InvalidArgument("broadcast '" + op.meta.name + "': root rank " +
@@ -392,6 +419,20 @@ const Core::ProcessSet& Core::CheckLocked(int process_set_id, const std::vector<
                                           RanksText(set.ranks)));
     }
   }
+  // Note [GPU lanes] binds each rank's NCCL communicators to one device: the
+  // first GPU op that passes every check chooses it.
+  int device = gpu_device_;
+  for (const auto& op : ops) {
+    if (op.meta.device == kCpuDevice) continue;
+    if (device == kCpuDevice) device = op.meta.device;
+    if (op.meta.device != device) {
+      throw Error(Status::InvalidArgument(std::string(OpTypeName(op.meta.op)) + " '" + op.meta.name +
+                                          "': the tensor is on " + DeviceName(op.meta.device) + ", but rank " +
+                                          std::to_string(topology_.rank) + " runs its GPU collectives on " +
+                                          DeviceName(device) + "; use one GPU per process"));
+    }
+  }
+  gpu_device_ = device;
   return set;
 }
 

@@ -73,6 +73,9 @@ class Core {
 
   // Stops the background thread (all ranks stop together). Idempotent.
   void Shutdown();
+  // Asks every rank to stop, as shutdown() does, with `why` as this rank's
+  // reason for failing later ops. Any thread; does not wait.
+  void RequestStop(const Status& why);
 
  private:
   struct ProcessSet {
@@ -84,6 +87,8 @@ class Core {
   };
 
   const ProcessSet& CheckLocked(int process_set_id, const std::vector<TensorOp>& ops) const;
+  // GPU ops' device and pointer checks (CUDA queries): run without the lock.
+  static void CheckGpuArguments(const std::vector<TensorOp>& ops);
   void AgreeOnConfig();
   void Loop();
   void RunCycle(bool* stop);
@@ -105,6 +110,7 @@ class Core {
   int next_set_id_ = 1;                        // background thread only
   int control_counter_ = 0;                    // guarded by mutex_
   mutable int gpu_device_ = kCpuDevice;        // this rank's GPU, bound by its first GPU op; guarded by mutex_
+  bool loop_device_set_ = false;               // background thread only: CUDA device made current there
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

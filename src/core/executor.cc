@@ -107,13 +107,17 @@ void Executor::Execute(const std::vector<Response>& responses, PendingRequests* 
 // The GPU executor takes the requests (moved out; their pending entries are
 // erased by the caller) and finishes them when the GPU is done.
 void Executor::ExecuteGpu(const Plan& plan) {
-  if (!gpu_) gpu_ = std::make_unique<gpu::GpuExecutor>(comm_, config_, timeline_, finish_);
+  if (!gpu_) gpu_ = std::make_unique<gpu::GpuExecutor>(comm_, config_, timeline_, finish_, stop_);
   for (const auto& group : plan.fused) {
     std::vector<Request> moved;
     for (Request* r : group) moved.push_back(std::move(*r));
     gpu_->RunFused(std::move(moved));
   }
   for (const auto& pr : plan.others) gpu_->RunOne(std::move(*pr.first), *pr.second);
+}
+
+void Executor::BeginDrain() {
+  if (gpu_) gpu_->BeginDrain();
 }
 
 void Executor::Drain() {
@@ -131,6 +135,7 @@ void Executor::ExecuteGpu(const Plan& plan) {
   for (const auto& pr : plan.others) finish_(*pr.first, st);
 }
 
+void Executor::BeginDrain() {}
 void Executor::Drain() {}
 
 #endif

@@ -28,13 +28,18 @@ using FinishFn = std::function<void(Request&, const Status&)>;
 
 class Executor {
  public:
-  Executor(Communicator* comm, const Config& config, Timeline* timeline, FinishFn finish)
-      : comm_(comm), config_(config), timeline_(timeline), finish_(std::move(finish)) {}
+  // `stop` asks the Core to stop all ranks (a GPU failure, Note [GPU
+  // failures are fatal]); it may be called from the GPU completion thread.
+  Executor(Communicator* comm, const Config& config, Timeline* timeline, FinishFn finish,
+           std::function<void(const Status&)> stop)
+      : comm_(comm), config_(config), timeline_(timeline), finish_(std::move(finish)), stop_(std::move(stop)) {}
 
   // Runs the responses' requests: CPU ones before returning, GPU ones (moved
   // out of `pending`) asynchronously on the GPU executor.
   void Execute(const std::vector<Response>& responses, PendingRequests* pending);
-  // Waits for asynchronous (GPU) work to finish; call without Core's lock.
+  // Asks asynchronous (GPU) work to finish (BeginDrain), and waits for it
+  // (Drain); call without Core's lock.
+  void BeginDrain();
   void Drain();
 
  private:
@@ -59,6 +64,7 @@ class Executor {
   const Config& config_;
   Timeline* timeline_;
   FinishFn finish_;
+  std::function<void(const Status&)> stop_;
   FusionBuffer buffer_;
 #ifdef MXPLUGIN_WITH_NCCL
   std::unique_ptr<gpu::GpuExecutor> gpu_;  // made at the first GPU response

@@ -41,6 +41,17 @@ def upload(host):
         return cp.asarray(host)
 
 
+def zeros(shape, dtype):
+    """Every array the core reads or writes is made on `stream`: the ready
+    event orders the core's lanes after work there, not after other streams."""
+    with stream:
+        return cp.zeros(shape, dtype=dtype)
+
+
+def zeros_like(a):
+    return zeros(a.shape, a.dtype)
+
+
 def op(name, op_type, dtype, inp, out, reduce_op=m.REDUCE_SUM, root=0, pre=1.0, post=1.0, splits=None,
        device=None):
     return (name, op_type, reduce_op, DT[dtype], dev if device is None else device, list(inp.shape),
@@ -62,7 +73,7 @@ def check(what, actual, expected, dtype):
 
 # --- allreduce: fused (small) and direct (large), sum/average/min/max/product,
 # scaled, in and out of place, several dtypes, one grouped call
-ops, expect, seed = [], [], 0
+ops, expect, keep, seed = [], [], [], 0
 for dtype in ("float32", "float16", "float64", "int32", "int64"):
     for reduce_name, reduce_op in (("sum", m.REDUCE_SUM), ("avg", m.REDUCE_AVERAGE), ("min", m.REDUCE_MIN),
                                    ("max", m.REDUCE_MAX), ("prod", m.REDUCE_PRODUCT)):
@@ -80,14 +91,14 @@ for dtype in ("float32", "float16", "float64", "int32", "int64"):
                     total = np.trunc(total)
                 name = f"ar.{dtype}.{reduce_name}.{pre}.{shape}"
                 inp = upload(per[rank])
-                out = cp.zeros_like(inp)
+                out = zeros_like(inp)
+                keep.append(inp)  # the op holds only its pointer
                 ops.append(op(name, m.OP_ALLREDUCE, dtype, inp, out, reduce_op, pre=pre, post=post))
                 expect.append((name, out, total, dtype))
                 inplace = upload(per[rank])
                 ops.append(op(name + ".inplace", m.OP_ALLREDUCE, dtype, inplace, inplace, reduce_op, pre=pre,
                               post=post))
                 expect.append((name + ".inplace", inplace, total, dtype))
-keep = [e[1] for e in expect]
 run(ops)
 for name, out, total, dtype in expect:
     check(name, out, total, dtype)
@@ -113,7 +124,7 @@ base = upload(np.full((4_000_000,), rank + 1, dtype="float32"))
 with stream:
     for _ in range(100):
         base += 1  # each a kernel on `stream`
-out = cp.zeros_like(base)
+out = zeros_like(base)
 run([op("ordered", m.OP_ALLREDUCE, "float32", base, out)])
 check("ready event ordering", out[:10], np.full(10, sum(r + 1 + 100 for r in range(size)), "float64"), "float32")
 say(f"rank {rank}: ordering against the producer stream ok")
@@ -122,14 +133,14 @@ say(f"rank {rank}: ordering against the producer stream ok")
 rows = [r + 2 for r in range(size)]
 per = [host_data((rows[r], 3), r, "float32", 900) for r in range(size)]
 inp = upload(per[rank])
-gathered = cp.zeros((sum(rows), 3), dtype="float32")
+gathered = zeros((sum(rows), 3), "float32")
 run([op("ag", m.OP_ALLGATHER, "float32", inp, gathered)])
 check("allgather", gathered, np.concatenate(per).astype("float64"), "float32")
 
 root = size - 1
 src = [host_data((6, 5), r, "float64", 901) for r in range(size)]
 b_in = upload(src[rank])
-b_out = cp.zeros_like(b_in)
+b_out = zeros_like(b_in)
 b_inplace = upload(src[rank])
 run([op("bc", m.OP_BROADCAST, "float64", b_in, b_out, root=root),
      op("bc.inplace", m.OP_BROADCAST, "float64", b_inplace, b_inplace, root=root)])
@@ -143,7 +154,7 @@ for r in range(size):
     start = sum(splits_of[r][:rank])
     expected.append(send[r][start:start + splits_of[r][rank]])
 a_in = upload(send[rank])
-a_out = cp.zeros((sum(splits_of[r][rank] for r in range(size)), 2), dtype="int32")
+a_out = zeros((sum(splits_of[r][rank] for r in range(size)), 2), "int32")
 run([op("a2a", m.OP_ALLTOALL, "int32", a_in, a_out, splits=splits_of[rank])])
 check("alltoall", a_out, np.concatenate(expected), "int32")
 
@@ -153,8 +164,8 @@ rs = [host_data((total_rows, 4), r, "float32", 903) for r in range(size)]
 full = sum(x.astype("float64") for x in rs)
 lo = sum(blocks[:rank])
 r_in = upload(rs[rank])
-r_sum = cp.zeros((blocks[rank], 4), dtype="float32")
-r_avg = cp.zeros((blocks[rank], 4), dtype="float32")
+r_sum = zeros((blocks[rank], 4), "float32")
+r_avg = zeros((blocks[rank], 4), "float32")
 run([op("rs.sum", m.OP_REDUCESCATTER, "float32", r_in, r_sum),
      op("rs.avg", m.OP_REDUCESCATTER, "float32", r_in, r_avg, m.REDUCE_AVERAGE, pre=2.0)])
 check("reducescatter sum", r_sum, full[lo:lo + blocks[rank]], "float32")

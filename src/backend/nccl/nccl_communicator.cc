@@ -10,24 +10,16 @@
 namespace mxplugin {
 namespace {
 
-// Nonblocking communicators (NCCL 2.14+) let initialisation and every later
-// call be bounded by a deadline; older NCCL blocks inside the calls.
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
-constexpr bool kNonblocking = true;
-#else
-constexpr bool kNonblocking = false;
-#endif
-
+// The result's name plus NCCL's last message for `comm`; call it while the
+// communicator is alive and not being used by another thread.
 std::string Describe(ncclResult_t r, ncclComm_t comm) {
   std::string out = std::string(ncclGetErrorString(r));
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 13, 0)
-  if (comm != nullptr) {
-    const char* last = ncclGetLastError(comm);
-    if (last != nullptr && *last != '\0') out += " (" + std::string(last) + ")";
-  }
-#endif
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && *last != '\0') out += " (" + std::string(last) + ")";
   return out;
 }
+
+void Pause() { std::this_thread::sleep_for(std::chrono::microseconds(20)); }
 
 Status CudaStatus(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return Status::Ok();
@@ -81,23 +73,6 @@ bool AllEqual(const std::vector<int64_t>& v) {
   return true;
 }
 
-// Waits while `comm` reports ncclInProgress (a nonblocking call still
-// running); returns its final state.
-ncclResult_t Settle(ncclComm_t comm, Clock::time_point deadline) {
-  ncclResult_t state = ncclInProgress;
-  while (true) {
-    ncclResult_t r = ncclCommGetAsyncError(comm, &state);
-    if (r != ncclSuccess) return r;
-    if (state != ncclInProgress) return state;
-    if (Clock::now() > deadline) return ncclInProgress;
-    std::this_thread::yield();
-  }
-}
-
-// How long a nonblocking call may stay in progress: long enough for lazy
-// connection setup on a slow network; a dead peer shows up as an error sooner.
-constexpr std::chrono::seconds kCallTimeout(300);
-
 }  // namespace
 
 int NcclRuntimeVersion() {
@@ -106,94 +81,102 @@ int NcclRuntimeVersion() {
 }
 
 Status NcclCommunicator::CreateMany(Communicator* bootstrap, int device, const std::vector<void*>& streams,
-                                    Clock::time_point deadline,
-                                    std::vector<std::unique_ptr<NcclCommunicator>>* out) {
+                                    const Status& local_error, Clock::time_point deadline,
+                                    Clock::duration call_timeout, std::vector<std::unique_ptr<NcclCommunicator>>* out) {
   const size_t count = streams.size();
-  Status st = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
-  if (!st.ok()) return st;
-  std::string ids(count * sizeof(ncclUniqueId), '\0');
-  if (bootstrap->rank() == 0) {
-    for (size_t i = 0; i < count; ++i) {
+  Status local = local_error;
+  if (local.ok()) local = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
+  // Rank 0 always broadcasts, with no ids when its own setup failed, so the
+  // ranks' MPI calls stay matched whatever happens.
+  std::string ids;
+  if (bootstrap->rank() == 0 && local.ok()) {
+    ids.assign(count * sizeof(ncclUniqueId), '\0');
+    for (size_t i = 0; i < count && local.ok(); ++i) {
       ncclUniqueId id;
       ncclResult_t r = ncclGetUniqueId(&id);
-      if (r != ncclSuccess) return Status::Internal("ncclGetUniqueId failed: " + Describe(r, nullptr));
+      if (r != ncclSuccess) local = Status::Internal(std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r));
       std::memcpy(&ids[i * sizeof(ncclUniqueId)], &id, sizeof(id));
     }
+    if (!local.ok()) ids.clear();
   }
-  // Every rank takes part in the broadcast even if its id creation failed
-  // above, so that nobody waits for it: rank 0 returned before broadcasting
-  // only on its own error, which the others then see as a timeout.
-  st = bootstrap->BroadcastBytes(&ids, deadline);
+  Status st = bootstrap->BroadcastBytes(&ids, deadline);
   if (!st.ok()) return st;
-  if (ids.size() != count * sizeof(ncclUniqueId)) return Status::Internal("bad NCCL unique id broadcast");
+  if (local.ok() && ids.size() != count * sizeof(ncclUniqueId)) {
+    local = Status::Aborted("rank 0 of the process set could not create NCCL ids (see its error)");
+  }
 
-  std::vector<ncclComm_t> comms(count, nullptr);
-  for (size_t i = 0; i < count; ++i) {
+  std::vector<ncclComm_t> comms;
+  for (size_t i = 0; i < count && local.ok(); ++i) {
     ncclUniqueId id;
     std::memcpy(&id, &ids[i * sizeof(ncclUniqueId)], sizeof(id));
-    ncclResult_t r;
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;
-    r = ncclCommInitRankConfig(&comms[i], bootstrap->size(), id, bootstrap->rank(), &config);
-#else
-    r = ncclCommInitRank(&comms[i], bootstrap->size(), id, bootstrap->rank());
-#endif
+    ncclComm_t comm = nullptr;
+    ncclResult_t r = ncclCommInitRankConfig(&comm, bootstrap->size(), id, bootstrap->rank(), &config);
+    if (comm != nullptr) comms.push_back(comm);
     if (r != ncclSuccess && r != ncclInProgress) {
-      for (ncclComm_t c : comms) {
-        if (c != nullptr) ncclCommAbort(c);
-      }
-      return Status::Internal("ncclCommInitRank failed on gpu(" + std::to_string(device) + "): " +
-                              Describe(r, comms[i]));
+      local = Status::Internal("ncclCommInitRankConfig failed on gpu(" + std::to_string(device) +
+                               "): " + (comm != nullptr ? Describe(r, comm) : ncclGetErrorString(r)));
     }
   }
-  if (kNonblocking) {
-    for (size_t i = 0; i < count; ++i) {
-      ncclResult_t r = Settle(comms[i], deadline);
-      if (r != ncclSuccess) {
-        for (ncclComm_t c : comms) ncclCommAbort(c);
-        return Status::Aborted(r == ncclInProgress
-                                   ? "NCCL communicator setup did not finish in time: a peer did not join"
-                                   : "NCCL communicator setup failed: " + Describe(r, comms[i]));
+  for (ncclComm_t comm : comms) {
+    ncclResult_t state = ncclInProgress;
+    while (local.ok()) {
+      ncclResult_t r = ncclCommGetAsyncError(comm, &state);
+      if (r != ncclSuccess) state = r;
+      if (state != ncclInProgress) break;
+      if (Clock::now() > deadline) {
+        local = Status::Aborted("NCCL setup did not finish in time: a peer did not join");
+        break;
       }
+      Pause();
     }
+    if (local.ok() && state != ncclSuccess) local = Status::Internal("NCCL setup failed: " + Describe(state, comm));
+  }
+
+  // Every rank learns whether all succeeded; unless they did, all give up.
+  std::vector<uint64_t> agreed{local.ok() ? 1u : 0u};
+  st = bootstrap->AllreduceBitwiseAnd(&agreed, deadline + std::chrono::seconds(10));
+  if (local.ok() && !st.ok()) local = st;
+  if (local.ok() && agreed[0] == 0) {
+    local = Status::Aborted("NCCL setup failed on another rank of the process set (see its error)");
+  }
+  if (!local.ok()) {
+    for (ncclComm_t comm : comms) ncclCommAbort(comm);
+    return local;
   }
   out->clear();
   for (size_t i = 0; i < count; ++i) {
-    out->emplace_back(new NcclCommunicator(comms[i], bootstrap->rank(), bootstrap->size(),
-                                           bootstrap->global_ranks(), device, streams[i]));
+    out->emplace_back(new NcclCommunicator(comms[i], bootstrap->rank(), bootstrap->size(), bootstrap->global_ranks(),
+                                           device, streams[i], call_timeout));
   }
   return Status::Ok();
 }
 
 NcclCommunicator::~NcclCommunicator() {
-  std::lock_guard<std::mutex> lock(abort_mutex_);
+  // The owner has waited for this communicator's work and no other thread
+  // uses it now; finalising flushes NCCL's own pending operations.
   if (aborted_) return;
-  // The owner has waited for this communicator's work; finalising flushes
-  // NCCL's own pending operations before the resources go.
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 14, 0)
-  if (ncclCommFinalize(comm_) == ncclInProgress || kNonblocking) {
-    if (Settle(comm_, Clock::now() + std::chrono::seconds(10)) != ncclSuccess) {
-      ncclCommAbort(comm_);
-      return;
-    }
+  ncclResult_t r = ncclCommFinalize(comm_);
+  Status st = r == ncclSuccess || r == ncclInProgress ? Settle("ncclCommFinalize", std::chrono::seconds(10))
+                                                      : Status::Internal("ncclCommFinalize failed");
+  if (st.ok()) {
+    ncclCommDestroy(comm_);
+  } else if (!aborted_) {
+    ncclCommAbort(comm_);
   }
-#endif
-  ncclCommDestroy(comm_);
 }
 
 void NcclCommunicator::Abort() {
-  std::lock_guard<std::mutex> lock(abort_mutex_);
+  std::lock_guard<std::mutex> lock(mutex_);
   if (aborted_) return;
   aborted_ = true;
   ncclCommAbort(comm_);
 }
 
 Status NcclCommunicator::AsyncError() {
-  {
-    std::lock_guard<std::mutex> lock(abort_mutex_);
-    if (aborted_) return Status::Aborted("the NCCL communicator was aborted");
-  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (aborted_) return Status::Aborted("the NCCL communicator was aborted");
   ncclResult_t state = ncclSuccess;
   ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
   if (r != ncclSuccess) return Status::Internal("ncclCommGetAsyncError failed: " + Describe(r, comm_));
@@ -204,15 +187,57 @@ Status NcclCommunicator::AsyncError() {
                               : ""));
 }
 
-Status NcclCommunicator::Check(ncclResult_t result, const char* what) {
-  if (result == ncclInProgress) result = Settle(comm_, Clock::now() + kCallTimeout);
-  if (result == ncclSuccess) return Status::Ok();
-  if (result == ncclInProgress) {
-    return Status::Aborted(std::string(what) + " stayed in progress for " + std::to_string(kCallTimeout.count()) +
-                           " s: a peer is probably gone");
+Status NcclCommunicator::Settle(const char* what, Clock::duration timeout) {
+  const auto deadline = Clock::now() + timeout;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (aborted_) return Status::Aborted(std::string(what) + ": the NCCL communicator was aborted");
+      ncclResult_t state = ncclInProgress;
+      ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
+      if (r != ncclSuccess) state = r;
+      if (state == ncclSuccess) return Status::Ok();
+      if (state != ncclInProgress) return Status::Internal(std::string(what) + " failed: " + Describe(state, comm_));
+    }
+    if (Clock::now() > deadline) {
+      return Status::Aborted(std::string(what) + " stayed in progress for " +
+                             std::to_string(std::chrono::duration_cast<std::chrono::seconds>(timeout).count()) +
+                             " s: a peer is probably gone");
+    }
+    Pause();
   }
-  return Status::Internal(std::string(what) + " failed: " + Describe(result, comm_));
 }
+
+Status NcclCommunicator::Run(const char* what, const std::function<ncclResult_t()>& calls) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (aborted_) return Status::Aborted(std::string(what) + ": the NCCL communicator was aborted");
+    ncclResult_t r = calls();
+    if (r == ncclSuccess) return Status::Ok();
+    if (r != ncclInProgress) return Status::Internal(std::string(what) + " failed: " + Describe(r, comm_));
+  }
+  return Settle(what, call_timeout_);
+}
+
+namespace {
+
+// Calls in one NCCL group: every call is made (NCCL wants the group closed
+// whatever happened), and the first failure, else the group's result, is
+// returned.
+ncclResult_t Grouped(const std::function<void(ncclResult_t*)>& calls) {
+  ncclResult_t r = ncclGroupStart();
+  if (r != ncclSuccess) return r;
+  ncclResult_t first = ncclSuccess;
+  calls(&first);
+  ncclResult_t end = ncclGroupEnd();
+  return first != ncclSuccess ? first : end;
+}
+
+void Note(ncclResult_t r, ncclResult_t* first) {
+  if (*first == ncclSuccess && r != ncclSuccess && r != ncclInProgress) *first = r;
+}
+
+}  // namespace
 
 Status NcclCommunicator::Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) {
   ncclDataType_t type = ncclFloat32;
@@ -220,27 +245,21 @@ Status NcclCommunicator::Allreduce(const void* send, void* recv, int64_t count, 
   Status st = NcclType(dtype, &type);
   if (st.ok()) st = NcclOp(op, &red);
   if (!st.ok()) return st;
-  return Check(ncclAllReduce(send, recv, static_cast<size_t>(count), type, red, comm_,
-                             static_cast<cudaStream_t>(stream_)),
-               "ncclAllReduce");
+  return Run("ncclAllReduce", [&] {
+    return ncclAllReduce(send, recv, static_cast<size_t>(count), type, red, comm_, static_cast<cudaStream_t>(stream_));
+  });
 }
 
 bool NcclCommunicator::ScaledSumSupported(DataType dtype) {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 11, 0)
   // Integers would multiply by a truncated factor; the CPU path scales them
   // after the sum, in float64, so they keep a separate scale pass.
   ncclDataType_t type = ncclFloat32;
   return (dtype == DataType::kFloat16 || dtype == DataType::kFloat32 || dtype == DataType::kFloat64 ||
           dtype == DataType::kBFloat16) &&
          NcclType(dtype, &type).ok();
-#else
-  (void)dtype;
-  return false;
-#endif
 }
 
 Status NcclCommunicator::ScaledSum(const void* send, void* recv, int64_t count, DataType dtype, double factor) {
-#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 11, 0)
   if (!ScaledSumSupported(dtype)) {
     return Status::InvalidArgument(std::string("NCCL cannot pre-multiply ") + DataTypeName(dtype));
   }
@@ -262,19 +281,15 @@ Status NcclCommunicator::ScaledSum(const void* send, void* recv, int64_t count, 
   } else {
     scalar.half = FloatToBFloat16(static_cast<float>(factor));
   }
-  ncclRedOp_t op;
-  st = Check(ncclRedOpCreatePreMulSum(&op, &scalar, type, ncclScalarHostImmediate, comm_),
-             "ncclRedOpCreatePreMulSum");
-  if (!st.ok()) return st;
-  st = Check(ncclAllReduce(send, recv, static_cast<size_t>(count), type, op, comm_, static_cast<cudaStream_t>(stream_)),
-             "ncclAllReduce");
-  // An operator may go as soon as the last call using it has returned.
-  ncclRedOpDestroy(op, comm_);
-  return st;
-#else
-  (void)send, (void)recv, (void)count, (void)dtype, (void)factor;
-  return Status::Internal("this NCCL is older than 2.11 and has no pre-multiplied sum");
-#endif
+  return Run("ncclAllReduce (pre-multiplied sum)", [&] {
+    ncclRedOp_t op;
+    ncclResult_t r = ncclRedOpCreatePreMulSum(&op, &scalar, type, ncclScalarHostImmediate, comm_);
+    if (r != ncclSuccess) return r;
+    r = ncclAllReduce(send, recv, static_cast<size_t>(count), type, op, comm_, static_cast<cudaStream_t>(stream_));
+    // An operator may go as soon as the last call using it has returned.
+    ncclRedOpDestroy(op, comm_);
+    return r;
+  });
 }
 
 Status NcclCommunicator::Allgatherv(const void* send, int64_t send_count, void* recv,
@@ -288,31 +303,32 @@ Status NcclCommunicator::Allgatherv(const void* send, int64_t send_count, void* 
   for (size_t r = 0; r < counts.size() && packed; ++r) packed = displs[r] == static_cast<int64_t>(r) * counts[0];
   if (packed) {
     if (counts[0] == 0) return Status::Ok();
-    return Check(ncclAllGather(send, recv, static_cast<size_t>(send_count), type, comm_, stream), "ncclAllGather");
+    return Run("ncclAllGather", [&] {
+      return ncclAllGather(send, recv, static_cast<size_t>(send_count), type, comm_, stream);
+    });
   }
   // Uneven blocks: every rank broadcasts its own, all in one group.
-  st = Check(ncclGroupStart(), "ncclGroupStart");
-  if (!st.ok()) return st;
-  ncclResult_t first = ncclSuccess;
-  for (int r = 0; r < size_; ++r) {
-    if (counts[r] == 0) continue;
-    // Non-roots' send buffer is unused; a valid pointer keeps NCCL's checks quiet.
-    ncclResult_t res = ncclBroadcast(r == rank_ ? send : At(recv, displs[r], dtype), At(recv, displs[r], dtype),
-                                     static_cast<size_t>(counts[r]), type, r, comm_, stream);
-    if (first == ncclSuccess && res != ncclSuccess && res != ncclInProgress) first = res;
-  }
-  ncclResult_t end = ncclGroupEnd();
-  if (first != ncclSuccess) return Check(first, "ncclBroadcast (allgather)");
-  return Check(end, "ncclGroupEnd (allgather)");
+  return Run("ncclBroadcast (allgather)", [&] {
+    return Grouped([&](ncclResult_t* first) {
+      for (int r = 0; r < size_; ++r) {
+        if (counts[r] == 0) continue;
+        char* slot = At(recv, displs[r], dtype);
+        // Non-roots' send buffer is unused; a valid pointer keeps NCCL's checks quiet.
+        Note(ncclBroadcast(r == rank_ ? send : slot, slot, static_cast<size_t>(counts[r]), type, r, comm_, stream),
+             first);
+      }
+    });
+  });
 }
 
 Status NcclCommunicator::Broadcast(void* buffer, int64_t count, DataType dtype, int root) {
   ncclDataType_t type = ncclFloat32;
   Status st = NcclType(dtype, &type);
   if (!st.ok()) return st;
-  return Check(ncclBroadcast(buffer, buffer, static_cast<size_t>(count), type, root, comm_,
-                             static_cast<cudaStream_t>(stream_)),
-               "ncclBroadcast");
+  return Run("ncclBroadcast", [&] {
+    return ncclBroadcast(buffer, buffer, static_cast<size_t>(count), type, root, comm_,
+                         static_cast<cudaStream_t>(stream_));
+  });
 }
 
 Status NcclCommunicator::Alltoallv(const void* send, const std::vector<int64_t>& send_counts,
@@ -323,23 +339,20 @@ Status NcclCommunicator::Alltoallv(const void* send, const std::vector<int64_t>&
   Status st = NcclType(dtype, &type);
   if (!st.ok()) return st;
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_);
-  st = Check(ncclGroupStart(), "ncclGroupStart");
-  if (!st.ok()) return st;
-  ncclResult_t first = ncclSuccess;
-  for (int r = 0; r < size_; ++r) {
-    ncclResult_t res = ncclSuccess;
-    if (send_counts[r] > 0) {
-      res = ncclSend(At(send, send_displs[r], dtype), static_cast<size_t>(send_counts[r]), type, r, comm_, stream);
-    }
-    if (first == ncclSuccess && res != ncclSuccess && res != ncclInProgress) first = res;
-    if (recv_counts[r] > 0) {
-      res = ncclRecv(At(recv, recv_displs[r], dtype), static_cast<size_t>(recv_counts[r]), type, r, comm_, stream);
-    }
-    if (first == ncclSuccess && res != ncclSuccess && res != ncclInProgress) first = res;
-  }
-  ncclResult_t end = ncclGroupEnd();
-  if (first != ncclSuccess) return Check(first, "ncclSend/ncclRecv (alltoall)");
-  return Check(end, "ncclGroupEnd (alltoall)");
+  return Run("ncclSend/ncclRecv (alltoall)", [&] {
+    return Grouped([&](ncclResult_t* first) {
+      for (int r = 0; r < size_; ++r) {
+        if (send_counts[r] > 0) {
+          Note(ncclSend(At(send, send_displs[r], dtype), static_cast<size_t>(send_counts[r]), type, r, comm_, stream),
+               first);
+        }
+        if (recv_counts[r] > 0) {
+          Note(ncclRecv(At(recv, recv_displs[r], dtype), static_cast<size_t>(recv_counts[r]), type, r, comm_, stream),
+               first);
+        }
+      }
+    });
+  });
 }
 
 Status NcclCommunicator::ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
@@ -352,26 +365,25 @@ Status NcclCommunicator::ReduceScatter(const void* send, void* recv, const std::
   const cudaStream_t stream = static_cast<cudaStream_t>(stream_);
   if (AllEqual(recv_counts)) {
     if (recv_counts[0] == 0) return Status::Ok();
-    return Check(ncclReduceScatter(send, recv, static_cast<size_t>(recv_counts[0]), type, red, comm_, stream),
-                 "ncclReduceScatter");
+    return Run("ncclReduceScatter", [&] {
+      return ncclReduceScatter(send, recv, static_cast<size_t>(recv_counts[0]), type, red, comm_, stream);
+    });
   }
   // Uneven blocks: block r is reduced onto rank r, all in one group.
-  st = Check(ncclGroupStart(), "ncclGroupStart");
-  if (!st.ok()) return st;
-  ncclResult_t first = ncclSuccess;
-  int64_t offset = 0;
-  for (int r = 0; r < size_; ++r) {
-    if (recv_counts[r] > 0) {
-      // recv is written on rank r only.
-      ncclResult_t res = ncclReduce(At(send, offset, dtype), recv,
-                                    static_cast<size_t>(recv_counts[r]), type, red, r, comm_, stream);
-      if (first == ncclSuccess && res != ncclSuccess && res != ncclInProgress) first = res;
-    }
-    offset += recv_counts[r];
-  }
-  ncclResult_t end = ncclGroupEnd();
-  if (first != ncclSuccess) return Check(first, "ncclReduce (reducescatter)");
-  return Check(end, "ncclGroupEnd (reducescatter)");
+  return Run("ncclReduce (reducescatter)", [&] {
+    return Grouped([&](ncclResult_t* first) {
+      int64_t offset = 0;
+      for (int r = 0; r < size_; ++r) {
+        // recv is written on rank r only.
+        if (recv_counts[r] > 0) {
+          Note(ncclReduce(At(send, offset, dtype), recv, static_cast<size_t>(recv_counts[r]), type, red, r, comm_,
+                          stream),
+               first);
+        }
+        offset += recv_counts[r];
+      }
+    });
+  });
 }
 
 Status NcclCommunicator::Barrier() {

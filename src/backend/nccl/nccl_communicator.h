@@ -6,13 +6,22 @@
 // are not offered: negotiation runs over MPI, which also bootstraps NCCL.
 //
 // Note [NCCL and dead peers]: a collective whose peer died never finishes on
-// the GPU. NCCL notices the closed connection in its proxy thread and reports
-// it through ncclCommGetAsyncError (AsyncError here); Abort() then makes the
-// stuck kernels return so that the ops can fail instead of hanging.
+// the GPU. NCCL notices a closed network connection in its proxy thread and
+// reports it through ncclCommGetAsyncError (AsyncError here); Abort() then
+// makes the stuck kernels return so that the ops can fail instead of hanging.
+// Communicators are nonblocking: every call returns at once (or reports
+// ncclInProgress, which is polled with a deadline), and each call runs under
+// the communicator's lock, released between polls, so Abort() from another
+// thread never frees a communicator in the middle of a call.
 #pragma once
 
 #include <nccl.h>
 
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
+#error "mxplugin's NCCL backend needs NCCL 2.14 or newer (nonblocking communicators)"
+#endif
+
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,12 +33,17 @@ namespace mxplugin {
 
 class NcclCommunicator : public Communicator {
  public:
-  // Collective over `bootstrap`'s members: builds `count` NCCL communicators
-  // over the same ranks on `device`, one per stream of `streams`. Rank 0 makes
-  // the unique ids and `bootstrap` broadcasts them; initialisation must finish
-  // by `deadline` (a peer that never joins is an error, not a hang).
+  // Collective over `bootstrap`'s members: builds one NCCL communicator per
+  // stream of `streams`, over the same ranks, on `device`. Rank 0 makes the
+  // unique ids and `bootstrap` broadcasts them; every rank then reports
+  // whether its setup worked, and unless all did, all fail (with the local
+  // reason, or saying a peer failed). Initialisation must finish by
+  // `deadline`; later calls may stay in progress for `call_timeout`.
+  // `local_error` (e.g. stream creation failed) makes this rank fail while
+  // still taking part, so that its peers fail too instead of waiting.
   static Status CreateMany(Communicator* bootstrap, int device, const std::vector<void*>& streams,
-                           Clock::time_point deadline, std::vector<std::unique_ptr<NcclCommunicator>>* out);
+                           const Status& local_error, Clock::time_point deadline, Clock::duration call_timeout,
+                           std::vector<std::unique_ptr<NcclCommunicator>>* out);
   ~NcclCommunicator() override;
 
   int rank() const override { return rank_; }
@@ -67,12 +81,17 @@ class NcclCommunicator : public Communicator {
   void Abort();
 
  private:
-  NcclCommunicator(ncclComm_t comm, int rank, int size, std::vector<int> global_ranks, int device, void* stream)
+  NcclCommunicator(ncclComm_t comm, int rank, int size, std::vector<int> global_ranks, int device, void* stream,
+                   Clock::duration call_timeout)
       : comm_(comm), rank_(rank), size_(size), global_ranks_(std::move(global_ranks)), device_(device),
-        stream_(stream) {}
-  // Turns a result into a Status, waiting out ncclInProgress of a nonblocking
-  // communicator; `what` names the call in the message.
-  Status Check(ncclResult_t result, const char* what);
+        stream_(stream), call_timeout_(call_timeout) {}
+  // Runs `calls` (NCCL calls on this communicator, returning the first
+  // failure) under the lock, then waits out ncclInProgress; `what` names
+  // the operation in errors.
+  Status Run(const char* what, const std::function<ncclResult_t()>& calls);
+  // Polls until the communicator leaves ncclInProgress, taking the lock for
+  // each poll only.
+  Status Settle(const char* what, Clock::duration timeout);
 
   ncclComm_t comm_;
   int rank_;
@@ -80,7 +99,8 @@ class NcclCommunicator : public Communicator {
   std::vector<int> global_ranks_;
   int device_;
   void* stream_;
-  std::mutex abort_mutex_;  // Abort() against the destructor
+  Clock::duration call_timeout_;
+  std::mutex mutex_;  // every NCCL call on comm_, and aborted_
   bool aborted_ = false;
 };
 

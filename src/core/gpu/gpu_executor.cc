@@ -19,16 +19,22 @@ Status CudaStatus(cudaError_t err, const char* what) {
   return Status::Internal(std::string(what) + " failed: " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
 }
 
-cudaStream_t StreamOf(const void* lane_stream) { return static_cast<cudaStream_t>(const_cast<void*>(lane_stream)); }
+cudaStream_t StreamOf(void* lane_stream) { return static_cast<cudaStream_t>(lane_stream); }
 
-// How long the completion thread lets a launch run before asking NCCL
-// whether a peer has failed (Note [NCCL and dead peers]).
+// Work running longer than this makes the completion thread ask NCCL, at
+// most every kHealthCheckEvery, whether a peer has failed.
 constexpr std::chrono::milliseconds kHealthCheckAfter(500);
+constexpr std::chrono::milliseconds kHealthCheckEvery(200);
+// After aborting stuck work, how long its events get to complete before its
+// requests fail anyway (their events are then leaked, not destroyed).
+constexpr std::chrono::seconds kAbortGrace(10);
 
 }  // namespace
 
-GpuExecutor::GpuExecutor(Communicator* bootstrap, const Config& config, Timeline* timeline, FinishFn finish)
-    : bootstrap_(bootstrap), config_(config), timeline_(timeline), finish_(std::move(finish)) {
+GpuExecutor::GpuExecutor(Communicator* bootstrap, const Config& config, Timeline* timeline, FinishFn finish,
+                         std::function<void(const Status&)> fatal)
+    : bootstrap_(bootstrap), config_(config), timeline_(timeline), finish_(std::move(finish)),
+      fatal_(std::move(fatal)) {
   completion_ = std::thread([this] { CompletionLoop(); });
 }
 
@@ -37,27 +43,43 @@ GpuExecutor::~GpuExecutor() {
   if (device_ < 0) return;
   cudaSetDevice(device_);
   for (Lane& lane : lanes_) {
-    if (lane.fusion != nullptr) cudaFreeAsync(lane.fusion, StreamOf(lane.stream));
     cudaStreamSynchronize(StreamOf(lane.stream));
+    if (lane.fusion != nullptr) cudaFree(lane.fusion);
     lane.comm.reset();
     cudaStreamDestroy(StreamOf(lane.stream));
   }
   cudaGetLastError();
 }
 
-void GpuExecutor::Drain() {
+void GpuExecutor::BeginDrain() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (draining_) return;
     draining_ = true;
   }
   wake_.notify_all();
+}
+
+void GpuExecutor::Drain() {
+  BeginDrain();
   if (completion_.joinable()) completion_.join();
 }
 
 Status GpuExecutor::Broken() {
   std::lock_guard<std::mutex> lock(mutex_);
   return broken_;
+}
+
+void GpuExecutor::Fail(const Status& why) {
+  std::vector<NcclCommunicator*> comms;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!broken_.ok()) return;
+    broken_ = Status(why.code() == StatusCode::kOk ? StatusCode::kInternal : why.code(),
+                     "GPU collectives failed and were aborted: " + why.reason());
+    for (Lane& lane : lanes_) comms.push_back(lane.comm.get());
+  }
+  for (NcclCommunicator* comm : comms) comm->Abort();
+  fatal_(Broken());
 }
 
 Status GpuExecutor::EnsureLanes(int device) {
@@ -67,46 +89,43 @@ Status GpuExecutor::EnsureLanes(int device) {
                                    "); a tensor on gpu(" + std::to_string(device) +
                                    ") cannot join them (one GPU per process)");
   }
-  Status st = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
+  Status local = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
+  int pools = 0;
+  if (local.ok()) cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device);
   // Communication streams get the highest priority, so that reductions are
   // not queued behind the backward pass's kernels.
   int least = 0, greatest = 0;
-  cudaDeviceGetStreamPriorityRange(&least, &greatest);
+  if (local.ok()) cudaDeviceGetStreamPriorityRange(&least, &greatest);
   std::vector<void*> streams;
-  for (int i = 0; i < std::max(1, config_.num_streams) && st.ok(); ++i) {
+  for (int i = 0; i < std::max(1, config_.num_streams) && local.ok(); ++i) {
     cudaStream_t s = nullptr;
-    st = CudaStatus(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest), "cudaStreamCreate");
-    if (!st.ok()) break;
-    streams.push_back(s);
+    local = CudaStatus(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest), "cudaStreamCreate");
+    if (local.ok()) streams.push_back(s);
   }
+  // Collective: a rank whose own set-up failed still takes part, so that
+  // every rank of the set gets an error rather than a wait.
+  const auto timeout = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(config_.peer_timeout_seconds));
   std::vector<std::unique_ptr<NcclCommunicator>> comms;
-  const auto deadline =
-      Clock::now() + std::chrono::microseconds(static_cast<int64_t>(config_.peer_timeout_seconds * 1e6));
-  Status made;
-  if (st.ok()) {
-    made = NcclCommunicator::CreateMany(bootstrap_, device, streams, deadline, &comms);
-  } else {
-    // Still take part in the id broadcast, so that peers fail at their NCCL
-    // setup's deadline instead of in the broadcast.
-    std::string ids;
-    bootstrap_->BroadcastBytes(&ids, deadline);
-    made = st;
+  Status st = NcclCommunicator::CreateMany(bootstrap_, device, streams, local, Clock::now() + timeout, timeout,
+                                           &comms);
+  if (!st.ok()) {
+    for (void* s : streams) cudaStreamDestroy(StreamOf(s));
+    return Status(st.code(), "setting up NCCL on gpu(" + std::to_string(device) + ") failed: " + st.reason());
   }
-  if (!made.ok()) {
-    for (void* s : streams) cudaStreamDestroy(static_cast<cudaStream_t>(s));
-    return Status(made.code(), "setting up NCCL on gpu(" + std::to_string(device) + ") failed: " + made.reason());
-  }
+  std::lock_guard<std::mutex> lock(mutex_);
   lanes_.resize(streams.size());
   for (size_t i = 0; i < streams.size(); ++i) {
     lanes_[i].stream = streams[i];
     lanes_[i].comm = std::move(comms[i]);
   }
   device_ = device;
+  stream_ordered_alloc_ = pools != 0;
   return Status::Ok();
 }
 
-GpuExecutor::Lane& GpuExecutor::NextLane() {
-  Lane& lane = lanes_[next_lane_ % lanes_.size()];
+GpuExecutor::Lane* GpuExecutor::NextLane() {
+  Lane* lane = &lanes_[next_lane_ % lanes_.size()];
   ++next_lane_;
   return lane;
 }
@@ -118,17 +137,27 @@ Status GpuExecutor::WaitReady(Lane& lane, const Request& request) {
       "waiting for the tensor's producer (cudaStreamWaitEvent)");
 }
 
-// Grows the lane's fusion buffer in stream order: the old one is freed
-// behind the work already queued that may still read it.
+// Grows the lane's fusion buffer. With stream-ordered allocation the old one
+// is freed behind the queued work that may still read it; without it, that
+// work is waited for first (growth is rare: the buffer only ever grows).
 Status GpuExecutor::Reserve(Lane& lane, int64_t bytes, void** out) {
   if (bytes > lane.fusion_bytes) {
     cudaStream_t stream = StreamOf(lane.stream);
-    if (lane.fusion != nullptr) cudaFreeAsync(lane.fusion, stream);
-    lane.fusion = nullptr;
-    lane.fusion_bytes = 0;
     const int64_t want = std::max<int64_t>(bytes, 1 << 20);
-    Status st = CudaStatus(cudaMallocAsync(&lane.fusion, static_cast<size_t>(want), stream),
-                           "allocating the GPU fusion buffer (cudaMallocAsync)");
+    Status st;
+    if (stream_ordered_alloc_) {
+      if (lane.fusion != nullptr) cudaFreeAsync(lane.fusion, stream);
+      lane.fusion = nullptr;
+      lane.fusion_bytes = 0;
+      st = CudaStatus(cudaMallocAsync(&lane.fusion, static_cast<size_t>(want), stream),
+                      "allocating the GPU fusion buffer (cudaMallocAsync)");
+    } else {
+      st = CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+      if (st.ok() && lane.fusion != nullptr) cudaFree(lane.fusion);
+      lane.fusion = nullptr;
+      lane.fusion_bytes = 0;
+      if (st.ok()) st = CudaStatus(cudaMalloc(&lane.fusion, static_cast<size_t>(want)), "allocating the GPU fusion buffer");
+    }
     if (!st.ok()) return st;
     lane.fusion_bytes = want;
   }
@@ -136,34 +165,40 @@ Status GpuExecutor::Reserve(Lane& lane, int64_t bytes, void** out) {
   return Status::Ok();
 }
 
-void GpuExecutor::RunFused(std::vector<Request> group) {
+void GpuExecutor::Launch(std::vector<Request>&& requests, int device, const char* phase, const LaunchFn& launch) {
   const auto begin = Clock::now();
   Status st = Broken();
-  if (st.ok()) st = EnsureLanes(group[0].input.device);
   if (!st.ok()) {
-    Submit(nullptr, std::move(group), st, "NCCL_ALLREDUCE", begin);
+    Submit(nullptr, std::move(requests), st, phase, begin);
     return;
   }
-  Lane& lane = NextLane();
-  st = LaunchFused(lane, group);
-  Submit(&lane, std::move(group), st, "NCCL_ALLREDUCE", begin);
+  st = EnsureLanes(device);
+  if (!st.ok()) {
+    // A wrong device is found before any collective call: no lane is out of
+    // step. A failed set-up is fatal (the peers' set-up failed too).
+    if (st.code() != StatusCode::kInvalidArgument) Fail(st);
+    Submit(nullptr, std::move(requests), st, phase, begin);
+    return;
+  }
+  Lane* lane = NextLane();
+  st = launch(*lane, requests, &phase);
+  if (!st.ok()) Fail(st);  // Note [GPU failures are fatal]
+  Submit(lane, std::move(requests), st, phase, begin);
+}
+
+void GpuExecutor::RunFused(std::vector<Request> group) {
+  const int device = group[0].input.device;
+  Launch(std::move(group), device, "NCCL_ALLREDUCE",
+         [this](Lane& lane, std::vector<Request>& requests, const char**) { return LaunchFused(lane, requests); });
 }
 
 void GpuExecutor::RunOne(Request req, const Response& resp) {
-  const auto begin = Clock::now();
-  const char* phase = "NCCL";
-  Status st = Broken();
-  if (st.ok()) st = EnsureLanes(req.input.device);
+  const int device = req.input.device;
   std::vector<Request> one;
-  if (!st.ok()) {
-    one.push_back(std::move(req));
-    Submit(nullptr, std::move(one), st, phase, begin);
-    return;
-  }
-  Lane& lane = NextLane();
-  st = LaunchOne(lane, req, resp, &phase);
   one.push_back(std::move(req));
-  Submit(&lane, std::move(one), st, phase, begin);
+  Launch(std::move(one), device, "NCCL", [this, &resp](Lane& lane, std::vector<Request>& requests, const char** phase) {
+    return LaunchOne(lane, requests[0], resp, phase);
+  });
 }
 
 // Pack with prescale, reduce, unpack with postscale: two batched kernel
@@ -306,8 +341,8 @@ void GpuExecutor::Submit(Lane* lane, std::vector<Request> requests, Status statu
       item.done = done;
     } else {
       if (done != nullptr) cudaEventDestroy(done);
-      Status synced = CudaStatus(cudaStreamSynchronize(StreamOf(lane->stream)), "cudaStreamSynchronize");
-      if (item.status.ok()) item.status = synced.ok() ? st : synced;
+      if (item.status.ok()) item.status = st;
+      Fail(st);
     }
   }
   {
@@ -321,28 +356,28 @@ void GpuExecutor::FinishItem(InFlight& item, const Status& status) {
   const auto end = Clock::now();
   for (Request& r : item.requests) {
     if (timeline_->active()) timeline_->Record(r.meta.name, item.phase, item.begin, end);
-    finish_(r, status);
+    try {
+      finish_(r, status);
+    } catch (const std::exception&) {
+      // A completion callback that throws must not take this thread, and
+      // every later request, with it; the request itself is finished.
+    }
   }
   if (item.done != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(item.done));
   item.done = nullptr;
 }
 
-void GpuExecutor::AbortAll(const Status& why) {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (broken_.ok()) broken_ = why;
-  }
-  for (Lane& lane : lanes_) {
-    if (lane.comm) lane.comm->Abort();
-  }
-}
-
-// Polls the events of launched work, oldest first, and finishes requests as
-// their work completes. While work runs long, asks NCCL whether a peer failed
-// (then aborts every lane so that stuck kernels return); while draining, gives
-// up on work older than the peer timeout the same way.
+// Polls the events of launched work and finishes requests as their work
+// completes, backing off while nothing does. Work running long gets a health
+// check (a dead peer aborts every lane); work older than the peer timeout,
+// or still running that long after draining began, is aborted; aborted work
+// whose events still do not complete fails after a grace period.
 void GpuExecutor::CompletionLoop() {
-  Clock::time_point drain_started{};
+  const auto peer_timeout = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(config_.peer_timeout_seconds));
+  bool device_set = false;
+  Clock::time_point drain_started{}, aborted_at{}, last_health_check{};
+  auto idle = std::chrono::microseconds(10);
   while (true) {
     std::deque<InFlight> items;
     bool draining;
@@ -352,27 +387,43 @@ void GpuExecutor::CompletionLoop() {
       items.swap(in_flight_);
       draining = draining_;
     }
-    if (draining && drain_started == Clock::time_point{}) drain_started = Clock::now();
+    const auto now = Clock::now();
+    if (draining && drain_started == Clock::time_point{}) drain_started = now;
     if (items.empty()) {
       if (draining) return;
       continue;
     }
+    if (!device_set && device_ >= 0) {
+      cudaSetDevice(device_);  // events and buffers freed here belong to this rank's GPU
+      device_set = true;
+    }
+    const bool health_due = now - last_health_check > kHealthCheckEvery;
     bool progressed = false;
     std::deque<InFlight> still;
     for (InFlight& item : items) {
-      Status broken = Broken();
       cudaError_t state = item.done == nullptr ? cudaSuccess : cudaEventQuery(static_cast<cudaEvent_t>(item.done));
       if (state == cudaErrorNotReady) {
-        const auto age = Clock::now() - item.begin;
-        if (broken.ok() && age > kHealthCheckAfter && item.lane != nullptr) {
-          Status health = item.lane->comm->AsyncError();
-          if (!health.ok()) AbortAll(health);
-        }
-        if (draining && Broken().ok() &&
-            Clock::now() - drain_started > std::chrono::duration<double>(config_.peer_timeout_seconds)) {
-          AbortAll(Status::Aborted("GPU collectives were still running " +
-                                   std::to_string(static_cast<int>(config_.peer_timeout_seconds)) +
-                                   " s after shutdown began (MXPLUGIN_PEER_TIMEOUT_SECONDS); they were aborted"));
+        Status broken = Broken();
+        if (broken.ok()) {
+          if (health_due && now - item.begin > kHealthCheckAfter && item.lane != nullptr) {
+            last_health_check = now;
+            Status health = item.lane->comm->AsyncError();
+            if (!health.ok()) Fail(health);
+          }
+          if (now - item.begin > peer_timeout ||
+              (draining && now - drain_started > peer_timeout)) {
+            Fail(Status::Aborted("a GPU collective ran for more than " +
+                                 std::to_string(static_cast<int>(config_.peer_timeout_seconds)) +
+                                 " s (MXPLUGIN_PEER_TIMEOUT_SECONDS); a peer has probably died"));
+          }
+        } else {
+          if (aborted_at == Clock::time_point{}) aborted_at = now;
+          if (now - aborted_at > kAbortGrace) {
+            item.done = nullptr;  // leaked: the GPU may never signal it
+            FinishItem(item, broken);
+            progressed = true;
+            continue;
+          }
         }
         still.push_back(std::move(item));
         continue;
@@ -380,7 +431,7 @@ void GpuExecutor::CompletionLoop() {
       progressed = true;
       Status status = item.status;
       if (status.ok() && state != cudaSuccess) status = CudaStatus(state, "a GPU collective");
-      broken = Broken();
+      Status broken = Broken();
       if (status.ok() && !broken.ok()) status = broken;  // aborted NCCL work leaves garbage behind
       FinishItem(item, status);
     }
@@ -388,7 +439,12 @@ void GpuExecutor::CompletionLoop() {
       std::lock_guard<std::mutex> lock(mutex_);
       for (auto it = still.rbegin(); it != still.rend(); ++it) in_flight_.push_front(std::move(*it));
     }
-    if (!progressed) std::this_thread::sleep_for(std::chrono::microseconds(50));
+    if (progressed) {
+      idle = std::chrono::microseconds(10);
+    } else {
+      std::this_thread::sleep_for(idle);
+      idle = std::min(idle * 2, std::chrono::microseconds(1000));
+    }
   }
 }
 

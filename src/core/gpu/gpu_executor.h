@@ -6,10 +6,19 @@
 // round-robin, in negotiated order, so every rank puts the same op on the
 // same lane and independent fused buffers reduce concurrently (NCCL runs
 // operations of one communicator one after another; separate communicators
-// may overlap). A lane first waits on each request's ready event (the
+// may overlap, which NCCL supports while their kernels fit on the GPU at
+// once -- the usual case for a handful of lanes; MXPLUGIN_NUM_STREAMS=1
+// avoids it entirely). A lane first waits on each request's ready event (the
 // producer's work on the framework stream), then packs, reduces and unpacks;
 // an event recorded after that tells the completion thread when to finish
 // the requests. No device-wide synchronisation anywhere.
+//
+// Note [GPU failures are fatal]: once a lane has been picked, every rank must
+// issue the same NCCL call on it, or the lanes pair the wrong operations. So
+// any failure from there on (a launch error, NCCL setup, a call stuck in
+// progress, work outliving the peer timeout, a dead peer) aborts every lane
+// and asks the Core to stop, which stops all ranks through negotiation; their
+// stuck work is then aborted while draining. The requests fail with the cause.
 //
 // Defined only in builds with MXPLUGIN_WITH_NCCL.
 #pragma once
@@ -35,29 +44,34 @@ class GpuExecutor {
  public:
   using FinishFn = std::function<void(Request&, const Status&)>;
   // `bootstrap`: the process set's MPI communicator (rank, size, and the
-  // broadcast of NCCL ids), used on the background thread only.
-  GpuExecutor(Communicator* bootstrap, const Config& config, Timeline* timeline, FinishFn finish);
+  // exchanges that set NCCL up), used on the background thread only.
+  // `finish` runs on the completion thread and must not stop the Core.
+  // `fatal` asks the Core to stop (Note [GPU failures are fatal]).
+  GpuExecutor(Communicator* bootstrap, const Config& config, Timeline* timeline, FinishFn finish,
+              std::function<void(const Status&)> fatal);
   // Drain()s, then frees the lanes.
   ~GpuExecutor();
 
   // Both take the requests and finish each exactly once, later, from the
-  // completion thread (or now, when nothing could be launched).
+  // completion thread.
   void RunFused(std::vector<Request> group);
   void RunOne(Request req, const Response& resp);
 
-  // Waits until every launched request has finished. Work still running
-  // after the peer timeout is aborted and its requests fail. Idempotent.
+  // Asks the completion thread to finish what is in flight and stop; work
+  // still running after the peer timeout is aborted and fails.
+  void BeginDrain();
+  // BeginDrain(), then waits for the completion thread. Idempotent.
   void Drain();
 
  private:
   struct Lane {
     void* stream = nullptr;  // cudaStream_t
     std::unique_ptr<NcclCommunicator> comm;
-    void* fusion = nullptr;  // device memory, grown on the lane's stream
+    void* fusion = nullptr;  // device memory
     int64_t fusion_bytes = 0;
   };
   struct InFlight {
-    void* done = nullptr;  // cudaEvent_t recorded after the lane's work
+    void* done = nullptr;  // cudaEvent_t recorded after the lane's work; null: nothing to wait for
     Lane* lane = nullptr;
     std::vector<Request> requests;
     Status status;
@@ -66,7 +80,7 @@ class GpuExecutor {
   };
 
   Status EnsureLanes(int device);
-  Lane& NextLane();
+  Lane* NextLane();
   // Makes the lane wait for the request's producer (its ready event).
   Status WaitReady(Lane& lane, const Request& request);
   Status Reserve(Lane& lane, int64_t bytes, void** out);
@@ -74,26 +88,32 @@ class GpuExecutor {
   Status LaunchOne(Lane& lane, Request& req, const Response& resp, const char** phase);
   Status LaunchAllreduce(Lane& lane, Request& req);
   Status LaunchReducescatter(Lane& lane, Request& req);
-  // Hands the requests to the completion thread behind an event on the lane
-  // (or finishes them at once when even that fails).
+  // Picks a lane and launches; a failure after the pick is fatal. `launch`
+  // may set the timeline phase.
+  using LaunchFn = std::function<Status(Lane&, std::vector<Request>&, const char**)>;
+  void Launch(std::vector<Request>&& requests, int device, const char* phase, const LaunchFn& launch);
+  // Hands the requests to the completion thread, behind an event on the lane.
   void Submit(Lane* lane, std::vector<Request> requests, Status status, const char* phase, Clock::time_point begin);
   void CompletionLoop();
   void FinishItem(InFlight& item, const Status& status);
-  void AbortAll(const Status& why);
+  // Aborts every lane and asks the Core to stop; the first cause sticks.
+  void Fail(const Status& why);
   Status Broken();
 
   Communicator* bootstrap_;
   const Config& config_;
   Timeline* timeline_;
   FinishFn finish_;
+  std::function<void(const Status&)> fatal_;
   int device_ = -1;
-  std::vector<Lane> lanes_;  // background thread only, except Abort() of their comms
+  bool stream_ordered_alloc_ = true;  // cudaMallocAsync works on device_
+  std::vector<Lane> lanes_;  // made once by the background thread; Fail() may abort their comms from any thread
   size_t next_lane_ = 0;
 
   std::mutex mutex_;
   std::condition_variable wake_;
   std::deque<InFlight> in_flight_;
-  Status broken_;  // set once NCCL failed: later GPU ops fail at once
+  Status broken_;  // set once by Fail(): later GPU ops fail at once
   bool draining_ = false;
   std::thread completion_;
 };

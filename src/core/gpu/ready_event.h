@@ -15,8 +15,9 @@ namespace gpu {
 // Throws Error when CUDA fails.
 std::shared_ptr<void> RecordReadyEvent(int device, void* stream);
 
-// Ok when `ptr` is memory that kernels on `device` may use; `role` names it.
-Status CheckDeviceMemory(const void* ptr, int device, const char* role);
+// Makes `device` current on the calling (internal) thread, for good: returns
+// false when CUDA refuses.
+bool UseDevice(int device);
 
 }  // namespace gpu
 }  // namespace mxplugin
