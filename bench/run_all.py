@@ -234,9 +234,41 @@ def report():
                   "| ranks | total images/s |", "|---|---|",
                   f"| 1 | {ex['1']['median_images_per_s']:.1f} |", f"| 2 | {ex['2']['median_images_per_s']:.1f} |", "",
                   f"Scaling efficiency: **{ex['scaling_efficiency']:.3f}**.", ""]
+    lines += _gpu_section(load("gpu_kernels.json"), load("gpu_allreduce.json"))
     with open(os.path.join(DOCS, "benchmarks.md"), "w") as f:
         f.write("\n".join(lines))
     print("wrote docs/benchmarks.md")
+
+
+def _gpu_section(kernels, allreduce):
+    """The GPU benchmarks, which run_all does not start (they need a GPU):
+    rendered when their results are present, else how to produce them."""
+    lines = ["## GPU (`bench/gpu_kernels.py`, `bench/gpu_allreduce.py`)", ""]
+    if not kernels and not allreduce:
+        return lines + [
+            "Not measured yet: no session so far had a GPU. On a GPU machine with CuPy and a build with NCCL:",
+            "`python bench/gpu_kernels.py` (scale and batched-copy kernels against a device-to-device",
+            "`cudaMemcpyAsync` in the same run; target >= 0.9 of it for 64 MB and more) and",
+            "`mxplugin-run -np <GPUs> python bench/gpu_allreduce.py` (grouped and per-tensor allreduce",
+            "through the core against one raw `ncclAllReduce` of the same bytes), then",
+            "`python bench/run_all.py --report`.", ""]
+    if kernels:
+        lines += [f"Kernels on {kernels['gpu']}: bandwidth (read + write) as a ratio to `cudaMemcpyAsync` "
+                  f"device to device, target >= {kernels['target_ratio_to_memcpy']}.", "",
+                  "| dtype | MB | case | ratio to memcpy |", "|---|---|---|---|"]
+        for c in kernels["cases"]:
+            if c["case"] != "memcpy":
+                lines.append(f"| {c['dtype']} | {c['size_mb']} | {c['case']} | {c['ratio_to_memcpy']:.3f} |")
+        lines.append("")
+    if allreduce:
+        m, r = allreduce["median_seconds"], allreduce["ratio_to_reference"]
+        lines += [f"Allreduce on {allreduce['gpu']}, {allreduce['ranks']} rank(s), {allreduce['tensors']} tensors, "
+                  f"{allreduce['bytes'] / 1e6:.1f} MB, MXPLUGIN_NUM_STREAMS={allreduce['num_streams']}:", "",
+                  "| method | median | ratio to raw NCCL |", "|---|---|---|"]
+        for k in ("reference", "grouped", "per_tensor"):
+            lines.append(f"| {k} | {m[k] * 1e3:.2f} ms | {r[k]:.3f} |")
+        lines.append("")
+    return lines
 
 
 def main():
