@@ -191,8 +191,10 @@ void Core::Loop() {
     stopped_ = true;
   }
   FailEverything(stop_status_);
-  bool broken = stop_status_.code() != StatusCode::kAborted ||
-                stop_status_.reason().find("shut down") == std::string::npos;
+  // MPI_Finalize is skipped only when MPI itself may be unusable (a lost
+  // peer, an exception from the loop); a stop asked for by shutdown() or a
+  // GPU failure leaves MPI healthy on every rank, so all ranks finalise.
+  const bool broken = lost_peers_ || !failure.ok();
   // GPU work finishes its requests from another thread, through Finish(),
   // which takes the lock: wait for it, and destroy the sets, without it.
   for (auto& kv : sets_) {
@@ -269,7 +271,9 @@ void Core::RunCycle(bool* stop) {
     Status st = set.controller->RunRound(id == 0 && want_shutdown, &responses, &shutdown);
     if (!st.ok()) {
       std::lock_guard<std::mutex> lock(mutex_);
-      stop_status_ = Status::Aborted(
+      lost_peers_ = true;
+      // A cause found earlier (a GPU failure on this rank) is the better message.
+      if (stop_status_.ok()) stop_status_ = Status::Aborted(
           "mxplugin lost contact with its peers: " + st.reason() + " while negotiating on process set " +
           std::to_string(id) + " (ranks " + RanksText(set.ranks) + ") for more than " +
           std::to_string(static_cast<int>(config_.peer_timeout_seconds)) +
@@ -345,12 +349,8 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
     std::lock_guard<std::mutex> lock(mutex_);
     const ProcessSet& set = CheckLocked(process_set_id, ops);
     const int set_size = static_cast<int>(set.ranks.size());
-    std::set<std::string> names;
     for (auto& op : ops) {
       RequestMeta& m = op.meta;
-      if (!names.insert(m.name).second) {
-        throw Error(Status::InvalidArgument("the name '" + m.name + "' appears twice in one grouped call"));
-      }
       if (m.op == OpType::kBroadcast) {
         auto pos = std::find(set.ranks.begin(), set.ranks.end(), m.root_rank);
         m.root_rank = static_cast<int32_t>(pos - set.ranks.begin());
@@ -410,7 +410,11 @@ const Core::ProcessSet& Core::CheckLocked(int process_set_id, const std::vector<
                                         ") is not a member of process set " + std::to_string(process_set_id) +
                                         " " + RanksText(set.ranks)));
   }
+  std::set<std::string> names;
   for (const auto& op : ops) {
+    if (!names.insert(op.meta.name).second) {
+      throw Error(Status::InvalidArgument("the name '" + op.meta.name + "' appears twice in one grouped call"));
+    }
     ThrowIfError(CheckTensorOp(op, static_cast<int>(set.ranks.size())));
     if (op.meta.op == OpType::kBroadcast &&
         std::find(set.ranks.begin(), set.ranks.end(), op.meta.root_rank) == set.ranks.end()) {

@@ -111,6 +111,7 @@ class Core {
   int control_counter_ = 0;                    // guarded by mutex_
   mutable int gpu_device_ = kCpuDevice;        // this rank's GPU, bound by its first GPU op; guarded by mutex_
   bool loop_device_set_ = false;               // background thread only: CUDA device made current there
+  bool lost_peers_ = false;                    // negotiation timed out: MPI may be unusable; guarded by mutex_
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

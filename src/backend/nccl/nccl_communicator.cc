@@ -104,6 +104,13 @@ Status NcclCommunicator::CreateMany(Communicator* bootstrap, int device, const s
   if (local.ok() && ids.size() != count * sizeof(ncclUniqueId)) {
     local = Status::Aborted("rank 0 of the process set could not create NCCL ids (see its error)");
   }
+  // Agree before initialising, so that no rank waits out the deadline in
+  // NCCL's set-up for a peer that already knows it cannot join.
+  std::vector<uint64_t> ready{local.ok() ? 1u : 0u};
+  st = bootstrap->AllreduceBitwiseAnd(&ready, deadline);
+  if (!st.ok()) return st;
+  if (!local.ok()) return local;
+  if (ready[0] == 0) return Status::Aborted("NCCL set-up failed on another rank of the process set (see its error)");
 
   std::vector<ncclComm_t> comms;
   for (size_t i = 0; i < count && local.ok(); ++i) {
@@ -281,15 +288,18 @@ Status NcclCommunicator::ScaledSum(const void* send, void* recv, int64_t count, 
   } else {
     scalar.half = FloatToBFloat16(static_cast<float>(factor));
   }
-  return Run("ncclAllReduce (pre-multiplied sum)", [&] {
-    ncclRedOp_t op;
+  ncclRedOp_t op;
+  bool created = false;
+  Status result = Run("ncclAllReduce (pre-multiplied sum)", [&] {
     ncclResult_t r = ncclRedOpCreatePreMulSum(&op, &scalar, type, ncclScalarHostImmediate, comm_);
     if (r != ncclSuccess) return r;
-    r = ncclAllReduce(send, recv, static_cast<size_t>(count), type, op, comm_, static_cast<cudaStream_t>(stream_));
-    // An operator may go as soon as the last call using it has returned.
-    ncclRedOpDestroy(op, comm_);
-    return r;
+    created = true;
+    return ncclAllReduce(send, recv, static_cast<size_t>(count), type, op, comm_, static_cast<cudaStream_t>(stream_));
   });
+  // The operator goes once the call using it has settled.
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (created && !aborted_) ncclRedOpDestroy(op, comm_);
+  return result;
 }
 
 Status NcclCommunicator::Allgatherv(const void* send, int64_t send_count, void* recv,

@@ -28,6 +28,8 @@ constexpr std::chrono::milliseconds kHealthCheckEvery(200);
 // After aborting stuck work, how long its events get to complete before its
 // requests fail anyway (their events are then leaked, not destroyed).
 constexpr std::chrono::seconds kAbortGrace(10);
+// How long draining waits for work in flight before aborting it.
+constexpr std::chrono::seconds kDrainGrace(10);
 
 }  // namespace
 
@@ -42,11 +44,16 @@ GpuExecutor::~GpuExecutor() {
   Drain();
   if (device_ < 0) return;
   cudaSetDevice(device_);
+  // After a failure, aborted kernels may never return: waiting for the lanes
+  // (or a device-wide cudaFree) could hang, so their memory is left behind.
+  const bool healthy = Broken().ok();
   for (Lane& lane : lanes_) {
-    cudaStreamSynchronize(StreamOf(lane.stream));
-    if (lane.fusion != nullptr) cudaFree(lane.fusion);
+    if (healthy && cudaStreamSynchronize(StreamOf(lane.stream)) == cudaSuccess) {
+      for (void* p : lane.retired) cudaFree(p);
+      if (lane.fusion != nullptr) cudaFree(lane.fusion);
+      cudaStreamDestroy(StreamOf(lane.stream));
+    }
     lane.comm.reset();
-    cudaStreamDestroy(StreamOf(lane.stream));
   }
   cudaGetLastError();
 }
@@ -74,8 +81,9 @@ void GpuExecutor::Fail(const Status& why) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!broken_.ok()) return;
-    broken_ = Status(why.code() == StatusCode::kOk ? StatusCode::kInternal : why.code(),
-                     "GPU collectives failed and were aborted: " + why.reason());
+    // Aborted whatever the cause: later ops fail because of it, not because
+    // their own arguments were wrong.
+    broken_ = Status::Aborted("GPU collectives failed and were aborted on this rank: " + why.reason());
     for (Lane& lane : lanes_) comms.push_back(lane.comm.get());
   }
   for (NcclCommunicator* comm : comms) comm->Abort();
@@ -103,11 +111,14 @@ Status GpuExecutor::EnsureLanes(int device) {
     if (local.ok()) streams.push_back(s);
   }
   // Collective: a rank whose own set-up failed still takes part, so that
-  // every rank of the set gets an error rather than a wait.
+  // every rank of the set gets an error rather than a wait. A single NCCL
+  // call may stay in progress for half the peer timeout: the background
+  // thread then still reaches the next negotiation round in time to stop
+  // with its peers instead of being declared dead by them.
   const auto timeout = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(config_.peer_timeout_seconds));
   std::vector<std::unique_ptr<NcclCommunicator>> comms;
-  Status st = NcclCommunicator::CreateMany(bootstrap_, device, streams, local, Clock::now() + timeout, timeout,
+  Status st = NcclCommunicator::CreateMany(bootstrap_, device, streams, local, Clock::now() + timeout, timeout / 2,
                                            &comms);
   if (!st.ok()) {
     for (void* s : streams) cudaStreamDestroy(StreamOf(s));
@@ -138,8 +149,9 @@ Status GpuExecutor::WaitReady(Lane& lane, const Request& request) {
 }
 
 // Grows the lane's fusion buffer. With stream-ordered allocation the old one
-// is freed behind the queued work that may still read it; without it, that
-// work is waited for first (growth is rare: the buffer only ever grows).
+// is freed behind the queued work that may still read it; without it, the
+// old one is kept until the executor goes (growth is rare and bounded by the
+// fusion threshold), since freeing it would wait for the whole device.
 Status GpuExecutor::Reserve(Lane& lane, int64_t bytes, void** out) {
   if (bytes > lane.fusion_bytes) {
     cudaStream_t stream = StreamOf(lane.stream);
@@ -152,11 +164,10 @@ Status GpuExecutor::Reserve(Lane& lane, int64_t bytes, void** out) {
       st = CudaStatus(cudaMallocAsync(&lane.fusion, static_cast<size_t>(want), stream),
                       "allocating the GPU fusion buffer (cudaMallocAsync)");
     } else {
-      st = CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-      if (st.ok() && lane.fusion != nullptr) cudaFree(lane.fusion);
+      if (lane.fusion != nullptr) lane.retired.push_back(lane.fusion);
       lane.fusion = nullptr;
       lane.fusion_bytes = 0;
-      if (st.ok()) st = CudaStatus(cudaMalloc(&lane.fusion, static_cast<size_t>(want)), "allocating the GPU fusion buffer");
+      st = CudaStatus(cudaMalloc(&lane.fusion, static_cast<size_t>(want)), "allocating the GPU fusion buffer");
     }
     if (!st.ok()) return st;
     lane.fusion_bytes = want;
@@ -375,17 +386,21 @@ void GpuExecutor::FinishItem(InFlight& item, const Status& status) {
 void GpuExecutor::CompletionLoop() {
   const auto peer_timeout = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(config_.peer_timeout_seconds));
+  // Collectives in flight at a clean stop finish within milliseconds.
+  const Clock::duration drain_grace = std::min<Clock::duration>(peer_timeout, kDrainGrace);
   bool device_set = false;
   Clock::time_point drain_started{}, aborted_at{}, last_health_check{};
   auto idle = std::chrono::microseconds(10);
   while (true) {
     std::deque<InFlight> items;
     bool draining;
+    int device;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait_for(lock, std::chrono::milliseconds(50), [this] { return !in_flight_.empty() || draining_; });
       items.swap(in_flight_);
       draining = draining_;
+      device = device_;
     }
     const auto now = Clock::now();
     if (draining && drain_started == Clock::time_point{}) drain_started = now;
@@ -393,8 +408,8 @@ void GpuExecutor::CompletionLoop() {
       if (draining) return;
       continue;
     }
-    if (!device_set && device_ >= 0) {
-      cudaSetDevice(device_);  // events and buffers freed here belong to this rank's GPU
+    if (!device_set && device >= 0) {
+      cudaSetDevice(device);  // events and buffers freed here belong to this rank's GPU
       device_set = true;
     }
     const bool health_due = now - last_health_check > kHealthCheckEvery;
@@ -410,11 +425,16 @@ void GpuExecutor::CompletionLoop() {
             Status health = item.lane->comm->AsyncError();
             if (!health.ok()) Fail(health);
           }
-          if (now - item.begin > peer_timeout ||
-              (draining && now - drain_started > peer_timeout)) {
+          if (now - item.begin > peer_timeout) {
             Fail(Status::Aborted("a GPU collective ran for more than " +
                                  std::to_string(static_cast<int>(config_.peer_timeout_seconds)) +
                                  " s (MXPLUGIN_PEER_TIMEOUT_SECONDS); a peer has probably died"));
+          } else if (draining && now - drain_started > drain_grace) {
+            // Every rank has stopped: work still running now waits for a
+            // peer that has given up (e.g. after its own GPU failure).
+            Fail(Status::Aborted("GPU collectives were still running " +
+                                 std::to_string(std::chrono::duration_cast<std::chrono::seconds>(drain_grace).count()) +
+                                 " s after mxplugin stopped; they were aborted"));
           }
         } else {
           if (aborted_at == Clock::time_point{}) aborted_at = now;
@@ -430,7 +450,10 @@ void GpuExecutor::CompletionLoop() {
       }
       progressed = true;
       Status status = item.status;
-      if (status.ok() && state != cudaSuccess) status = CudaStatus(state, "a GPU collective");
+      if (status.ok() && state != cudaSuccess) {
+        status = CudaStatus(state, "a GPU collective");
+        Fail(status);  // the lane's later work cannot be trusted either
+      }
       Status broken = Broken();
       if (status.ok() && !broken.ok()) status = broken;  // aborted NCCL work leaves garbage behind
       FinishItem(item, status);

@@ -69,6 +69,7 @@ class GpuExecutor {
     std::unique_ptr<NcclCommunicator> comm;
     void* fusion = nullptr;  // device memory
     int64_t fusion_bytes = 0;
+    std::vector<void*> retired;  // outgrown buffers, without stream-ordered allocation
   };
   struct InFlight {
     void* done = nullptr;  // cudaEvent_t recorded after the lane's work; null: nothing to wait for
@@ -105,7 +106,7 @@ class GpuExecutor {
   Timeline* timeline_;
   FinishFn finish_;
   std::function<void(const Status&)> fatal_;
-  int device_ = -1;
+  int device_ = -1;  // written under mutex_ once, by EnsureLanes
   bool stream_ordered_alloc_ = true;  // cudaMallocAsync works on device_
   std::vector<Lane> lanes_;  // made once by the background thread; Fail() may abort their comms from any thread
   size_t next_lane_ = 0;
