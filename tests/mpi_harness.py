@@ -38,10 +38,17 @@ def rank_env(extra=None):
 
 def run_spmd(script, np, args=(), env=None, timeout=240, auto_cleanup=True):
     """Runs tests/spmd/<script> on `np` ranks; returns (returncode, stdout, stderr)."""
+    return run_program([sys.executable, os.path.join(SPMD_DIR, script), *map(str, args)], np, env, timeout,
+                       auto_cleanup, what=script)
+
+
+def run_program(argv, np, env=None, timeout=240, auto_cleanup=True, what=None):
+    """Runs `argv` on `np` ranks under mpiexec; returns (returncode, stdout, stderr)."""
+    what = what or os.path.basename(argv[0])
     cmd = [mpiexec_path(), "-n", str(np)]
     if not auto_cleanup:
         cmd.append("-disable-auto-cleanup")  # keep survivors running when a rank dies
-    cmd += [sys.executable, os.path.join(SPMD_DIR, script), *map(str, args)]
+    cmd += list(argv)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=rank_env(env), cwd=REPO, start_new_session=True)
     try:
@@ -49,7 +56,7 @@ def run_spmd(script, np, args=(), env=None, timeout=240, auto_cleanup=True):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        raise AssertionError(f"{script} on {np} ranks timed out after {timeout}s\n--- stdout\n{out}\n--- stderr\n{err}")
+        raise AssertionError(f"{what} on {np} ranks timed out after {timeout}s\n--- stdout\n{out}\n--- stderr\n{err}")
     return proc.returncode, out, err
 
 

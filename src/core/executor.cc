@@ -7,6 +7,10 @@
 #include "core/collective_layout.h"
 #include "scale.h"
 
+#ifdef MXPLUGIN_WITH_NCCL
+#include "backend/nccl/nccl_communicator.h"
+#endif
+
 namespace mxplugin {
 namespace {
 
@@ -107,7 +111,10 @@ void Executor::Execute(const std::vector<Response>& responses, PendingRequests* 
 // The GPU executor takes the requests (moved out; their pending entries are
 // erased by the caller) and finishes them when the GPU is done.
 void Executor::ExecuteGpu(const Plan& plan) {
-  if (!gpu_) gpu_ = std::make_unique<gpu::GpuExecutor>(comm_, config_, timeline_, finish_, stop_);
+  if (!gpu_) {
+    gpu_ = std::make_unique<gpu::GpuExecutor>(comm_, config_, timeline_, finish_, stop_, &cuda_,
+                                              &NcclCommunicator::CreateMany);
+  }
   for (const auto& group : plan.fused) {
     std::vector<Request> moved;
     for (Request* r : group) moved.push_back(std::move(*r));

@@ -17,6 +17,7 @@
 #include "core/timeline.h"
 
 #ifdef MXPLUGIN_WITH_NCCL
+#include "core/gpu/cuda_runtime.h"
 #include "core/gpu/gpu_executor.h"
 #endif
 
@@ -67,6 +68,7 @@ class Executor {
   std::function<void(const Status&)> stop_;
   FusionBuffer buffer_;
 #ifdef MXPLUGIN_WITH_NCCL
+  gpu::CudaRuntime cuda_;
   std::unique_ptr<gpu::GpuExecutor> gpu_;  // made at the first GPU response
 #endif
 };

@@ -82,7 +82,7 @@ int NcclRuntimeVersion() {
 
 Status NcclCommunicator::CreateMany(Communicator* bootstrap, int device, const std::vector<void*>& streams,
                                     const Status& local_error, Clock::time_point deadline,
-                                    Clock::duration call_timeout, std::vector<std::unique_ptr<NcclCommunicator>>* out) {
+                                    Clock::duration call_timeout, std::vector<std::unique_ptr<GpuCommunicator>>* out) {
   const size_t count = streams.size();
   Status local = local_error;
   if (local.ok()) local = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
@@ -257,7 +257,7 @@ Status NcclCommunicator::Allreduce(const void* send, void* recv, int64_t count, 
   });
 }
 
-bool NcclCommunicator::ScaledSumSupported(DataType dtype) {
+bool NcclCommunicator::ScaledSumSupported(DataType dtype) const {
   // Integers would multiply by a truncated factor; the CPU path scales them
   // after the sum, in float64, so they keep a separate scale pass.
   ncclDataType_t type = ncclFloat32;

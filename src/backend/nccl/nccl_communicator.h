@@ -27,36 +27,31 @@
 #include <string>
 #include <vector>
 
-#include "backend/communicator.h"
+#include "backend/gpu_communicator.h"
 
 namespace mxplugin {
 
-class NcclCommunicator : public Communicator {
+class NcclCommunicator : public GpuCommunicator {
  public:
-  // Collective over `bootstrap`'s members: builds one NCCL communicator per
-  // stream of `streams`, over the same ranks, on `device`. Rank 0 makes the
-  // unique ids and `bootstrap` broadcasts them; every rank then reports
-  // whether its setup worked, and unless all did, all fail (with the local
-  // reason, or saying a peer failed). Initialisation must finish by
-  // `deadline`; later calls may stay in progress for `call_timeout`.
-  // `local_error` (e.g. stream creation failed) makes this rank fail while
-  // still taking part, so that its peers fail too instead of waiting.
+  // A GpuCommunicatorFactory: rank 0 makes the unique ids and `bootstrap`
+  // broadcasts them; the ranks agree that everyone can go on before NCCL's
+  // set-up and again after it, so all fail together (with the local reason,
+  // or saying a peer failed).
   static Status CreateMany(Communicator* bootstrap, int device, const std::vector<void*>& streams,
                            const Status& local_error, Clock::time_point deadline, Clock::duration call_timeout,
-                           std::vector<std::unique_ptr<NcclCommunicator>>* out);
+                           std::vector<std::unique_ptr<GpuCommunicator>>* out);
   ~NcclCommunicator() override;
 
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   const std::vector<int>& global_ranks() const override { return global_ranks_; }
   int device() const { return device_; }
-  void* stream() const { return stream_; }
+  void* stream() const override { return stream_; }
 
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) override;
-  // Sum with every element multiplied by `factor` first: one NCCL call where
-  // the NCCL version and dtype allow it (ScaledSumSupported), else an error.
-  Status ScaledSum(const void* send, void* recv, int64_t count, DataType dtype, double factor);
-  static bool ScaledSumSupported(DataType dtype);
+  // One NCCL call (ncclRedOpCreatePreMulSum) for the floating-point types.
+  Status ScaledSum(const void* send, void* recv, int64_t count, DataType dtype, double factor) override;
+  bool ScaledSumSupported(DataType dtype) const override;
   Status Allgatherv(const void* send, int64_t send_count, void* recv, const std::vector<int64_t>& counts,
                     const std::vector<int64_t>& displs, DataType dtype) override;
   Status Broadcast(void* buffer, int64_t count, DataType dtype, int root) override;
@@ -73,12 +68,9 @@ class NcclCommunicator : public Communicator {
   Status BroadcastBytes(std::string* bytes, Clock::time_point deadline) override;
   Status CreateSubgroup(const std::vector<int>& members, std::unique_ptr<Communicator>* out) override;
 
-  // Ok while healthy; the error NCCL reports for this communicator otherwise
-  // (a dead peer, a failed proxy). Callable from any thread.
-  Status AsyncError();
-  // Makes any stuck collective of this communicator return; later calls fail.
-  // Callable from any thread; idempotent.
-  void Abort();
+  // The error NCCL reports for this communicator (a dead peer, a failed proxy).
+  Status AsyncError() override;
+  void Abort() override;
 
  private:
   NcclCommunicator(ncclComm_t comm, int rank, int size, std::vector<int> global_ranks, int device, void* stream,

@@ -1,25 +1,14 @@
 #include "core/gpu/gpu_executor.h"
 
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <chrono>
 
 #include "core/collective_layout.h"
 #include "core/fusion_buffer.h"
-#include "cuda/scale_kernels.h"
 
 namespace mxplugin {
 namespace gpu {
 namespace {
-
-Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  cudaGetLastError();
-  return Status::Internal(std::string(what) + " failed: " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
-}
-
-cudaStream_t StreamOf(void* lane_stream) { return static_cast<cudaStream_t>(lane_stream); }
 
 // Work running longer than this makes the completion thread ask NCCL, at
 // most every kHealthCheckEvery, whether a peer has failed.
@@ -34,28 +23,28 @@ constexpr std::chrono::seconds kDrainGrace(10);
 }  // namespace
 
 GpuExecutor::GpuExecutor(Communicator* bootstrap, const Config& config, Timeline* timeline, FinishFn finish,
-                         std::function<void(const Status&)> fatal)
+                         std::function<void(const Status&)> fatal, DeviceRuntime* runtime,
+                         GpuCommunicatorFactory make_comms)
     : bootstrap_(bootstrap), config_(config), timeline_(timeline), finish_(std::move(finish)),
-      fatal_(std::move(fatal)) {
+      fatal_(std::move(fatal)), runtime_(runtime), make_comms_(std::move(make_comms)) {
   completion_ = std::thread([this] { CompletionLoop(); });
 }
 
 GpuExecutor::~GpuExecutor() {
   Drain();
   if (device_ < 0) return;
-  cudaSetDevice(device_);
+  runtime_->UseDevice(device_);
   // After a failure, aborted kernels may never return: waiting for the lanes
-  // (or a device-wide cudaFree) could hang, so their memory is left behind.
+  // (or a device-wide free) could hang, so their memory is left behind.
   const bool healthy = Broken().ok();
   for (Lane& lane : lanes_) {
-    if (healthy && cudaStreamSynchronize(StreamOf(lane.stream)) == cudaSuccess) {
-      for (void* p : lane.retired) cudaFree(p);
-      if (lane.fusion != nullptr) cudaFree(lane.fusion);
-      cudaStreamDestroy(StreamOf(lane.stream));
+    if (healthy && runtime_->Synchronize(lane.stream).ok()) {
+      for (void* p : lane.retired) runtime_->Free(p, lane.stream, false);
+      if (lane.fusion != nullptr) runtime_->Free(lane.fusion, lane.stream, false);
+      runtime_->DestroyStream(lane.stream);
     }
     lane.comm.reset();
   }
-  cudaGetLastError();
 }
 
 void GpuExecutor::BeginDrain() {
@@ -77,7 +66,7 @@ Status GpuExecutor::Broken() {
 }
 
 void GpuExecutor::Fail(const Status& why) {
-  std::vector<NcclCommunicator*> comms;
+  std::vector<GpuCommunicator*> comms;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!broken_.ok()) return;
@@ -86,7 +75,7 @@ void GpuExecutor::Fail(const Status& why) {
     broken_ = Status::Aborted("GPU collectives failed and were aborted on this rank: " + why.reason());
     for (Lane& lane : lanes_) comms.push_back(lane.comm.get());
   }
-  for (NcclCommunicator* comm : comms) comm->Abort();
+  for (GpuCommunicator* comm : comms) comm->Abort();
   fatal_(Broken());
 }
 
@@ -97,17 +86,12 @@ Status GpuExecutor::EnsureLanes(int device) {
                                    "); a tensor on gpu(" + std::to_string(device) +
                                    ") cannot join them (one GPU per process)");
   }
-  Status local = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
-  int pools = 0;
-  if (local.ok()) cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, device);
-  // Communication streams get the highest priority, so that reductions are
-  // not queued behind the backward pass's kernels.
-  int least = 0, greatest = 0;
-  if (local.ok()) cudaDeviceGetStreamPriorityRange(&least, &greatest);
+  Status local = runtime_->UseDevice(device);
+  const bool stream_ordered = local.ok() && runtime_->StreamOrderedAllocation(device);
   std::vector<void*> streams;
   for (int i = 0; i < std::max(1, config_.num_streams) && local.ok(); ++i) {
-    cudaStream_t s = nullptr;
-    local = CudaStatus(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest), "cudaStreamCreate");
+    void* s = nullptr;
+    local = runtime_->CreateStream(&s);
     if (local.ok()) streams.push_back(s);
   }
   // Collective: a rank whose own set-up failed still takes part, so that
@@ -117,11 +101,10 @@ Status GpuExecutor::EnsureLanes(int device) {
   // with its peers instead of being declared dead by them.
   const auto timeout = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(config_.peer_timeout_seconds));
-  std::vector<std::unique_ptr<NcclCommunicator>> comms;
-  Status st = NcclCommunicator::CreateMany(bootstrap_, device, streams, local, Clock::now() + timeout, timeout / 2,
-                                           &comms);
+  std::vector<std::unique_ptr<GpuCommunicator>> comms;
+  Status st = make_comms_(bootstrap_, device, streams, local, Clock::now() + timeout, timeout / 2, &comms);
   if (!st.ok()) {
-    for (void* s : streams) cudaStreamDestroy(StreamOf(s));
+    for (void* s : streams) runtime_->DestroyStream(s);
     return Status(st.code(), "setting up NCCL on gpu(" + std::to_string(device) + ") failed: " + st.reason());
   }
   std::lock_guard<std::mutex> lock(mutex_);
@@ -131,7 +114,7 @@ Status GpuExecutor::EnsureLanes(int device) {
     lanes_[i].comm = std::move(comms[i]);
   }
   device_ = device;
-  stream_ordered_alloc_ = pools != 0;
+  stream_ordered_alloc_ = stream_ordered;
   return Status::Ok();
 }
 
@@ -143,9 +126,13 @@ GpuExecutor::Lane* GpuExecutor::NextLane() {
 
 Status GpuExecutor::WaitReady(Lane& lane, const Request& request) {
   if (!request.ready_event) return Status::Ok();
-  return CudaStatus(
-      cudaStreamWaitEvent(StreamOf(lane.stream), static_cast<cudaEvent_t>(request.ready_event.get()), 0),
-      "waiting for the tensor's producer (cudaStreamWaitEvent)");
+  return runtime_->WaitEvent(lane.stream, request.ready_event.get());
+}
+
+Status GpuExecutor::Scale(Lane& lane, void* dst, const void* src, int64_t count, DataType dtype, double factor) {
+  if (count == 0 || (factor == 1.0 && dst == src)) return Status::Ok();
+  const cuda::CopyDescriptor copy{src, dst, count, factor};
+  return runtime_->BatchedCopyAndScale(&copy, 1, dtype, lane.stream);
 }
 
 // Grows the lane's fusion buffer. With stream-ordered allocation the old one
@@ -154,21 +141,17 @@ Status GpuExecutor::WaitReady(Lane& lane, const Request& request) {
 // fusion threshold), since freeing it would wait for the whole device.
 Status GpuExecutor::Reserve(Lane& lane, int64_t bytes, void** out) {
   if (bytes > lane.fusion_bytes) {
-    cudaStream_t stream = StreamOf(lane.stream);
     const int64_t want = std::max<int64_t>(bytes, 1 << 20);
-    Status st;
-    if (stream_ordered_alloc_) {
-      if (lane.fusion != nullptr) cudaFreeAsync(lane.fusion, stream);
-      lane.fusion = nullptr;
-      lane.fusion_bytes = 0;
-      st = CudaStatus(cudaMallocAsync(&lane.fusion, static_cast<size_t>(want), stream),
-                      "allocating the GPU fusion buffer (cudaMallocAsync)");
-    } else {
-      if (lane.fusion != nullptr) lane.retired.push_back(lane.fusion);
-      lane.fusion = nullptr;
-      lane.fusion_bytes = 0;
-      st = CudaStatus(cudaMalloc(&lane.fusion, static_cast<size_t>(want)), "allocating the GPU fusion buffer");
+    if (lane.fusion != nullptr) {
+      if (stream_ordered_alloc_) {
+        runtime_->Free(lane.fusion, lane.stream, true);
+      } else {
+        lane.retired.push_back(lane.fusion);
+      }
     }
+    lane.fusion = nullptr;
+    lane.fusion_bytes = 0;
+    Status st = runtime_->Allocate(want, lane.stream, stream_ordered_alloc_, &lane.fusion);
     if (!st.ok()) return st;
     lane.fusion_bytes = want;
   }
@@ -236,12 +219,12 @@ Status GpuExecutor::LaunchFused(Lane& lane, std::vector<Request>& group) {
     out.push_back({slot, r.output.data, r.output.num_elements(), r.meta.postscale});
     offset += r.input.num_bytes();
   }
-  st = cuda::BatchedCopyAndScale(in.data(), static_cast<int64_t>(in.size()), dtype, lane.stream);
+  st = runtime_->BatchedCopyAndScale(in.data(), static_cast<int64_t>(in.size()), dtype, lane.stream);
   if (st.ok()) {
     st = lane.comm->Allreduce(buffer, buffer, offset / static_cast<int64_t>(DataTypeSize(dtype)), dtype,
                               first.meta.reduce_op);
   }
-  if (st.ok()) st = cuda::BatchedCopyAndScale(out.data(), static_cast<int64_t>(out.size()), dtype, lane.stream);
+  if (st.ok()) st = runtime_->BatchedCopyAndScale(out.data(), static_cast<int64_t>(out.size()), dtype, lane.stream);
   return st;
 }
 
@@ -254,17 +237,17 @@ Status GpuExecutor::LaunchAllreduce(Lane& lane, Request& req) {
   Status st = WaitReady(lane, req);
   if (!st.ok() || n == 0) return st;
   const double factor = req.meta.prescale * req.meta.postscale;
-  if (req.meta.reduce_op == ReduceOp::kSum && factor != 1.0 && NcclCommunicator::ScaledSumSupported(dtype)) {
+  if (req.meta.reduce_op == ReduceOp::kSum && factor != 1.0 && lane.comm->ScaledSumSupported(dtype)) {
     return lane.comm->ScaledSum(req.input.data, req.output.data, n, dtype, factor);
   }
   const void* send = req.input.data;
   if (req.meta.prescale != 1.0) {
-    st = cuda::CopyAndScale(req.output.data, req.input.data, n, dtype, req.meta.prescale, lane.stream);
+    st = Scale(lane, req.output.data, req.input.data, n, dtype, req.meta.prescale);
     if (!st.ok()) return st;
     send = req.output.data;
   }
   st = lane.comm->Allreduce(send, req.output.data, n, dtype, req.meta.reduce_op);
-  if (st.ok()) st = cuda::ScaleInPlace(req.output.data, n, dtype, req.meta.postscale, lane.stream);
+  if (st.ok()) st = Scale(lane, req.output.data, req.output.data, n, dtype, req.meta.postscale);
   return st;
 }
 
@@ -277,22 +260,20 @@ Status GpuExecutor::LaunchReducescatter(Lane& lane, Request& req) {
     void* scratch = nullptr;
     st = Reserve(lane, req.input.num_bytes(), &scratch);
     if (st.ok()) {
-      st = cuda::CopyAndScale(scratch, req.input.data, req.input.num_elements(), req.meta.dtype, req.meta.prescale,
-                              lane.stream);
+      st = Scale(lane, scratch, req.input.data, req.input.num_elements(), req.meta.dtype, req.meta.prescale);
     }
     if (!st.ok()) return st;
     send = scratch;
   }
   st = lane.comm->ReduceScatter(send, req.output.data, counts, req.meta.dtype, req.meta.reduce_op);
   if (st.ok()) {
-    st = cuda::ScaleInPlace(req.output.data, req.output.num_elements(), req.meta.dtype, req.meta.postscale,
-                            lane.stream);
+    st = Scale(lane, req.output.data, req.output.data, req.output.num_elements(), req.meta.dtype, req.meta.postscale);
   }
   return st;
 }
 
 Status GpuExecutor::LaunchOne(Lane& lane, Request& req, const Response& resp, const char** phase) {
-  NcclCommunicator& comm = *lane.comm;
+  GpuCommunicator& comm = *lane.comm;
   if (req.meta.op == OpType::kAllreduce) {
     *phase = "NCCL_ALLREDUCE";
     return LaunchAllreduce(lane, req);
@@ -313,7 +294,7 @@ Status GpuExecutor::LaunchOne(Lane& lane, Request& req, const Response& resp, co
       const int64_t n = req.input.num_elements();
       if (n == 0) return Status::Ok();
       if (comm.rank() == req.meta.root_rank && req.output.data != req.input.data) {
-        st = cuda::CopyAndScale(req.output.data, req.input.data, n, req.meta.dtype, 1.0, lane.stream);
+        st = Scale(lane, req.output.data, req.input.data, n, req.meta.dtype, 1.0);
         if (!st.ok()) return st;
       }
       return comm.Broadcast(req.output.data, n, req.meta.dtype, req.meta.root_rank);
@@ -345,13 +326,11 @@ void GpuExecutor::Submit(Lane* lane, std::vector<Request> requests, Status statu
   if (lane != nullptr) {
     // Even after a failed launch, completion waits for whatever was queued,
     // so that no kernel still writes an output its owner has been told about.
-    cudaEvent_t done = nullptr;
-    Status st = CudaStatus(cudaEventCreateWithFlags(&done, cudaEventDisableTiming), "cudaEventCreate");
-    if (st.ok()) st = CudaStatus(cudaEventRecord(done, StreamOf(lane->stream)), "cudaEventRecord");
+    void* done = nullptr;
+    Status st = runtime_->RecordEvent(lane->stream, &done);
     if (st.ok()) {
       item.done = done;
     } else {
-      if (done != nullptr) cudaEventDestroy(done);
       if (item.status.ok()) item.status = st;
       Fail(st);
     }
@@ -374,7 +353,7 @@ void GpuExecutor::FinishItem(InFlight& item, const Status& status) {
       // every later request, with it; the request itself is finished.
     }
   }
-  if (item.done != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(item.done));
+  if (item.done != nullptr) runtime_->DestroyEvent(item.done);
   item.done = nullptr;
 }
 
@@ -409,15 +388,16 @@ void GpuExecutor::CompletionLoop() {
       continue;
     }
     if (!device_set && device >= 0) {
-      cudaSetDevice(device);  // events and buffers freed here belong to this rank's GPU
+      runtime_->UseDevice(device);  // events and buffers freed here belong to this rank's GPU
       device_set = true;
     }
     const bool health_due = now - last_health_check > kHealthCheckEvery;
     bool progressed = false;
     std::deque<InFlight> still;
     for (InFlight& item : items) {
-      cudaError_t state = item.done == nullptr ? cudaSuccess : cudaEventQuery(static_cast<cudaEvent_t>(item.done));
-      if (state == cudaErrorNotReady) {
+      Status failure;
+      const EventState state = item.done == nullptr ? EventState::kDone : runtime_->QueryEvent(item.done, &failure);
+      if (state == EventState::kPending) {
         Status broken = Broken();
         if (broken.ok()) {
           if (health_due && now - item.begin > kHealthCheckAfter && item.lane != nullptr) {
@@ -450,8 +430,8 @@ void GpuExecutor::CompletionLoop() {
       }
       progressed = true;
       Status status = item.status;
-      if (status.ok() && state != cudaSuccess) {
-        status = CudaStatus(state, "a GPU collective");
+      if (status.ok() && state == EventState::kFailed) {
+        status = failure;
         Fail(status);  // the lane's later work cannot be trusted either
       }
       Status broken = Broken();

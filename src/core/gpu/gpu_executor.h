@@ -20,7 +20,8 @@
 // and asks the Core to stop, which stops all ranks through negotiation; their
 // stuck work is then aborted while draining. The requests fail with the cause.
 //
-// Defined only in builds with MXPLUGIN_WITH_NCCL.
+// Built with MXPLUGIN_WITH_NCCL, over CudaRuntime and NCCL communicators;
+// tests/native/ builds it over host stand-ins of both.
 #pragma once
 
 #include <condition_variable>
@@ -32,8 +33,9 @@
 #include <vector>
 
 #include "backend/communicator.h"
-#include "backend/nccl/nccl_communicator.h"
+#include "backend/gpu_communicator.h"
 #include "common/config.h"
+#include "core/gpu/device_runtime.h"
 #include "core/request.h"
 #include "core/timeline.h"
 
@@ -47,8 +49,10 @@ class GpuExecutor {
   // exchanges that set NCCL up), used on the background thread only.
   // `finish` runs on the completion thread and must not stop the Core.
   // `fatal` asks the Core to stop (Note [GPU failures are fatal]).
+  // `runtime` (outliving this) makes the device calls; `make_comms` builds
+  // the lanes' communicators.
   GpuExecutor(Communicator* bootstrap, const Config& config, Timeline* timeline, FinishFn finish,
-              std::function<void(const Status&)> fatal);
+              std::function<void(const Status&)> fatal, DeviceRuntime* runtime, GpuCommunicatorFactory make_comms);
   // Drain()s, then frees the lanes.
   ~GpuExecutor();
 
@@ -65,14 +69,14 @@ class GpuExecutor {
 
  private:
   struct Lane {
-    void* stream = nullptr;  // cudaStream_t
-    std::unique_ptr<NcclCommunicator> comm;
+    void* stream = nullptr;
+    std::unique_ptr<GpuCommunicator> comm;
     void* fusion = nullptr;  // device memory
     int64_t fusion_bytes = 0;
     std::vector<void*> retired;  // outgrown buffers, without stream-ordered allocation
   };
   struct InFlight {
-    void* done = nullptr;  // cudaEvent_t recorded after the lane's work; null: nothing to wait for
+    void* done = nullptr;  // event recorded after the lane's work; null: nothing to wait for
     Lane* lane = nullptr;
     std::vector<Request> requests;
     Status status;
@@ -89,6 +93,8 @@ class GpuExecutor {
   Status LaunchOne(Lane& lane, Request& req, const Response& resp, const char** phase);
   Status LaunchAllreduce(Lane& lane, Request& req);
   Status LaunchReducescatter(Lane& lane, Request& req);
+  // Copy-and-scale of one buffer on the lane (nothing when in place with factor 1).
+  Status Scale(Lane& lane, void* dst, const void* src, int64_t count, DataType dtype, double factor);
   // Picks a lane and launches; a failure after the pick is fatal. `launch`
   // may set the timeline phase.
   using LaunchFn = std::function<Status(Lane&, std::vector<Request>&, const char**)>;
@@ -106,6 +112,8 @@ class GpuExecutor {
   Timeline* timeline_;
   FinishFn finish_;
   std::function<void(const Status&)> fatal_;
+  DeviceRuntime* runtime_;
+  GpuCommunicatorFactory make_comms_;
   int device_ = -1;  // written under mutex_ once, by EnsureLanes
   bool stream_ordered_alloc_ = true;  // cudaMallocAsync works on device_
   std::vector<Lane> lanes_;  // made once by the background thread; Fail() may abort their comms from any thread

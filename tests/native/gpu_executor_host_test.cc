@@ -1,0 +1,523 @@
+// The GPU executor (src/core/gpu/gpu_executor.cc) run on host memory, so that
+// its planning, packing, lanes, completion thread and failure handling are
+// tested where there is no GPU. What stands in for the GPU:
+//   HostRuntime  streams run work at once; events report "pending" a few
+//                times before "done" (so completion is really asynchronous);
+//                a poisoned ready event and a stuck event inject failures.
+//   HostComm     one MPI communicator per lane, so an op on the wrong lane
+//                pairs with the wrong peer op; every call is hashed per lane
+//                and the hashes are compared across ranks at the end.
+// This checks the executor's logic, not CUDA or NCCL: tests/test_nccl.py does
+// that on a GPU. Built and run under mpiexec by tests/test_gpu_executor_host.py;
+// prints PASS <rank>.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/mpi/mpi_context.h"
+#include "common/half.h"
+#include "core/gpu/gpu_executor.h"
+#include "scale.h"
+
+using namespace mxplugin;
+
+namespace {
+
+int g_rank = 0;
+std::atomic<bool> g_aborted{false};  // some lane communicator was aborted
+
+#define EXPECT(cond, what)                                                                      \
+  do {                                                                                          \
+    if (!(cond)) {                                                                              \
+      std::fprintf(stderr, "rank %d: FAILED %s (%s:%d): %s\n", g_rank, #cond, __FILE__, __LINE__, \
+                   std::string(what).c_str());                                                  \
+      std::exit(1);                                                                             \
+    }                                                                                           \
+  } while (0)
+
+void* const kPoisonedEvent = reinterpret_cast<void*>(0x1);
+
+struct HostEvent {
+  int pending;  // queries still answered "pending"
+  bool stuck;   // pending until a lane is aborted (a kernel waiting for a dead peer)
+};
+
+class HostRuntime : public gpu::DeviceRuntime {
+ public:
+  explicit HostRuntime(bool stream_ordered) : stream_ordered_(stream_ordered) {}
+  Status UseDevice(int) override { return Status::Ok(); }
+  bool StreamOrderedAllocation(int) override { return stream_ordered_; }
+  Status CreateStream(void** stream) override {
+    *stream = new int(0);
+    return Status::Ok();
+  }
+  void DestroyStream(void* stream) override { delete static_cast<int*>(stream); }
+  Status Synchronize(void*) override { return Status::Ok(); }
+  Status WaitEvent(void*, void* event) override {
+    if (event == kPoisonedEvent) return Status::Internal("poisoned ready event");
+    return Status::Ok();
+  }
+  Status RecordEvent(void*, void** event) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    *event = new HostEvent{static_cast<int>(std::rand() % 4), stuck_next_};
+    stuck_next_ = false;
+    ++events_made;
+    return Status::Ok();
+  }
+  gpu::EventState QueryEvent(void* event, Status*) override {
+    auto* e = static_cast<HostEvent*>(event);
+    if (e->stuck && !g_aborted) return gpu::EventState::kPending;
+    if (e->pending > 0) {
+      --e->pending;
+      return gpu::EventState::kPending;
+    }
+    return gpu::EventState::kDone;
+  }
+  void DestroyEvent(void* event) override {
+    delete static_cast<HostEvent*>(event);
+    ++events_freed;
+  }
+  Status Allocate(int64_t bytes, void*, bool stream_ordered, void** out) override {
+    EXPECT(stream_ordered == stream_ordered_, "allocation mode");
+    *out = std::aligned_alloc(64, static_cast<size_t>((bytes + 63) / 64 * 64));
+    ++buffers_made;
+    return Status::Ok();
+  }
+  void Free(void* ptr, void*, bool) override {
+    std::free(ptr);
+    ++buffers_freed;
+  }
+  Status BatchedCopyAndScale(const cuda::CopyDescriptor* copies, int64_t n, DataType dtype, void*) override {
+    for (int64_t i = 0; i < n; ++i) CopyAndScale(copies[i].dst, copies[i].src, copies[i].count, dtype, copies[i].scale);
+    return Status::Ok();
+  }
+  void StickNextEvent() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stuck_next_ = true;
+  }
+
+  std::atomic<int> events_made{0}, events_freed{0}, buffers_made{0}, buffers_freed{0};
+
+ private:
+  bool stream_ordered_;
+  std::mutex mutex_;
+  bool stuck_next_ = false;
+};
+
+class HostComm : public GpuCommunicator {
+ public:
+  HostComm(std::unique_ptr<Communicator> mpi, void* stream) : mpi_(std::move(mpi)), stream_(stream) {}
+  int rank() const override { return mpi_->rank(); }
+  int size() const override { return mpi_->size(); }
+  const std::vector<int>& global_ranks() const override { return mpi_->global_ranks(); }
+  void* stream() const override { return stream_; }
+  bool ScaledSumSupported(DataType dtype) const override {
+    return dtype == DataType::kFloat32 || dtype == DataType::kFloat64;
+  }
+  Status ScaledSum(const void* send, void* recv, int64_t count, DataType dtype, double factor) override {
+    Note("scaled_sum", count);
+    CopyAndScale(recv, send, count, dtype, factor);
+    return Guard([&] { return mpi_->Allreduce(recv, recv, count, dtype, ReduceOp::kSum); });
+  }
+  Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) override {
+    Note("allreduce", count);
+    return Guard([&] { return mpi_->Allreduce(send, recv, count, dtype, op); });
+  }
+  Status Allgatherv(const void* send, int64_t send_count, void* recv, const std::vector<int64_t>& counts,
+                    const std::vector<int64_t>& displs, DataType dtype) override {
+    int64_t total = 0;  // the same on every rank, unlike send_count
+    for (int64_t c : counts) total += c;
+    Note("allgather", total);
+    return Guard([&] { return mpi_->Allgatherv(send, send_count, recv, counts, displs, dtype); });
+  }
+  Status Broadcast(void* buffer, int64_t count, DataType dtype, int root) override {
+    Note("broadcast", count);
+    return Guard([&] { return mpi_->Broadcast(buffer, count, dtype, root); });
+  }
+  Status Alltoallv(const void* send, const std::vector<int64_t>& send_counts, const std::vector<int64_t>& send_displs,
+                   void* recv, const std::vector<int64_t>& recv_counts, const std::vector<int64_t>& recv_displs,
+                   DataType dtype) override {
+    Note("alltoall", 0);
+    return Guard([&] {
+      return mpi_->Alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype);
+    });
+  }
+  Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts, DataType dtype,
+                       ReduceOp op) override {
+    Note("reducescatter", 0);
+    return Guard([&] { return mpi_->ReduceScatter(send, recv, recv_counts, dtype, op); });
+  }
+  Status Barrier() override { return Status::Internal("not offered"); }
+  Status AllreduceBitwiseAnd(std::vector<uint64_t>*, Clock::time_point) override { return Status::Internal("no"); }
+  Status GatherBytes(const std::string&, std::vector<std::string>*, Clock::time_point) override {
+    return Status::Internal("no");
+  }
+  Status BroadcastBytes(std::string*, Clock::time_point) override { return Status::Internal("no"); }
+  Status CreateSubgroup(const std::vector<int>&, std::unique_ptr<Communicator>*) override {
+    return Status::Internal("no");
+  }
+  Status AsyncError() override { return aborted_ ? Status::Aborted("aborted") : Status::Ok(); }
+  void Abort() override {
+    aborted_ = true;
+    g_aborted = true;
+  }
+  uint64_t hash() const { return hash_; }
+
+ private:
+  template <typename F>
+  Status Guard(F call) {
+    if (aborted_) return Status::Aborted("the lane was aborted");
+    return call();
+  }
+  void Note(const std::string& what, int64_t count) {
+    for (char c : what + std::to_string(count)) hash_ = hash_ * 1099511628211ull ^ static_cast<uint64_t>(c);
+  }
+
+  std::unique_ptr<Communicator> mpi_;
+  void* stream_;
+  std::atomic<bool> aborted_{false};
+  uint64_t hash_ = 14695981039346656037ull;
+};
+
+// Collects finishes: each request must finish exactly once.
+struct Finishes {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::map<std::string, int> count;
+  std::map<std::string, Status> status;
+  std::vector<Status> fatal;
+
+  void Finish(Request& r, const Status& s) {
+    std::lock_guard<std::mutex> lock(mutex);
+    ++count[r.meta.name];
+    status[r.meta.name] = s;
+    cv.notify_all();
+  }
+  // Waits until every named request has finished, then checks each did once.
+  void WaitFor(const std::vector<std::string>& names) {
+    std::unique_lock<std::mutex> lock(mutex);
+    EXPECT(cv.wait_for(lock, std::chrono::seconds(60),
+                       [&] {
+                         for (const auto& n : names) {
+                           if (count[n] == 0) return false;
+                         }
+                         return true;
+                       }),
+           "requests did not finish in time");
+    for (const auto& n : names) EXPECT(count[n] == 1, n + " finished " + std::to_string(count[n]) + " times");
+  }
+};
+
+struct Fixture {
+  Communicator* world;
+  Config config;
+  Timeline timeline;
+  HostRuntime runtime;
+  Finishes finishes;
+  std::vector<HostComm*> lanes;
+  std::unique_ptr<gpu::GpuExecutor> exec;
+
+  Fixture(Communicator* w, int streams, bool stream_ordered, double peer_timeout = 60)
+      : world(w), runtime(stream_ordered) {
+    config.num_streams = streams;
+    config.peer_timeout_seconds = peer_timeout;
+    exec = std::make_unique<gpu::GpuExecutor>(
+        world, config, &timeline, [this](Request& r, const Status& s) { finishes.Finish(r, s); },
+        [this](const Status& s) {
+          std::lock_guard<std::mutex> lock(finishes.mutex);
+          finishes.fatal.push_back(s);
+        },
+        &runtime,
+        [this](Communicator* bootstrap, int, const std::vector<void*>& streams, const Status& local_error,
+               Clock::time_point, Clock::duration, std::vector<std::unique_ptr<GpuCommunicator>>* out) -> Status {
+          if (!local_error.ok()) return local_error;
+          for (void* s : streams) {
+            std::unique_ptr<Communicator> sub;
+            Status st = bootstrap->CreateSubgroup(bootstrap->global_ranks(), &sub);
+            if (!st.ok()) return st;
+            auto comm = std::make_unique<HostComm>(std::move(sub), s);
+            lanes.push_back(comm.get());
+            out->push_back(std::move(comm));
+          }
+          return Status::Ok();
+        });
+  }
+};
+
+Request MakeRequest(const std::string& name, OpType op, DataType dtype, void* in, void* out,
+                    std::vector<int64_t> in_shape, std::vector<int64_t> out_shape) {
+  Request r;
+  r.meta.name = name;
+  r.meta.op = op;
+  r.meta.dtype = dtype;
+  r.meta.device = 0;
+  r.meta.shape = in_shape;
+  r.input = TensorRef{in, in_shape, dtype, 0};
+  r.output = TensorRef{out, out_shape, dtype, 0};
+  return r;
+}
+
+double Value(int rank, int tensor, int i) { return (rank + 1) * 0.5 + tensor * 0.25 + (i % 7) * 0.125; }
+
+// Fused groups of float32 and float64 tensors with prescale/postscale, in
+// place and out of place, several groups so every lane is used.
+void CheckFusedAllreduce(Fixture& f, int size, const std::string& tag) {
+  std::vector<std::vector<float>> f32_in, f32_out;
+  std::vector<std::vector<double>> f64_buf;
+  const double pre = 0.5, post = 3.0;
+  std::vector<std::string> names;
+  for (int g = 0; g < 4; ++g) {
+    std::vector<Request> group;
+    for (int t = 0; t < 5; ++t) {
+      const int id = g * 5 + t;
+      const int n = 3 + 17 * t + g;  // odd sizes: offsets must be aligned by the executor
+      f32_in.emplace_back(n);
+      f32_out.emplace_back(n, -1.0f);
+      for (int i = 0; i < n; ++i) f32_in.back()[i] = static_cast<float>(Value(g_rank, id, i));
+      std::string name = tag + ".f32." + std::to_string(id);
+      Request r = MakeRequest(name, OpType::kAllreduce, DataType::kFloat32, f32_in.back().data(),
+                              f32_out.back().data(), {n}, {n});
+      r.meta.prescale = pre;
+      r.meta.postscale = post;
+      group.push_back(std::move(r));
+      names.push_back(name);
+    }
+    f.exec->RunFused(std::move(group));
+  }
+  std::vector<Request> group64;
+  for (int t = 0; t < 3; ++t) {
+    const int n = 1000 + t;
+    f64_buf.emplace_back(n);
+    for (int i = 0; i < n; ++i) f64_buf.back()[i] = Value(g_rank, 100 + t, i);
+    std::string name = tag + ".f64.inplace." + std::to_string(t);
+    group64.push_back(MakeRequest(name, OpType::kAllreduce, DataType::kFloat64, f64_buf.back().data(),
+                                  f64_buf.back().data(), {n}, {n}));
+    names.push_back(name);
+  }
+  f.exec->RunFused(std::move(group64));
+  f.finishes.WaitFor(names);
+  for (const auto& name : names) EXPECT(f.finishes.status[name].ok(), name + ": " + f.finishes.status[name].reason());
+  for (size_t id = 0; id < f32_out.size(); ++id) {
+    for (size_t i = 0; i < f32_out[id].size(); ++i) {
+      double want = 0;
+      for (int r = 0; r < size; ++r) want += Value(r, static_cast<int>(id), static_cast<int>(i)) * pre;
+      want *= post;
+      EXPECT(std::fabs(f32_out[id][i] - want) <= 1e-5 * std::fabs(want) + 1e-6,
+             "fused f32 tensor " + std::to_string(id) + " element " + std::to_string(i));
+    }
+  }
+  for (size_t t = 0; t < f64_buf.size(); ++t) {
+    for (size_t i = 0; i < f64_buf[t].size(); ++i) {
+      double want = 0;
+      for (int r = 0; r < size; ++r) want += Value(r, 100 + static_cast<int>(t), static_cast<int>(i));
+      EXPECT(std::fabs(f64_buf[t][i] - want) <= 1e-12 * std::fabs(want), "fused f64 in place");
+    }
+  }
+}
+
+// Every op through RunOne: a scaled direct allreduce (the pre-multiplied sum),
+// min over int32 with a postscale (scale passes), allgather and
+// reducescatter with uneven blocks, broadcast out of place, alltoall.
+void CheckCollectives(Fixture& f, int size) {
+  const int me = g_rank;
+  std::vector<std::string> names;
+  // direct scaled sum
+  std::vector<float> big(70000), big_out(70000);
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<float>(Value(me, 7, static_cast<int>(i)));
+  Request sum = MakeRequest("one.sum", OpType::kAllreduce, DataType::kFloat32, big.data(), big_out.data(), {70000},
+                            {70000});
+  sum.meta.prescale = 0.5;
+  sum.meta.postscale = 1.0 / size;
+  f.exec->RunOne(std::move(sum), Response{});
+  names.push_back("one.sum");
+  // int32 min, postscale 2 (integers: a separate pass)
+  std::vector<int32_t> ints(9), ints_out(9);
+  for (int i = 0; i < 9; ++i) ints[i] = (me + 1) * 10 - i;
+  Request mn = MakeRequest("one.min", OpType::kAllreduce, DataType::kInt32, ints.data(), ints_out.data(), {9}, {9});
+  mn.meta.reduce_op = ReduceOp::kMin;
+  mn.meta.postscale = 2.0;
+  f.exec->RunOne(std::move(mn), Response{});
+  names.push_back("one.min");
+  // allgather: rank r sends r + 1 rows of 3
+  std::vector<float> ag_in((me + 1) * 3);
+  for (size_t i = 0; i < ag_in.size(); ++i) ag_in[i] = static_cast<float>(me * 100 + i);
+  int total_rows = 0;
+  Response ag_resp;
+  for (int r = 0; r < size; ++r) {
+    ag_resp.sizes.push_back(r + 1);
+    total_rows += r + 1;
+  }
+  std::vector<float> ag_out(total_rows * 3, -1);
+  f.exec->RunOne(MakeRequest("one.allgather", OpType::kAllgather, DataType::kFloat32, ag_in.data(), ag_out.data(),
+                             {me + 1, 3}, {total_rows, 3}),
+                 ag_resp);
+  names.push_back("one.allgather");
+  // broadcast from the last rank, out of place
+  std::vector<double> bc_in(11), bc_out(11, -1);
+  for (int i = 0; i < 11; ++i) bc_in[i] = me * 1000 + i;
+  Request bc = MakeRequest("one.broadcast", OpType::kBroadcast, DataType::kFloat64, bc_in.data(), bc_out.data(), {11},
+                           {11});
+  bc.meta.root_rank = size - 1;
+  f.exec->RunOne(std::move(bc), Response{});
+  names.push_back("one.broadcast");
+  // alltoall: rank r sends (r + d) % 3 rows of 2 to rank d
+  Response a2a_resp;
+  std::vector<int64_t> my_splits;
+  for (int r = 0; r < size; ++r) {
+    for (int d = 0; d < size; ++d) a2a_resp.sizes.push_back((r + d) % 3);
+  }
+  for (int d = 0; d < size; ++d) my_splits.push_back((me + d) % 3);
+  int send_rows = 0, recv_rows = 0;
+  for (int d = 0; d < size; ++d) send_rows += (me + d) % 3;
+  for (int r = 0; r < size; ++r) recv_rows += (r + me) % 3;
+  std::vector<int32_t> a2a_in(send_rows * 2), a2a_out(recv_rows * 2, -1);
+  for (size_t i = 0; i < a2a_in.size(); ++i) a2a_in[i] = me * 1000 + static_cast<int32_t>(i);
+  Request a2a = MakeRequest("one.alltoall", OpType::kAlltoall, DataType::kInt32, a2a_in.data(), a2a_out.data(),
+                            {send_rows, 2}, {recv_rows, 2});
+  a2a.meta.splits = my_splits;
+  f.exec->RunOne(std::move(a2a), a2a_resp);
+  names.push_back("one.alltoall");
+  // reducescatter: 2 * size + 1 rows of 4 (rank 0 gets the extra row), prescale 2
+  const int rs_rows = 2 * size + 1;
+  std::vector<int> blocks(size, rs_rows / size);
+  for (int r = 0; r < rs_rows % size; ++r) ++blocks[r];
+  std::vector<float> rs_in(rs_rows * 4), rs_out(blocks[me] * 4, -1);
+  for (size_t i = 0; i < rs_in.size(); ++i) rs_in[i] = static_cast<float>(Value(me, 9, static_cast<int>(i)));
+  Request rs = MakeRequest("one.reducescatter", OpType::kReducescatter, DataType::kFloat32, rs_in.data(),
+                           rs_out.data(), {rs_rows, 4}, {blocks[me], 4});
+  rs.meta.prescale = 2.0;
+  f.exec->RunOne(std::move(rs), Response{});
+  names.push_back("one.reducescatter");
+
+  f.finishes.WaitFor(names);
+  for (const auto& name : names) EXPECT(f.finishes.status[name].ok(), name + ": " + f.finishes.status[name].reason());
+  for (size_t i = 0; i < big_out.size(); ++i) {
+    double want = 0;
+    for (int r = 0; r < size; ++r) want += Value(r, 7, static_cast<int>(i)) * 0.5;
+    want /= size;
+    EXPECT(std::fabs(big_out[i] - want) <= 1e-5 * std::fabs(want) + 1e-6, "scaled direct sum");
+  }
+  for (int i = 0; i < 9; ++i) EXPECT(ints_out[i] == (10 - i) * 2, "int32 min with postscale");
+  int row = 0;
+  for (int r = 0; r < size; ++r) {
+    for (int k = 0; k < (r + 1) * 3; ++k) EXPECT(ag_out[row * 3 + k] == static_cast<float>(r * 100 + k), "allgather");
+    row += r + 1;
+  }
+  for (int i = 0; i < 11; ++i) EXPECT(bc_out[i] == (size - 1) * 1000 + i, "broadcast");
+  int at = 0;
+  for (int r = 0; r < size; ++r) {
+    int start = 0;  // rows rank r sends to ranks before me
+    for (int d = 0; d < me; ++d) start += (r + d) % 3;
+    for (int k = 0; k < (r + me) % 3 * 2; ++k) EXPECT(a2a_out[at++] == r * 1000 + start * 2 + k, "alltoall");
+  }
+  int lo = 0;
+  for (int r = 0; r < me; ++r) lo += blocks[r];
+  for (int k = 0; k < blocks[me] * 4; ++k) {
+    double want = 0;
+    for (int r = 0; r < size; ++r) want += 2.0 * Value(r, 9, lo * 4 + k);
+    EXPECT(std::fabs(rs_out[k] - want) <= 1e-5 * std::fabs(want), "reducescatter");
+  }
+}
+
+// Every lane saw the same calls, in the same order, on every rank.
+void CheckLanesAgree(Communicator* world, Fixture& f) {
+  for (size_t i = 0; i < f.lanes.size(); ++i) {
+    uint64_t mine = f.lanes[i]->hash();
+    std::vector<uint64_t> all(world->size());
+    std::vector<int64_t> counts(world->size(), 1), displs(world->size());
+    for (int r = 0; r < world->size(); ++r) displs[r] = r;
+    EXPECT(world->Allgatherv(&mine, 1, all.data(), counts, displs, DataType::kInt64).ok(), "hash exchange");
+    for (uint64_t h : all) EXPECT(h == mine, "lane " + std::to_string(i) + " ran different calls on different ranks");
+  }
+}
+
+}  // namespace
+
+int main() {
+  MpiContext mpi(true);
+  std::unique_ptr<Communicator> world = mpi.CreateWorld();
+  g_rank = world->rank();
+  const int size = world->size();
+
+  {  // healthy runs: three lanes, stream-ordered buffers
+    Fixture f(world.get(), 3, true);
+    CheckFusedAllreduce(f, size, "a");
+    CheckCollectives(f, size);
+    CheckFusedAllreduce(f, size, "b");  // buffers reused
+    f.exec->Drain();
+    EXPECT(f.finishes.fatal.empty(), "a healthy run called the fatal callback");
+    EXPECT(f.lanes.size() == 3, "lanes: " + std::to_string(f.lanes.size()));
+    CheckLanesAgree(world.get(), f);
+    f.exec.reset();
+    EXPECT(f.runtime.events_made == f.runtime.events_freed, "events leaked");
+    EXPECT(f.runtime.buffers_made == f.runtime.buffers_freed, "buffers leaked");
+  }
+  {  // one lane, no memory pools: outgrown buffers are kept until the end
+    Fixture f(world.get(), 1, false);
+    CheckFusedAllreduce(f, size, "c");
+    std::vector<float> large(600000, 1.0f), small(10, 1.0f);
+    std::vector<Request> group;
+    group.push_back(MakeRequest("grow.large", OpType::kAllreduce, DataType::kFloat32, large.data(), large.data(),
+                                {600000}, {600000}));
+    group.push_back(MakeRequest("grow.small", OpType::kAllreduce, DataType::kFloat32, small.data(), small.data(),
+                                {10}, {10}));
+    f.exec->RunFused(std::move(group));
+    f.finishes.WaitFor({"grow.large", "grow.small"});
+    f.exec->Drain();
+    EXPECT(f.finishes.status["grow.large"].ok() && large[12345] == static_cast<float>(size), "grown fusion buffer");
+    f.exec.reset();
+    EXPECT(f.runtime.buffers_made == f.runtime.buffers_freed, "buffers leaked without memory pools");
+  }
+  {  // a failure after the lane is picked (here: on every rank) is fatal:
+     // the requests fail with the cause, the Core is asked to stop once,
+     // later ops fail at once
+    Fixture f(world.get(), 2, true);
+    std::vector<float> a(8, 1.0f), b(8, 1.0f), c(8, 1.0f);
+    std::vector<Request> group;
+    group.push_back(MakeRequest("bad.0", OpType::kAllreduce, DataType::kFloat32, a.data(), a.data(), {8}, {8}));
+    group.push_back(MakeRequest("bad.1", OpType::kAllreduce, DataType::kFloat32, b.data(), b.data(), {8}, {8}));
+    group[1].ready_event = std::shared_ptr<void>(kPoisonedEvent, [](void*) {});
+    f.exec->RunFused(std::move(group));
+    f.exec->RunOne(MakeRequest("after", OpType::kAllreduce, DataType::kFloat32, c.data(), c.data(), {8}, {8}),
+                   Response{});
+    f.finishes.WaitFor({"bad.0", "bad.1", "after"});
+    for (const char* name : {"bad.0", "bad.1"}) {
+      EXPECT(f.finishes.status[name].reason().find("poisoned ready event") != std::string::npos,
+             std::string(name) + ": " + f.finishes.status[name].reason());
+    }
+    EXPECT(f.finishes.status["after"].code() == StatusCode::kAborted &&
+               f.finishes.status["after"].reason().find("GPU collectives failed") != std::string::npos,
+           "after: " + f.finishes.status["after"].reason());
+    EXPECT(c[0] == 1.0f, "an op after the failure ran");
+    EXPECT(f.finishes.fatal.size() == 1, "fatal called " + std::to_string(f.finishes.fatal.size()) + " times");
+    EXPECT(f.finishes.fatal[0].reason().find("poisoned ready event") != std::string::npos, "fatal's cause");
+    for (HostComm* lane : f.lanes) EXPECT(!lane->AsyncError().ok(), "a lane was not aborted");
+  }
+  g_aborted = false;
+  {  // work that never completes is aborted after the peer timeout and fails
+    Fixture f(world.get(), 2, true, /*peer_timeout=*/1.0);
+    std::vector<float> a(8, 1.0f);
+    f.runtime.StickNextEvent();
+    const auto t0 = Clock::now();
+    f.exec->RunOne(MakeRequest("stuck", OpType::kAllreduce, DataType::kFloat32, a.data(), a.data(), {8}, {8}),
+                   Response{});
+    f.finishes.WaitFor({"stuck"});
+    const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+    EXPECT(f.finishes.status["stuck"].reason().find("ran for more than 1 s") != std::string::npos,
+           "stuck: " + f.finishes.status["stuck"].reason());
+    EXPECT(waited >= 1.0 && waited < 10.0, "stuck op failed after " + std::to_string(waited) + " s");
+    EXPECT(f.finishes.fatal.size() == 1, "fatal not called for stuck work");
+  }
+  std::printf("PASS %d\n", g_rank);
+  std::fflush(stdout);
+  return 0;
+}
