@@ -20,8 +20,8 @@ is added for newer GPUs. The CUDA runtime is linked statically, so the
 extension imports and runs its CPU paths on machines with no GPU, driver or
 CUDA installation.
 
-NCCL (needs CUDA): the backend in src/backend/nccl/ and the GPU executor in
-src/core/gpu/, linked against NCCL >= 2.10 found in $MXPLUGIN_NCCL_HOME,
+NCCL (needs CUDA): the backend in src/backend/nccl/ and the CUDA runtime of
+the GPU executor in src/core/gpu/, linked against NCCL >= 2.14 found in $MXPLUGIN_NCCL_HOME,
 $NCCL_HOME, $NCCL_ROOT, the nvidia-nccl-cu12/-cu13 wheels, the CUDA toolkit,
 /usr or /usr/local/nccl. Under pip's build isolation the wheel is found in
 the site-packages of the Python running pip: install it before mxplugin.

@@ -1,13 +1,19 @@
-"""The GPU executor's logic on host memory (tests/native/gpu_executor_host_test.cc):
-fused and direct allreduce with scaling, every collective, round-robin lanes
-that agree across ranks, asynchronous completion (each request finished
-once), buffer growth with and without stream-ordered allocation, and the
-failure paths (a failed launch is fatal; stuck work is aborted after the peer
-timeout). Stand-ins replace the CUDA runtime and NCCL, so this runs on every
-machine; tests/test_nccl.py covers the real thing on a GPU.
+"""The GPU path's logic on host memory, with the stand-ins of
+tests/native/host_gpu.h in place of the CUDA runtime and NCCL, so it runs on
+every machine (tests/test_nccl.py covers the real thing on a GPU):
 
-The C++ program is compiled here from the same sources the extension uses,
-with the MPI compiler wrapper mxplugin was built with."""
+- gpu_executor_host_test.cc, the GPU executor alone: fused and direct
+  allreduce with scaling, every collective, round-robin lanes that agree
+  across ranks, asynchronous completion (each request finished once), buffer
+  growth with and without stream-ordered allocation, a failed launch being
+  fatal, stuck work aborted after the peer timeout.
+- core_gpu_host_test.cc, the Core with that backend: GPU and CPU tensors in
+  one grouped call, the response cache, CPU against GPU as a mismatch on
+  every rank, a GPU failure stopping the Core with its cause.
+
+The programs are compiled here from the extension's own sources, with the
+MPI compiler wrapper mxplugin was built with."""
+import glob
 import os
 import re
 import shlex
@@ -19,9 +25,15 @@ import pytest
 
 from mpi_harness import REPO, run_program
 
-SOURCES = ["tests/native/gpu_executor_host_test.cc", "src/core/gpu/gpu_executor.cc", "src/core/timeline.cc",
-           "src/backend/mpi/mpi_communicator.cc", "src/backend/mpi/mpi_context.cc", "src/common/types.cc",
-           "src/common/half_vector.cc", "src/common/logging.cc", "src/scale.cc"]
+COMMON = ["src/core/timeline.cc", "src/common/types.cc", "src/common/half_vector.cc", "src/common/logging.cc",
+          "src/backend/mpi/mpi_communicator.cc", "src/backend/mpi/mpi_context.cc", "src/scale.cc"]
+PROGRAMS = {
+    "gpu_executor_host_test": ["tests/native/gpu_executor_host_test.cc", "src/core/gpu_executor.cc"] + COMMON,
+    # the whole core: every .cc of src/core (not src/core/gpu, the CUDA runtime) and src/common
+    "core_gpu_host_test": ["tests/native/core_gpu_host_test.cc"] + sorted(
+        set(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "src", "core", "*.cc")) +
+            glob.glob(os.path.join(REPO, "src", "common", "*.cc"))) | set(COMMON)),
+}
 
 
 def mpicc():
@@ -37,20 +49,35 @@ def mpicc():
 
 
 @pytest.fixture(scope="module")
-def program(tmp_path_factory):
+def programs(tmp_path_factory):
     wrapper, cxx = mpicc(), shutil.which("c++") or shutil.which("g++")
     if not wrapper or not cxx:
-        pytest.skip(f"needs mpicc ({wrapper}) and a C++ compiler ({cxx}) to build the test program")
+        pytest.skip(f"needs mpicc ({wrapper}) and a C++ compiler ({cxx}) to build the test programs")
     mpi_flags = shlex.split(subprocess.check_output([wrapper, "-show"], text=True))[1:]
-    out = str(tmp_path_factory.mktemp("native") / "gpu_executor_host_test")
-    cmd = [cxx, "-std=c++17", "-O1", "-pthread", "-Wall", "-Werror", "-Isrc", "-I.", *SOURCES, "-o", out, *mpi_flags]
-    build = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, f"building the host test failed:\n{' '.join(cmd)}\n{build.stderr[-6000:]}"
-    return out
+    out_dir = tmp_path_factory.mktemp("native")
+    builds = {}
+    for name, sources in PROGRAMS.items():  # both at once: two cores here
+        cmd = [cxx, "-std=c++17", "-O1", "-pthread", "-Wall", "-Werror", "-Isrc", "-I.", *sources,
+               "-o", str(out_dir / name), *mpi_flags]
+        builds[name] = (cmd, subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                              text=True))
+    for name, (cmd, proc) in builds.items():
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, f"building {name} failed:\n{' '.join(cmd)}\n{err[-6000:]}"
+    return {name: str(out_dir / name) for name in PROGRAMS}
+
+
+def run_ok(program, np_):
+    rc, out, err = run_program([program], np_, timeout=180)
+    passed = sorted(int(r) for r in re.findall(r"PASS (\d+)", out))
+    assert rc == 0 and passed == list(range(np_)), f"exit {rc}, passed {passed}\n{out}\n{err}"
 
 
 @pytest.mark.parametrize("np_", [1, 2, 3])
-def test_gpu_executor_on_host(program, np_):
-    rc, out, err = run_program([program], np_, timeout=120)
-    passed = sorted(int(r) for r in re.findall(r"PASS (\d+)", out))
-    assert rc == 0 and passed == list(range(np_)), f"exit {rc}, passed {passed}\n{out}\n{err}"
+def test_gpu_executor_on_host(programs, np_):
+    run_ok(programs["gpu_executor_host_test"], np_)
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_core_gpu_path_on_host(programs, np_):
+    run_ok(programs["core_gpu_host_test"], np_)

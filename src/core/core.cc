@@ -2,10 +2,6 @@
 
 #include "core/ranks_text.h"
 
-#ifdef MXPLUGIN_WITH_NCCL
-#include "core/gpu/ready_event.h"
-#include "cuda/device.h"
-#endif
 
 #include <algorithm>
 #include <cstring>
@@ -15,16 +11,14 @@
 namespace mxplugin {
 namespace {
 
-Status CheckTensorOp(const TensorOp& op, int set_size) {
+// `gpu` runs GPU tensors (or says why nothing can).
+Status CheckTensorOp(const TensorOp& op, int set_size, const GpuBackend& gpu) {
   const RequestMeta& m = op.meta;
   const std::string who = std::string(OpTypeName(m.op)) + " '" + m.name + "'";
   if (m.device != kCpuDevice) {
-#ifndef MXPLUGIN_WITH_NCCL
-    return Status::InvalidArgument(who + ": the tensor is on " + DeviceName(m.device) +
-                                   ", but this build of mxplugin has no NCCL backend and runs collectives on CPU "
-                                   "memory only; rebuild with CUDA and NCCL (mxplugin-run --check-build says why "
-                                   "they were left out)");
-#endif
+    if (!gpu.runtime) {
+      return Status::InvalidArgument(who + ": the tensor is on " + DeviceName(m.device) + ", but " + gpu.missing);
+    }
     if (m.op == OpType::kBarrier) return Status::InvalidArgument(who + ": a barrier carries no tensor");
   }
   if (op.input.device != m.device || op.output.device != m.device) {
@@ -63,42 +57,35 @@ Status CheckTensorOp(const TensorOp& op, int set_size) {
 
 }  // namespace
 
-void Core::CheckGpuArguments(const std::vector<TensorOp>& ops) {
-#ifdef MXPLUGIN_WITH_NCCL
+void Core::CheckGpuArguments(const std::vector<TensorOp>& ops) const {
+  if (!gpu_.runtime) return;  // CheckTensorOp says why GPU tensors cannot run
   for (const TensorOp& op : ops) {
     const RequestMeta& m = op.meta;
     if (m.device == kCpuDevice) continue;
     const std::string who = std::string(OpTypeName(m.op)) + " '" + m.name + "'";
-    auto check = [&]() -> Status {
-      std::string reason;
-      const int devices = cuda::DeviceCount(&reason);
-      if (m.device < 0 || m.device >= devices) {
-        return Status::InvalidArgument(who + ": the tensor is on " + DeviceName(m.device) + ", but this process sees " +
-                                       std::to_string(devices) + " CUDA device(s)" +
-                                       (reason.empty() ? std::string() : " (" + reason + ")"));
+    std::string reason;
+    const int devices = gpu_.runtime->DeviceCount(&reason);
+    if (m.device < 0 || m.device >= devices) {
+      throw Error(Status::InvalidArgument(who + ": the tensor is on " + DeviceName(m.device) +
+                                          ", but this process sees " + std::to_string(devices) + " CUDA device(s)" +
+                                          (reason.empty() ? std::string() : " (" + reason + ")")));
+    }
+    // Adapters that fill in the pointers later (MXNet) check before they are known.
+    for (const auto& part : {std::make_pair(&op.input, "input"), std::make_pair(&op.output, "output")}) {
+      const TensorRef& t = *part.first;
+      if (t.num_elements() == 0 || t.data == nullptr) continue;
+      int owner = -1;
+      ThrowIfError(gpu_.runtime->CheckPointer(t.data, who + ": " + part.second, &owner));
+      if (owner >= 0 && owner != m.device) {
+        throw Error(Status::InvalidArgument(who + ": the " + part.second + " lives on " + DeviceName(owner) +
+                                            ", but the op says " + DeviceName(m.device)));
       }
-      // Adapters that fill in the pointers later (MXNet) check before they are known.
-      for (const auto& part : {std::make_pair(&op.input, "input"), std::make_pair(&op.output, "output")}) {
-        const TensorRef& t = *part.first;
-        if (t.num_elements() == 0 || t.data == nullptr) continue;
-        int owner = -1;
-        Status st = cuda::CheckDevicePointer(t.data, (who + ": " + part.second).c_str(), &owner);
-        if (!st.ok()) return st;
-        if (owner >= 0 && owner != m.device) {
-          return Status::InvalidArgument(who + ": the " + part.second + " lives on " + DeviceName(owner) +
-                                         ", but the op says " + DeviceName(m.device));
-        }
-      }
-      return Status::Ok();
-    };
-    ThrowIfError(check());
+    }
   }
-#else
-  (void)ops;
-#endif
 }
 
-Core::Core(Config config) : config_(std::move(config)), logger_(config_.log_level) {
+Core::Core(Config config, GpuBackend gpu)
+    : config_(std::move(config)), gpu_(std::move(gpu)), logger_(config_.log_level) {
   thread_ = std::thread([this] { Loop(); });
   std::unique_lock<std::mutex> lock(mutex_);
   started_.wait(lock, [this] { return started_done_; });
@@ -138,7 +125,7 @@ std::unique_ptr<Core::ProcessSet> Core::MakeProcessSet(std::vector<int> ranks, s
     set->controller = std::make_unique<Controller>(set->comm.get(), config_, &logger_);
     set->executor = std::make_unique<Executor>(
         set->comm.get(), config_, &timeline_, [this](Request& r, const Status& s) { Finish(r, s); },
-        [this](const Status& why) { RequestStop(why); });
+        [this](const Status& why) { RequestStop(why); }, &gpu_);
   }
   return set;
 }
@@ -245,10 +232,10 @@ void Core::RunCycle(bool* stop) {
   const auto now = Clock::now();
   timeline_.MarkCycle(now);
   for (auto& req : incoming) {
-#ifdef MXPLUGIN_WITH_NCCL
-    // CUDA calls on this thread (events freed, NCCL set-up) use this rank's GPU.
-    if (!loop_device_set_ && req.meta.device != kCpuDevice) loop_device_set_ = gpu::UseDevice(req.meta.device);
-#endif
+    // Device calls on this thread (events freed, NCCL set-up) use this rank's GPU.
+    if (!loop_device_set_ && req.meta.device != kCpuDevice && gpu_.runtime) {
+      loop_device_set_ = gpu_.runtime->UseDevice(req.meta.device).ok();
+    }
     auto it = sets_.find(req.process_set_id);
     if (it == sets_.end() || !it->second->comm) {
       Finish(req, Status::InvalidArgument("process set " + std::to_string(req.process_set_id) +
@@ -337,14 +324,15 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
   // framework's) thread and before anything is queued, so a CUDA failure
   // leaves nothing half-enqueued.
   std::vector<std::shared_ptr<void>> ready(ops.size());
-#ifdef MXPLUGIN_WITH_NCCL
   bool any_gpu = false;
   for (const auto& op : ops) any_gpu = any_gpu || op.meta.device != kCpuDevice;
-  if (any_gpu) CheckGpuArguments(ops);
-  for (size_t i = 0; i < ops.size() && any_gpu; ++i) {
-    if (ops[i].meta.device != kCpuDevice) ready[i] = gpu::RecordReadyEvent(ops[i].meta.device, ops[i].input.stream);
+  if (any_gpu && gpu_.runtime) {
+    CheckGpuArguments(ops);
+    for (size_t i = 0; i < ops.size(); ++i) {
+      if (ops[i].meta.device == kCpuDevice) continue;
+      ThrowIfError(gpu_.runtime->RecordReadyEvent(ops[i].meta.device, ops[i].input.stream, &ready[i]));
+    }
   }
-#endif
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const ProcessSet& set = CheckLocked(process_set_id, ops);
@@ -415,7 +403,7 @@ const Core::ProcessSet& Core::CheckLocked(int process_set_id, const std::vector<
     if (!names.insert(op.meta.name).second) {
       throw Error(Status::InvalidArgument("the name '" + op.meta.name + "' appears twice in one grouped call"));
     }
-    ThrowIfError(CheckTensorOp(op, static_cast<int>(set.ranks.size())));
+    ThrowIfError(CheckTensorOp(op, static_cast<int>(set.ranks.size()), gpu_));
     if (op.meta.op == OpType::kBroadcast &&
         std::find(set.ranks.begin(), set.ranks.end(), op.meta.root_rank) == set.ranks.end()) {
       throw Error(Status::InvalidArgument("broadcast '" + op.meta.name + "': root rank " +

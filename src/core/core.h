@@ -23,6 +23,7 @@
 #include "common/logging.h"
 #include "core/controller.h"
 #include "core/executor.h"
+#include "core/gpu_backend.h"
 #include "core/request.h"
 #include "core/timeline.h"
 
@@ -37,8 +38,9 @@ struct TensorOp {
 
 class Core {
  public:
-  // Starts the background thread and waits for MPI to come up; throws Error on failure.
-  explicit Core(Config config);
+  // Starts the background thread and waits for MPI to come up; throws Error
+  // on failure. `gpu` runs GPU tensors (tests pass host stand-ins).
+  explicit Core(Config config, GpuBackend gpu = DefaultGpuBackend());
   ~Core();
   Core(const Core&) = delete;
   Core& operator=(const Core&) = delete;
@@ -88,7 +90,7 @@ class Core {
 
   const ProcessSet& CheckLocked(int process_set_id, const std::vector<TensorOp>& ops) const;
   // GPU ops' device and pointer checks (CUDA queries): run without the lock.
-  static void CheckGpuArguments(const std::vector<TensorOp>& ops);
+  void CheckGpuArguments(const std::vector<TensorOp>& ops) const;
   void AgreeOnConfig();
   void Loop();
   void RunCycle(bool* stop);
@@ -99,6 +101,7 @@ class Core {
                     std::function<Status()> action);
 
   Config config_;
+  GpuBackend gpu_;
   Logger logger_;
   Timeline timeline_;
   Topology topology_;

@@ -7,9 +7,6 @@
 #include "core/collective_layout.h"
 #include "scale.h"
 
-#ifdef MXPLUGIN_WITH_NCCL
-#include "backend/nccl/nccl_communicator.h"
-#endif
 
 namespace mxplugin {
 namespace {
@@ -106,14 +103,20 @@ void Executor::Execute(const std::vector<Response>& responses, PendingRequests* 
   }
 }
 
-#ifdef MXPLUGIN_WITH_NCCL
-
 // The GPU executor takes the requests (moved out; their pending entries are
 // erased by the caller) and finishes them when the GPU is done.
 void Executor::ExecuteGpu(const Plan& plan) {
+  if (!gpu_backend_->runtime) {  // Core::Check rejects GPU tensors then; a backstop
+    const Status st = Status::InvalidArgument("GPU tensors: " + gpu_backend_->missing);
+    for (const auto& group : plan.fused) {
+      for (Request* r : group) finish_(*r, st);
+    }
+    for (const auto& pr : plan.others) finish_(*pr.first, st);
+    return;
+  }
   if (!gpu_) {
-    gpu_ = std::make_unique<gpu::GpuExecutor>(comm_, config_, timeline_, finish_, stop_, &cuda_,
-                                              &NcclCommunicator::CreateMany);
+    gpu_ = std::make_unique<gpu::GpuExecutor>(comm_, config_, timeline_, finish_, stop_, gpu_backend_->runtime.get(),
+                                              gpu_backend_->make_comms);
   }
   for (const auto& group : plan.fused) {
     std::vector<Request> moved;
@@ -131,21 +134,6 @@ void Executor::Drain() {
   if (gpu_) gpu_->Drain();
 }
 
-#else
-
-// Core::Check rejects GPU tensors in builds without NCCL; this is a backstop.
-void Executor::ExecuteGpu(const Plan& plan) {
-  const Status st = Status::InvalidArgument("GPU tensors need a build with NCCL");
-  for (const auto& group : plan.fused) {
-    for (Request* r : group) finish_(*r, st);
-  }
-  for (const auto& pr : plan.others) finish_(*pr.first, st);
-}
-
-void Executor::BeginDrain() {}
-void Executor::Drain() {}
-
-#endif
 
 void Executor::RunFused(std::vector<Request*>& group) {
   if (group.size() == 1) {

@@ -16,10 +16,8 @@
 #include "core/request.h"
 #include "core/timeline.h"
 
-#ifdef MXPLUGIN_WITH_NCCL
-#include "core/gpu/cuda_runtime.h"
-#include "core/gpu/gpu_executor.h"
-#endif
+#include "core/gpu_backend.h"
+#include "core/gpu_executor.h"
 
 namespace mxplugin {
 
@@ -31,9 +29,11 @@ class Executor {
  public:
   // `stop` asks the Core to stop all ranks (a GPU failure, Note [GPU
   // failures are fatal]); it may be called from the GPU completion thread.
+  // `gpu` (outliving this) runs GPU tensors.
   Executor(Communicator* comm, const Config& config, Timeline* timeline, FinishFn finish,
-           std::function<void(const Status&)> stop)
-      : comm_(comm), config_(config), timeline_(timeline), finish_(std::move(finish)), stop_(std::move(stop)) {}
+           std::function<void(const Status&)> stop, const GpuBackend* gpu)
+      : comm_(comm), config_(config), timeline_(timeline), finish_(std::move(finish)), stop_(std::move(stop)),
+        gpu_backend_(gpu) {}
 
   // Runs the responses' requests: CPU ones before returning, GPU ones (moved
   // out of `pending`) asynchronously on the GPU executor.
@@ -67,10 +67,8 @@ class Executor {
   FinishFn finish_;
   std::function<void(const Status&)> stop_;
   FusionBuffer buffer_;
-#ifdef MXPLUGIN_WITH_NCCL
-  gpu::CudaRuntime cuda_;
+  const GpuBackend* gpu_backend_;
   std::unique_ptr<gpu::GpuExecutor> gpu_;  // made at the first GPU response
-#endif
 };
 
 }  // namespace mxplugin

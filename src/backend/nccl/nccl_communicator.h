@@ -2,7 +2,7 @@
 //
 // Data-plane calls only enqueue work on the communicator's stream and return:
 // the caller orders its own work against that stream and learns of completion
-// through an event recorded after the call (core/gpu/). Control-plane calls
+// through an event recorded after the call (core/gpu_executor.h). Control-plane calls
 // are not offered: negotiation runs over MPI, which also bootstraps NCCL.
 //
 // Note [NCCL and dead peers]: a collective whose peer died never finishes on

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "cuda/device.h"
+
 namespace mxplugin {
 namespace gpu {
 namespace {
@@ -16,7 +18,53 @@ Status CudaStatus(cudaError_t err, const char* what) {
 
 cudaStream_t AsStream(void* s) { return static_cast<cudaStream_t>(s); }
 
+// Sets the current device for one scope, restoring the caller's on exit: the
+// framework thread that enqueues must find its device as it left it. Nothing
+// is switched (or restored) when the device is current already, the usual
+// case, since the caller produced the tensor there.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    status_ = CudaStatus(cudaGetDevice(&previous_), "cudaGetDevice");
+    if (status_.ok() && previous_ != device) {
+      status_ = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
+      switched_ = status_.ok();
+    }
+  }
+  ~DeviceScope() {
+    if (switched_) cudaSetDevice(previous_);
+  }
+  const Status& status() const { return status_; }
+
+ private:
+  Status status_;
+  int previous_ = 0;
+  bool switched_ = false;
+};
+
 }  // namespace
+
+int CudaRuntime::DeviceCount(std::string* reason) { return cuda::DeviceCount(reason); }
+
+Status CudaRuntime::CheckPointer(const void* ptr, const std::string& role, int* owner) {
+  return cuda::CheckDevicePointer(ptr, role.c_str(), owner);
+}
+
+Status CudaRuntime::RecordReadyEvent(int device, void* stream, std::shared_ptr<void>* event) {
+  DeviceScope scope(device);
+  if (!scope.status().ok()) return scope.status();
+  cudaEvent_t e = nullptr;
+  Status st = CudaStatus(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+  if (!st.ok()) return st;
+  // Freed on whichever thread drops the last reference, on the event's device.
+  std::shared_ptr<void> owned(e, [device](void* p) {
+    DeviceScope at(device);
+    cudaEventDestroy(static_cast<cudaEvent_t>(p));
+  });
+  st = CudaStatus(cudaEventRecord(e, AsStream(stream)), "recording the ready event on the tensor's stream");
+  if (st.ok()) *event = std::move(owned);
+  return st;
+}
 
 Status CudaRuntime::UseDevice(int device) { return CudaStatus(cudaSetDevice(device), "cudaSetDevice"); }
 

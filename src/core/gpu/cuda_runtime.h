@@ -2,13 +2,16 @@
 // Defined only in builds with MXPLUGIN_WITH_NCCL.
 #pragma once
 
-#include "core/gpu/device_runtime.h"
+#include "core/device_runtime.h"
 
 namespace mxplugin {
 namespace gpu {
 
 class CudaRuntime : public DeviceRuntime {
  public:
+  int DeviceCount(std::string* reason) override;
+  Status CheckPointer(const void* ptr, const std::string& role, int* owner) override;
+  Status RecordReadyEvent(int device, void* stream, std::shared_ptr<void>* event) override;
   Status UseDevice(int device) override;
   bool StreamOrderedAllocation(int device) override;
   Status CreateStream(void** stream) override;

@@ -1,10 +1,12 @@
-// The device calls of the GPU executor, behind one interface: CudaRuntime
-// (cuda_runtime.cc) makes them with the CUDA runtime; the executor's host
-// test (tests/native/) runs the same executor on host memory with a
-// stand-in. Streams, events and buffers are opaque pointers.
+// The device calls of the Core and its GPU executor, behind one interface:
+// CudaRuntime (core/gpu/cuda_runtime.cc, NCCL builds) makes them with the
+// CUDA runtime; the host tests (tests/native/) run the same code on host
+// memory with a stand-in. Streams, events and buffers are opaque pointers.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 
 #include "common/status.h"
 #include "common/types.h"
@@ -18,6 +20,18 @@ enum class EventState { kDone, kPending, kFailed };
 class DeviceRuntime {
  public:
   virtual ~DeviceRuntime() = default;
+
+  // Called on framework threads, at enqueue:
+  // Devices usable here; 0 with *reason saying why when there are none.
+  virtual int DeviceCount(std::string* reason) = 0;
+  // Ok when kernels may use `ptr`; *owner gets its device (-1: host-mapped
+  // or managed). `role` names the pointer in the error.
+  virtual Status CheckPointer(const void* ptr, const std::string& role, int* owner) = 0;
+  // An event recorded on `stream` of `device` now, freed with the last
+  // reference (on any thread); the caller's current device is kept.
+  virtual Status RecordReadyEvent(int device, void* stream, std::shared_ptr<void>* event) = 0;
+
+  // Called on the Core's threads:
 
   // Makes `device` current on the calling thread.
   virtual Status UseDevice(int device) = 0;

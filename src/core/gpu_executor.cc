@@ -1,4 +1,4 @@
-#include "core/gpu/gpu_executor.h"
+#include "core/gpu_executor.h"
 
 #include <algorithm>
 #include <chrono>

@@ -35,7 +35,7 @@
 #include "backend/communicator.h"
 #include "backend/gpu_communicator.h"
 #include "common/config.h"
-#include "core/gpu/device_runtime.h"
+#include "core/device_runtime.h"
 #include "core/request.h"
 #include "core/timeline.h"
 

@@ -1,0 +1,163 @@
+// The Core's GPU path end to end on host memory, with the stand-ins of
+// host_gpu.h as its GpuBackend: GPU tensors negotiated and run next to CPU
+// ones in one grouped call, a tensor on the CPU of one rank and a GPU of
+// another failing as a mismatch on every rank, and a GPU failure stopping
+// the Core (Note [GPU failures are fatal]) with the cause as the reason later
+// ops fail. Built and run under mpiexec by tests/test_gpu_executor_host.py;
+// prints PASS <rank>.
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/core.h"
+#include "host_gpu.h"
+
+using namespace mxplugin;
+using namespace mxplugin::host_gpu;
+
+namespace {
+
+struct Done {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;
+  Status status;
+};
+
+std::shared_ptr<Done> Submit(Core& core, std::vector<TensorOp> ops) {
+  auto done = std::make_shared<Done>();
+  core.Enqueue(0, std::move(ops), [done](const Status& s) {
+    std::lock_guard<std::mutex> lock(done->mutex);
+    done->status = s;
+    done->done = true;
+    done->cv.notify_all();
+  });
+  return done;
+}
+
+Status Wait(const std::shared_ptr<Done>& done) {
+  std::unique_lock<std::mutex> lock(done->mutex);
+  EXPECT(done->cv.wait_for(lock, std::chrono::seconds(60), [&] { return done->done; }), "an op did not complete");
+  return done->status;
+}
+
+TensorOp Op(const std::string& name, OpType op, DataType dtype, int device, void* in, void* out,
+            std::vector<int64_t> shape, std::vector<int64_t> out_shape, void* stream = nullptr) {
+  TensorOp t;
+  t.meta.name = name;
+  t.meta.op = op;
+  t.meta.dtype = dtype;
+  t.meta.device = device;
+  t.meta.shape = shape;
+  t.input = TensorRef{in, shape, dtype, device, stream};
+  t.output = TensorRef{out, out_shape, dtype, device, nullptr};
+  return t;
+}
+
+double Value(int rank, int tensor, int i) { return (rank + 1) * 0.25 + tensor + (i % 5) * 0.5; }
+
+}  // namespace
+
+int main() {
+  Config config = Config::FromEnvironment();
+  config.num_streams = 2;
+  auto runtime = std::make_shared<HostRuntime>(true);
+  GpuBackend backend;
+  backend.runtime = runtime;
+  backend.make_comms = [](Communicator* bootstrap, int, const std::vector<void*>& streams, const Status& local_error,
+                          Clock::time_point, Clock::duration,
+                          std::vector<std::unique_ptr<GpuCommunicator>>* out) -> Status {
+    if (!local_error.ok()) return local_error;
+    for (void* s : streams) {
+      std::unique_ptr<Communicator> sub;
+      Status st = bootstrap->CreateSubgroup(bootstrap->global_ranks(), &sub);
+      if (!st.ok()) return st;
+      out->push_back(std::make_unique<HostComm>(std::move(sub), s));
+    }
+    return Status::Ok();
+  };
+  Core core(config, std::move(backend));
+  const int rank = core.topology().rank, size = core.topology().size;
+  g_rank = rank;
+
+  {  // GPU and CPU tensors in one grouped call: small GPU ones fused, a large
+     // one direct, all averaged; a GPU broadcast from the last rank
+    std::vector<std::vector<float>> in(8), out(8);
+    std::vector<TensorOp> ops;
+    for (int t = 0; t < 8; ++t) {
+      const int n = t == 6 ? 70000 : 5 + 3 * t;  // 70000 floats: above the direct threshold
+      in[t].resize(n);
+      out[t].assign(n, -1.0f);
+      for (int i = 0; i < n; ++i) in[t][i] = static_cast<float>(Value(rank, t, i));
+      const int device = t == 7 ? kCpuDevice : 0;
+      ops.push_back(Op("grad." + std::to_string(t), OpType::kAllreduce, DataType::kFloat32, device, in[t].data(),
+                       out[t].data(), {n}, {n}));
+      ops.back().meta.reduce_op = ReduceOp::kAverage;
+    }
+    std::vector<double> root_in(6), root_out(6, -1);
+    for (int i = 0; i < 6; ++i) root_in[i] = rank * 10 + i;
+    ops.push_back(Op("weights", OpType::kBroadcast, DataType::kFloat64, 0, root_in.data(), root_out.data(), {6}, {6}));
+    ops.back().meta.root_rank = size - 1;
+    Status st = Wait(Submit(core, std::move(ops)));
+    EXPECT(st.ok(), st.reason());
+    for (int t = 0; t < 8; ++t) {
+      for (size_t i = 0; i < out[t].size(); ++i) {
+        double want = 0;
+        for (int r = 0; r < size; ++r) want += Value(r, t, static_cast<int>(i));
+        want /= size;
+        EXPECT(std::fabs(out[t][i] - want) <= 1e-5 * std::fabs(want), "average of grad." + std::to_string(t));
+      }
+    }
+    for (int i = 0; i < 6; ++i) EXPECT(root_out[i] == (size - 1) * 10 + i, "broadcast");
+    // the same names again: the second round comes from the response cache
+    std::vector<TensorOp> again;
+    for (int t = 0; t < 8; ++t) {
+      const int n = static_cast<int>(in[t].size());
+      again.push_back(Op("grad." + std::to_string(t), OpType::kAllreduce, DataType::kFloat32, t == 7 ? kCpuDevice : 0,
+                         in[t].data(), in[t].data(), {n}, {n}));
+    }
+    st = Wait(Submit(core, std::move(again)));
+    EXPECT(st.ok(), st.reason());
+    double want = 0;
+    for (int r = 0; r < size; ++r) want += Value(r, 6, 3);
+    EXPECT(std::fabs(in[6][3] - want) <= 1e-5 * want, "cached GPU allreduce in place");
+  }
+  if (size > 1) {  // CPU on rank 0, GPU elsewhere: a mismatch for everyone, naming the device
+    std::vector<float> x(4, 1.0f);
+    Status st = Wait(Submit(core, {Op("mixed.w", OpType::kAllreduce, DataType::kFloat32, rank == 0 ? kCpuDevice : 0,
+                                      x.data(), x.data(), {4}, {4})}));
+    EXPECT(st.code() == StatusCode::kMismatch && st.reason().find("mixed.w") != std::string::npos &&
+               st.reason().find("device") != std::string::npos,
+           "mismatch: " + st.reason());
+  }
+  {  // a GPU failure after the lane was picked (here on every rank) stops the
+     // Core; later ops fail with the cause
+    std::vector<float> x(4, 1.0f);
+    Status st = Wait(Submit(core, {Op("poisoned", OpType::kAllreduce, DataType::kFloat32, 0, x.data(), x.data(), {4},
+                                      {4}, kPoisonedStream)}));
+    EXPECT(st.reason().find("poisoned ready event") != std::string::npos, "poisoned: " + st.reason());
+    std::string stopped;
+    for (int i = 0; i < 600 && stopped.empty(); ++i) {
+      try {
+        Submit(core, {Op("after." + std::to_string(i), OpType::kAllreduce, DataType::kFloat32, kCpuDevice, x.data(),
+                         x.data(), {4}, {4})});
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      } catch (const Error& e) {
+        stopped = e.status().reason();
+      }
+    }
+    EXPECT(stopped.find("GPU collectives failed") != std::string::npos &&
+               stopped.find("poisoned ready event") != std::string::npos,
+           "the Core did not stop with the GPU failure as its reason: '" + stopped + "'");
+  }
+  core.Shutdown();
+  std::printf("PASS %d\n", rank);
+  std::fflush(stdout);
+  return 0;
+}
