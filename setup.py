@@ -236,6 +236,6 @@ setup(
     # The NCCL wheel matching the CUDA toolkit; install it before building
     # too, so that the build finds it (README, "Building with CUDA and NCCL").
     extras_require={"test": ["pytest", "scikit-learn"], "bench": ["matplotlib"],
-                    "nccl-cu12": ["nvidia-nccl-cu12>=2.10"], "nccl-cu13": ["nvidia-nccl-cu13"]},
+                    "nccl-cu12": ["nvidia-nccl-cu12>=2.14"], "nccl-cu13": ["nvidia-nccl-cu13"]},
     entry_points={"console_scripts": ["mxplugin-run = mxplugin.run:main"]},
 )

@@ -86,6 +86,10 @@ void Core::CheckGpuArguments(const std::vector<TensorOp>& ops) const {
 
 Core::Core(Config config, GpuBackend gpu)
     : config_(std::move(config)), gpu_(std::move(gpu)), logger_(config_.log_level) {
+  if (gpu_.runtime && !gpu_.make_comms) {
+    throw Error(Status::InvalidArgument("a GPU backend needs a communicator factory"));
+  }
+  if (!gpu_.runtime && gpu_.missing.empty()) gpu_.missing = "this mxplugin has no GPU backend";
   thread_ = std::thread([this] { Loop(); });
   std::unique_lock<std::mutex> lock(mutex_);
   started_.wait(lock, [this] { return started_done_; });

@@ -20,8 +20,8 @@
 // and asks the Core to stop, which stops all ranks through negotiation; their
 // stuck work is then aborted while draining. The requests fail with the cause.
 //
-// Built with MXPLUGIN_WITH_NCCL, over CudaRuntime and NCCL communicators;
-// tests/native/ builds it over host stand-ins of both.
+// Compiled in every build; it runs over the Core's GpuBackend (CudaRuntime
+// and NCCL communicators in NCCL builds, host stand-ins in tests/native/).
 #pragma once
 
 #include <condition_variable>

@@ -56,8 +56,8 @@ struct Request {
   TensorRef output;
   Clock::time_point enqueue_time;
   std::shared_ptr<Completion> completion;
-  // GPU tensors: a cudaEvent_t marking the producer's work on input.stream,
-  // recorded when the op was enqueued (core/gpu/ready_event.h).
+  // GPU tensors: an event marking the producer's work on input.stream,
+  // recorded when the op was enqueued (DeviceRuntime::RecordReadyEvent).
   std::shared_ptr<void> ready_event;
   // Set for internal control requests (process set add/remove): run on the
   // background thread, on every rank, in the same position of the op order.

@@ -66,7 +66,11 @@ double Value(int rank, int tensor, int i) { return (rank + 1) * 0.25 + tensor + 
 
 int main() {
   Config config = Config::FromEnvironment();
+  // Pinned: which path each tensor takes below must not depend on the environment.
   config.num_streams = 2;
+  config.fusion_threshold_bytes = 64 << 20;
+  config.direct_threshold_bytes = 256 << 10;
+  config.cache_capacity = 1024;
   auto runtime = std::make_shared<HostRuntime>(true);
   GpuBackend backend;
   backend.runtime = runtime;

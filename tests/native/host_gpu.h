@@ -32,7 +32,8 @@ inline std::atomic<bool> g_aborted{false};  // some lane communicator was aborte
     if (!(cond)) {                                                                              \
       std::fprintf(stderr, "rank %d: FAILED %s (%s:%d): %s\n", g_rank, #cond, __FILE__, __LINE__, \
                    std::string(what).c_str());                                                  \
-      std::exit(1);                                                                             \
+      std::fflush(stderr);                                                                      \
+      std::_Exit(1); /* any thread: no static destructors under running threads */              \
     }                                                                                           \
   } while (0)
 
