@@ -9,7 +9,9 @@ every machine (tests/test_nccl.py covers the real thing on a GPU):
   fatal, stuck work aborted after the peer timeout.
 - core_gpu_host_test.cc, the Core with that backend: GPU and CPU tensors in
   one grouped call, the response cache, CPU against GPU as a mismatch on
-  every rank, a GPU failure stopping the Core with its cause.
+  every rank, a GPU failure stopping the Core with its cause; and, with
+  asynchronous stand-ins, one rank's launch failing while its peers wait in
+  their allreduce: every rank stops and the peers' stuck work is aborted.
 
 The programs are compiled here from the extension's own sources, with the
 MPI compiler wrapper mxplugin was built with."""
@@ -67,8 +69,8 @@ def programs(tmp_path_factory):
     return {name: str(out_dir / name) for name in PROGRAMS}
 
 
-def run_ok(program, np_):
-    rc, out, err = run_program([program], np_, timeout=180)
+def run_ok(program, np_, *args):
+    rc, out, err = run_program([program, *args], np_, timeout=180)
     passed = sorted(int(r) for r in re.findall(r"PASS (\d+)", out))
     assert rc == 0 and passed == list(range(np_)), f"exit {rc}, passed {passed}\n{out}\n{err}"
 
@@ -81,3 +83,8 @@ def test_gpu_executor_on_host(programs, np_):
 @pytest.mark.parametrize("np_", [1, 2, 3])
 def test_core_gpu_path_on_host(programs, np_):
     run_ok(programs["core_gpu_host_test"], np_)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_one_rank_gpu_failure_stops_every_rank(programs, np_):
+    run_ok(programs["core_gpu_host_test"], np_, "one-rank-fails")

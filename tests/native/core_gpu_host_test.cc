@@ -1,10 +1,13 @@
 // The Core's GPU path end to end on host memory, with the stand-ins of
-// host_gpu.h as its GpuBackend: GPU tensors negotiated and run next to CPU
-// ones in one grouped call, a tensor on the CPU of one rank and a GPU of
-// another failing as a mismatch on every rank, and a GPU failure stopping
-// the Core (Note [GPU failures are fatal]) with the cause as the reason later
-// ops fail. Built and run under mpiexec by tests/test_gpu_executor_host.py;
-// prints PASS <rank>.
+// host_gpu.h as its GpuBackend. Without arguments: GPU tensors negotiated
+// and run next to CPU ones in one grouped call, a tensor on the CPU of one
+// rank and a GPU of another failing as a mismatch on every rank, and a GPU
+// failure stopping the Core (Note [GPU failures are fatal]) with the cause
+// as the reason later ops fail. With "one-rank-fails" (asynchronous
+// stand-ins): rank 1's launch fails while its peers' allreduce waits for it
+// on their lanes; every rank must stop, and the peers' stuck work must be
+// aborted and fail, in bounded time. Built and run under mpiexec by
+// tests/test_gpu_executor_host.py; prints PASS <rank>.
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -62,9 +65,73 @@ TensorOp Op(const std::string& name, OpType op, DataType dtype, int device, void
 
 double Value(int rank, int tensor, int i) { return (rank + 1) * 0.25 + tensor + (i % 5) * 0.5; }
 
+// Rank 1 fails before its collective; the others are left waiting in theirs.
+int OneRankFails() {
+  Config config = Config::FromEnvironment();
+  config.num_streams = 2;
+  config.peer_timeout_seconds = 4;  // the drain then aborts stuck work after 4 s
+  auto runtime = std::make_shared<HostRuntime>(true, /*async=*/true);
+  GpuBackend backend;
+  backend.runtime = runtime;
+  backend.make_comms = [](Communicator*, int, const std::vector<void*>& streams, const Status& local_error,
+                          Clock::time_point, Clock::duration,
+                          std::vector<std::unique_ptr<GpuCommunicator>>* out) -> Status {
+    if (!local_error.ok()) return local_error;
+    for (void* s : streams) {
+      MPI_Comm comm;
+      MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+      out->push_back(std::make_unique<AsyncHostComm>(comm, static_cast<HostStream*>(s)));
+    }
+    return Status::Ok();
+  };
+  Core core(config, std::move(backend));
+  const int rank = core.topology().rank, size = core.topology().size;
+  g_rank = rank;
+  EXPECT(size >= 2, "run at 2 ranks or more");
+
+  std::vector<float> w(1000);
+  for (int i = 0; i < 1000; ++i) w[i] = static_cast<float>(Value(rank, 0, i));
+  Status st = Wait(Submit(core, {Op("healthy", OpType::kAllreduce, DataType::kFloat32, 0, w.data(), w.data(), {1000},
+                                    {1000})}));
+  EXPECT(st.ok(), "healthy: " + st.reason());
+  double want = 0;
+  for (int r = 0; r < size; ++r) want += Value(r, 0, 7);
+  EXPECT(std::fabs(w[7] - want) <= 1e-5 * want, "asynchronous allreduce");
+
+  std::vector<float> x(1000, 1.0f);
+  const auto t0 = Clock::now();
+  st = Wait(Submit(core, {Op("x", OpType::kAllreduce, DataType::kFloat32, 0, x.data(), x.data(), {1000}, {1000},
+                             rank == 1 ? kPoisonedStream : nullptr)}));
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (rank == 1) {
+    EXPECT(st.reason().find("poisoned ready event") != std::string::npos, "the failing rank: " + st.reason());
+  } else {
+    EXPECT(st.code() == StatusCode::kAborted && st.reason().find("aborted") != std::string::npos,
+           "a waiting rank: " + st.reason());
+  }
+  EXPECT(waited < 30, "the op failed only after " + std::to_string(waited) + " s");
+  std::string stopped;
+  for (int i = 0; i < 600 && stopped.empty(); ++i) {
+    try {
+      Submit(core, {Op("after." + std::to_string(i), OpType::kAllreduce, DataType::kFloat32, kCpuDevice, x.data(),
+                       x.data(), {4}, {4})});
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } catch (const Error& e) {
+      stopped = e.status().reason();
+    }
+  }
+  EXPECT(!stopped.empty(), "the Core did not stop");
+  EXPECT(rank != 1 || stopped.find("poisoned ready event") != std::string::npos, "rank 1 stopped with: " + stopped);
+  core.Shutdown();
+  std::printf("rank %d: failed after %.1f s; stopped: %s\nPASS %d\n", rank, waited, stopped.c_str(), rank);
+  std::fflush(stdout);
+  return 0;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "one-rank-fails") return OneRankFails();
   Config config = Config::FromEnvironment();
   // Pinned: which path each tensor takes below must not depend on the environment.
   config.num_streams = 2;

@@ -6,11 +6,21 @@
 //                stays pending until some lane is aborted.
 //   HostComm     one MPI communicator per lane, so an op on the wrong lane
 //                pairs with the wrong peer op; every call is hashed per lane.
-// Tensors are host memory with device 0.
+// Tensors are host memory with device 0. The asynchronous variant
+// (HostRuntime(..., /*async=*/true) with AsyncHostComm) runs each stream's
+// work on a thread of its own and its allreduces as nonblocking MPI that
+// Abort() abandons, as NCCL kernels behave: a peer that never joins leaves
+// the work pending, not the caller blocked.
 #pragma once
 
+#include <mpi.h>
+
 #include <atomic>
+#include <condition_variable>
 #include <cstdio>
+#include <deque>
+#include <functional>
+#include <thread>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -43,11 +53,54 @@ inline void* const kPoisonedStream = reinterpret_cast<void*>(0x2);
 struct HostEvent {
   int pending;  // queries still answered "pending"
   bool stuck;   // pending until a lane is aborted (a kernel waiting for a dead peer)
+  std::atomic<bool> reached{true};  // asynchronous streams: the stream's work before it has run
+};
+
+// A stream whose work runs in order on its own thread.
+class HostStream {
+ public:
+  HostStream() : thread_([this] { Loop(); }) {}
+  ~HostStream() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void Push(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      tasks_.push_back(std::move(task));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void Loop() {
+    while (true) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [this] { return stop_ || !tasks_.empty(); });
+        if (tasks_.empty()) return;
+        task = std::move(tasks_.front());
+        tasks_.pop_front();
+      }
+      task();
+    }
+  }
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::thread thread_;
 };
 
 class HostRuntime : public gpu::DeviceRuntime {
  public:
-  explicit HostRuntime(bool stream_ordered) : stream_ordered_(stream_ordered) {}
+  explicit HostRuntime(bool stream_ordered, bool async = false) : stream_ordered_(stream_ordered), async_(async) {}
   int DeviceCount(std::string*) override { return 1; }
   Status CheckPointer(const void* ptr, const std::string& role, int* owner) override {
     *owner = 0;
@@ -60,24 +113,36 @@ class HostRuntime : public gpu::DeviceRuntime {
   Status UseDevice(int) override { return Status::Ok(); }
   bool StreamOrderedAllocation(int) override { return stream_ordered_; }
   Status CreateStream(void** stream) override {
-    *stream = new int(0);
+    *stream = async_ ? static_cast<void*>(new HostStream()) : static_cast<void*>(new int(0));
     return Status::Ok();
   }
-  void DestroyStream(void* stream) override { delete static_cast<int*>(stream); }
+  void DestroyStream(void* stream) override {
+    if (async_) {
+      delete static_cast<HostStream*>(stream);
+    } else {
+      delete static_cast<int*>(stream);
+    }
+  }
   Status Synchronize(void*) override { return Status::Ok(); }
   Status WaitEvent(void*, void* event) override {
     if (event == kPoisonedEvent) return Status::Internal("poisoned ready event");
     return Status::Ok();
   }
-  Status RecordEvent(void*, void** event) override {
+  Status RecordEvent(void* stream, void** event) override {
     std::lock_guard<std::mutex> lock(mutex_);
-    *event = new HostEvent{static_cast<int>(std::rand() % 4), stuck_next_};
+    auto* e = new HostEvent{static_cast<int>(std::rand() % 4), stuck_next_};
     stuck_next_ = false;
     ++events_made;
+    if (async_) {
+      e->reached = false;
+      static_cast<HostStream*>(stream)->Push([e] { e->reached = true; });
+    }
+    *event = e;
     return Status::Ok();
   }
   gpu::EventState QueryEvent(void* event, Status*) override {
     auto* e = static_cast<HostEvent*>(event);
+    if (!e->reached) return gpu::EventState::kPending;
     if (e->stuck && !g_aborted) return gpu::EventState::kPending;
     if (e->pending > 0) {
       --e->pending;
@@ -99,8 +164,16 @@ class HostRuntime : public gpu::DeviceRuntime {
     std::free(ptr);
     ++buffers_freed;
   }
-  Status BatchedCopyAndScale(const cuda::CopyDescriptor* copies, int64_t n, DataType dtype, void*) override {
-    for (int64_t i = 0; i < n; ++i) CopyAndScale(copies[i].dst, copies[i].src, copies[i].count, dtype, copies[i].scale);
+  Status BatchedCopyAndScale(const cuda::CopyDescriptor* copies, int64_t n, DataType dtype, void* stream) override {
+    std::vector<cuda::CopyDescriptor> batch(copies, copies + n);  // read during the call, as the real one does
+    auto run = [batch, dtype] {
+      for (const auto& c : batch) CopyAndScale(c.dst, c.src, c.count, dtype, c.scale);
+    };
+    if (async_) {
+      static_cast<HostStream*>(stream)->Push(run);
+    } else {
+      run();
+    }
     return Status::Ok();
   }
   void StickNextEvent() {
@@ -112,6 +185,7 @@ class HostRuntime : public gpu::DeviceRuntime {
 
  private:
   bool stream_ordered_;
+  bool async_;
   std::mutex mutex_;
   bool stuck_next_ = false;
 };
@@ -189,6 +263,74 @@ class HostComm : public GpuCommunicator {
   void* stream_;
   std::atomic<bool> aborted_{false};
   uint64_t hash_ = 14695981039346656037ull;
+};
+
+// The asynchronous lane communicator: float32/float64 sums only, queued on
+// the lane's HostStream as nonblocking MPI over a communicator of its own;
+// Abort() makes a pending one be abandoned (its peers may never join).
+class AsyncHostComm : public GpuCommunicator {
+ public:
+  AsyncHostComm(MPI_Comm comm, HostStream* stream) : comm_(comm), stream_(stream) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    for (int r = 0; r < size_; ++r) ranks_.push_back(r);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::vector<int>& global_ranks() const override { return ranks_; }
+  void* stream() const override { return stream_; }
+  bool ScaledSumSupported(DataType) const override { return false; }
+  Status ScaledSum(const void*, void*, int64_t, DataType, double) override { return Status::Internal("no"); }
+  Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) override {
+    if (aborted_) return Status::Aborted("the lane was aborted");
+    if (op != ReduceOp::kSum || (dtype != DataType::kFloat32 && dtype != DataType::kFloat64)) {
+      return Status::Internal("the asynchronous stand-in sums float32/float64 only");
+    }
+    const MPI_Datatype type = dtype == DataType::kFloat32 ? MPI_FLOAT : MPI_DOUBLE;
+    stream_->Push([this, send, recv, count, type] {
+      MPI_Request req;
+      MPI_Iallreduce(send == recv ? MPI_IN_PLACE : send, recv, static_cast<int>(count), type, MPI_SUM, comm_, &req);
+      int done = 0;
+      while (!done && !aborted_) {
+        MPI_Test(&req, &done, MPI_STATUS_IGNORE);
+        if (!done) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    });
+    return Status::Ok();
+  }
+  Status Allgatherv(const void*, int64_t, void*, const std::vector<int64_t>&, const std::vector<int64_t>&,
+                    DataType) override {
+    return Status::Internal("no");
+  }
+  Status Broadcast(void*, int64_t, DataType, int) override { return Status::Internal("no"); }
+  Status Alltoallv(const void*, const std::vector<int64_t>&, const std::vector<int64_t>&, void*,
+                   const std::vector<int64_t>&, const std::vector<int64_t>&, DataType) override {
+    return Status::Internal("no");
+  }
+  Status ReduceScatter(const void*, void*, const std::vector<int64_t>&, DataType, ReduceOp) override {
+    return Status::Internal("no");
+  }
+  Status Barrier() override { return Status::Internal("no"); }
+  Status AllreduceBitwiseAnd(std::vector<uint64_t>*, Clock::time_point) override { return Status::Internal("no"); }
+  Status GatherBytes(const std::string&, std::vector<std::string>*, Clock::time_point) override {
+    return Status::Internal("no");
+  }
+  Status BroadcastBytes(std::string*, Clock::time_point) override { return Status::Internal("no"); }
+  Status CreateSubgroup(const std::vector<int>&, std::unique_ptr<Communicator>*) override {
+    return Status::Internal("no");
+  }
+  Status AsyncError() override { return aborted_ ? Status::Aborted("aborted") : Status::Ok(); }
+  void Abort() override {
+    aborted_ = true;
+    g_aborted = true;
+  }
+
+ private:
+  MPI_Comm comm_;  // left to MPI_Finalize: an abandoned operation may still use it
+  HostStream* stream_;
+  int rank_ = 0, size_ = 1;
+  std::vector<int> ranks_;
+  std::atomic<bool> aborted_{false};
 };
 
 }  // namespace host_gpu
