@@ -7,6 +7,7 @@ namespace {
 
 constexpr uint64_t kNoUncachedFlag = 1;   // set by a rank with nothing for the coordinator
 constexpr uint64_t kNoShutdownFlag = 2;   // set by a rank that wants to keep going
+constexpr uint64_t kNoFailureFlag = 4;    // set by a rank whose stop, if any, is not a failure
 
 }  // namespace
 
@@ -26,7 +27,8 @@ void Controller::Submit(const RequestMeta& meta, Clock::time_point now) {
   }
 }
 
-Status Controller::RunRound(bool want_shutdown, std::vector<Response>* responses, bool* shutdown) {
+Status Controller::RunRound(bool want_shutdown, bool i_failed, std::vector<Response>* responses, bool* shutdown,
+                            bool* failed) {
   const Clock::time_point now = Clock::now();
   const auto deadline = now + std::chrono::microseconds(
                                   static_cast<int64_t>(config_.peer_timeout_seconds * 1e6));
@@ -53,11 +55,13 @@ Status Controller::RunRound(bool want_shutdown, std::vector<Response>* responses
   bool coordinator_busy = table_ && table_->NeedsBroadcast(now);
   if (outbox_.empty() && !coordinator_busy) bits[0] |= kNoUncachedFlag;
   if (!want_shutdown) bits[0] |= kNoShutdownFlag;
+  if (!i_failed) bits[0] |= kNoFailureFlag;
   for (const auto& kv : cached_pending_) bits[1 + kv.first / 64] |= uint64_t{1} << (kv.first % 64);
 
   Status st = comm_->AllreduceBitwiseAnd(&bits, deadline);
   if (!st.ok()) return st;
   *shutdown = (bits[0] & kNoShutdownFlag) == 0;
+  *failed = (bits[0] & kNoFailureFlag) == 0;
   if (*shutdown) return Status::Ok();
 
   // Cached requests ready everywhere: same bits, same cache, same order on all ranks.

@@ -29,8 +29,10 @@ class Controller {
   // Metadata of a request this rank just enqueued.
   void Submit(const RequestMeta& meta, Clock::time_point now);
   // One round; collective over the process set. On return `responses` holds
-  // what to run, in order; `shutdown` tells that some rank asked to stop.
-  Status RunRound(bool want_shutdown, std::vector<Response>* responses, bool* shutdown);
+  // what to run, in order; `shutdown` tells that some rank asked to stop,
+  // and `failed` that some rank asked because of a failure (`i_failed`).
+  Status RunRound(bool want_shutdown, bool i_failed, std::vector<Response>* responses, bool* shutdown,
+                  bool* failed);
 
  private:
   struct Pending {

@@ -117,6 +117,7 @@ void Core::RequestStop(const Status& why) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stop_status_.ok()) stop_status_ = why;
     shutdown_requested_ = true;
+    failed_ = true;
   }
   wake_.notify_all();
 }
@@ -189,7 +190,7 @@ void Core::Loop() {
   // GPU work finishes its requests from another thread, through Finish(),
   // which takes the lock: wait for it, and destroy the sets, without it.
   for (auto& kv : sets_) {
-    if (kv.second->executor) kv.second->executor->BeginDrain();
+    if (kv.second->executor) kv.second->executor->BeginDrain(abort_gpu_work_ || lost_peers_);
   }
   for (auto& kv : sets_) {
     if (kv.second->executor) kv.second->executor->Drain();
@@ -225,13 +226,14 @@ void Core::AgreeOnConfig() {
 
 void Core::RunCycle(bool* stop) {
   std::vector<Request> incoming;
-  bool want_shutdown;
+  bool want_shutdown, i_failed;
   {
     std::unique_lock<std::mutex> lock(mutex_);
     auto until = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
     wake_.wait_until(lock, until, [this] { return !queue_.empty() || shutdown_requested_; });
     incoming.swap(queue_);
     want_shutdown = shutdown_requested_;
+    i_failed = failed_;
   }
   const auto now = Clock::now();
   timeline_.MarkCycle(now);
@@ -259,7 +261,8 @@ void Core::RunCycle(bool* stop) {
     ProcessSet& set = *it->second;
     std::vector<Response> responses;
     bool shutdown = false;
-    Status st = set.controller->RunRound(id == 0 && want_shutdown, &responses, &shutdown);
+    bool failed = false;
+    Status st = set.controller->RunRound(id == 0 && want_shutdown, id == 0 && i_failed, &responses, &shutdown, &failed);
     if (!st.ok()) {
       std::lock_guard<std::mutex> lock(mutex_);
       lost_peers_ = true;
@@ -274,6 +277,16 @@ void Core::RunCycle(bool* stop) {
       return;
     }
     if (shutdown) {
+      // A rank stopped after a failure: GPU work still waiting for it will
+      // never finish, so it is aborted at once rather than after the drain grace.
+      abort_gpu_work_ = failed;
+      if (failed) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stop_status_.ok()) {
+          stop_status_ = Status::Aborted(
+              "mxplugin stopped because another rank failed (its GPU collectives; see that rank's error)");
+        }
+      }
       *stop = true;
       return;
     }

@@ -75,8 +75,10 @@ class Core {
 
   // Stops the background thread (all ranks stop together). Idempotent.
   void Shutdown();
-  // Asks every rank to stop, as shutdown() does, with `why` as this rank's
-  // reason for failing later ops. Any thread; does not wait.
+  // Asks every rank to stop after a failure on this rank (a GPU failure,
+  // Note [GPU failures are fatal]), with `why` as this rank's reason for
+  // failing later ops; peers abort their GPU work at once. Any thread; does
+  // not wait.
   void RequestStop(const Status& why);
 
  private:
@@ -115,6 +117,8 @@ class Core {
   mutable int gpu_device_ = kCpuDevice;        // this rank's GPU, bound by its first GPU op; guarded by mutex_
   bool loop_device_set_ = false;               // background thread only: CUDA device made current there
   bool lost_peers_ = false;                    // negotiation timed out: MPI may be unusable; guarded by mutex_
+  bool failed_ = false;                        // RequestStop was called; guarded by mutex_
+  bool abort_gpu_work_ = false;                // background thread only: a rank stopped after a failure
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

@@ -126,8 +126,8 @@ void Executor::ExecuteGpu(const Plan& plan) {
   for (const auto& pr : plan.others) gpu_->RunOne(std::move(*pr.first), *pr.second);
 }
 
-void Executor::BeginDrain() {
-  if (gpu_) gpu_->BeginDrain();
+void Executor::BeginDrain(bool abort) {
+  if (gpu_) gpu_->BeginDrain(abort);
 }
 
 void Executor::Drain() {

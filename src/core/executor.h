@@ -40,7 +40,8 @@ class Executor {
   void Execute(const std::vector<Response>& responses, PendingRequests* pending);
   // Asks asynchronous (GPU) work to finish (BeginDrain), and waits for it
   // (Drain); call without Core's lock.
-  void BeginDrain();
+  // `abort`: in-flight GPU work cannot finish (a peer failed): abort it now.
+  void BeginDrain(bool abort);
   void Drain();
 
  private:

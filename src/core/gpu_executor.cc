@@ -47,10 +47,11 @@ GpuExecutor::~GpuExecutor() {
   }
 }
 
-void GpuExecutor::BeginDrain() {
+void GpuExecutor::BeginDrain(bool abort) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     draining_ = true;
+    abort_on_drain_ = abort_on_drain_ || abort;
   }
   wake_.notify_all();
 }
@@ -372,13 +373,14 @@ void GpuExecutor::CompletionLoop() {
   auto idle = std::chrono::microseconds(10);
   while (true) {
     std::deque<InFlight> items;
-    bool draining;
+    bool draining, abort_now;
     int device;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       wake_.wait_for(lock, std::chrono::milliseconds(50), [this] { return !in_flight_.empty() || draining_; });
       items.swap(in_flight_);
       draining = draining_;
+      abort_now = abort_on_drain_;
       device = device_;
     }
     const auto now = Clock::now();
@@ -409,6 +411,9 @@ void GpuExecutor::CompletionLoop() {
             Fail(Status::Aborted("a GPU collective ran for more than " +
                                  std::to_string(static_cast<int>(config_.peer_timeout_seconds)) +
                                  " s (MXPLUGIN_PEER_TIMEOUT_SECONDS); a peer has probably died"));
+          } else if (draining && abort_now) {
+            Fail(Status::Aborted("another rank stopped after a failure; GPU collectives waiting for it were "
+                                 "aborted (see that rank's error)"));
           } else if (draining && now - drain_started > drain_grace) {
             // Every rank has stopped: work still running now waits for a
             // peer that has given up (e.g. after its own GPU failure).

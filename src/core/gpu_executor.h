@@ -62,8 +62,9 @@ class GpuExecutor {
   void RunOne(Request req, const Response& resp);
 
   // Asks the completion thread to finish what is in flight and stop; work
-  // still running after the peer timeout is aborted and fails.
-  void BeginDrain();
+  // still running after the drain grace (or at once, with `abort`: a peer
+  // stopped after a failure and will not take part) is aborted and fails.
+  void BeginDrain(bool abort = false);
   // BeginDrain(), then waits for the completion thread. Idempotent.
   void Drain();
 
@@ -124,6 +125,7 @@ class GpuExecutor {
   std::deque<InFlight> in_flight_;
   Status broken_;  // set once by Fail(): later GPU ops fail at once
   bool draining_ = false;
+  bool abort_on_drain_ = false;
   std::thread completion_;
 };
 

@@ -6,7 +6,7 @@
 // as the reason later ops fail. With "one-rank-fails" (asynchronous
 // stand-ins): rank 1's launch fails while its peers' allreduce waits for it
 // on their lanes; every rank must stop, and the peers' stuck work must be
-// aborted and fail, in bounded time. Built and run under mpiexec by
+// aborted and fail at once, since negotiation says a rank failed. Built and run under mpiexec by
 // tests/test_gpu_executor_host.py; prints PASS <rank>.
 #include <chrono>
 #include <cmath>
@@ -106,10 +106,12 @@ int OneRankFails() {
   if (rank == 1) {
     EXPECT(st.reason().find("poisoned ready event") != std::string::npos, "the failing rank: " + st.reason());
   } else {
-    EXPECT(st.code() == StatusCode::kAborted && st.reason().find("aborted") != std::string::npos,
+    // Told through negotiation, not by waiting out the drain grace (4 s here).
+    EXPECT(st.code() == StatusCode::kAborted && st.reason().find("another rank stopped after a failure") !=
+                                                    std::string::npos,
            "a waiting rank: " + st.reason());
+    EXPECT(waited < 3, "the waiting op failed only after " + std::to_string(waited) + " s");
   }
-  EXPECT(waited < 30, "the op failed only after " + std::to_string(waited) + " s");
   std::string stopped;
   for (int i = 0; i < 600 && stopped.empty(); ++i) {
     try {
@@ -121,7 +123,9 @@ int OneRankFails() {
     }
   }
   EXPECT(!stopped.empty(), "the Core did not stop");
-  EXPECT(rank != 1 || stopped.find("poisoned ready event") != std::string::npos, "rank 1 stopped with: " + stopped);
+  EXPECT(rank == 1 ? stopped.find("poisoned ready event") != std::string::npos
+                   : stopped.find("another rank failed") != std::string::npos,
+         "stopped with: " + stopped);
   core.Shutdown();
   std::printf("rank %d: failed after %.1f s; stopped: %s\nPASS %d\n", rank, waited, stopped.c_str(), rank);
   std::fflush(stdout);
