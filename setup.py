@@ -20,8 +20,8 @@ is added for newer GPUs. The CUDA runtime is linked statically, so the
 extension imports and runs its CPU paths on machines with no GPU, driver or
 CUDA installation.
 
-NCCL (needs CUDA): the backend in src/backend/nccl/ and the CUDA runtime of
-the GPU executor in src/core/gpu/, linked against NCCL >= 2.14 found in $MXPLUGIN_NCCL_HOME,
+NCCL (needs CUDA): the backend in src/backend/nccl/ (the CUDA runtime of the
+GPU executor, src/core/gpu/, comes with CUDA), linked against NCCL >= 2.14 found in $MXPLUGIN_NCCL_HOME,
 $NCCL_HOME, $NCCL_ROOT, the nvidia-nccl-cu12/-cu13 wheels, the CUDA toolkit,
 /usr or /usr/local/nccl. Under pip's build isolation the wheel is found in
 the site-packages of the Python running pip: install it before mxplugin.
@@ -42,7 +42,10 @@ import build_support  # noqa: E402
 
 # Compiled only with the part they belong to.
 MXNET_SOURCES = ("src/mxnet",)
-NCCL_SOURCES = ("src/backend/nccl", "src/core/gpu")
+# CudaRuntime needs only the CUDA runtime: compiled in every CUDA build, so a
+# machine with nvcc but no NCCL (CI) still compiles it.
+CUDA_SOURCES = ("src/core/gpu",)
+NCCL_SOURCES = ("src/backend/nccl",)
 
 
 def sources(excluded_dirs):
@@ -154,6 +157,7 @@ include_dirs.append(ROOT)
 ext = Extension(
     "mxplugin._core",
     sources=["mxplugin/_core.pyx"] + sources(([] if MXNET else list(MXNET_SOURCES))
+                                             + ([] if CUDA else list(CUDA_SOURCES))
                                              + ([] if NCCL else list(NCCL_SOURCES))),
     language="c++",
     include_dirs=include_dirs,

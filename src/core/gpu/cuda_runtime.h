@@ -1,5 +1,5 @@
 // DeviceRuntime over the CUDA runtime and mxplugin's kernels (cuda/).
-// Defined only in builds with MXPLUGIN_WITH_NCCL.
+// Compiled in every CUDA build; used by DefaultGpuBackend() in NCCL builds.
 #pragma once
 
 #include "core/device_runtime.h"
