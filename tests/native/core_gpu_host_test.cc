@@ -65,6 +65,22 @@ TensorOp Op(const std::string& name, OpType op, DataType dtype, int device, void
 
 double Value(int rank, int tensor, int i) { return (rank + 1) * 0.25 + tensor + (i % 5) * 0.5; }
 
+// Keeps enqueueing small CPU ops until the Core refuses them (it has
+// stopped); returns the reason it gives, or "" after 30 s.
+std::string WaitUntilStopped(Core& core) {
+  static float x[4];
+  for (int i = 0; i < 600; ++i) {
+    try {
+      Submit(core, {Op("after." + std::to_string(i), OpType::kAllreduce, DataType::kFloat32, kCpuDevice, x, x, {4},
+                       {4})});
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } catch (const Error& e) {
+      return e.status().reason();
+    }
+  }
+  return "";
+}
+
 // Rank 1 fails before its collective; the others are left waiting in theirs.
 int OneRankFails() {
   Config config = Config::FromEnvironment();
@@ -112,16 +128,7 @@ int OneRankFails() {
            "a waiting rank: " + st.reason());
     EXPECT(waited < 3, "the waiting op failed only after " + std::to_string(waited) + " s");
   }
-  std::string stopped;
-  for (int i = 0; i < 600 && stopped.empty(); ++i) {
-    try {
-      Submit(core, {Op("after." + std::to_string(i), OpType::kAllreduce, DataType::kFloat32, kCpuDevice, x.data(),
-                       x.data(), {4}, {4})});
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    } catch (const Error& e) {
-      stopped = e.status().reason();
-    }
-  }
+  const std::string stopped = WaitUntilStopped(core);
   EXPECT(!stopped.empty(), "the Core did not stop");
   EXPECT(rank == 1 ? stopped.find("poisoned ready event") != std::string::npos
                    : stopped.find("another rank failed") != std::string::npos,
@@ -217,16 +224,7 @@ int main(int argc, char** argv) {
     Status st = Wait(Submit(core, {Op("poisoned", OpType::kAllreduce, DataType::kFloat32, 0, x.data(), x.data(), {4},
                                       {4}, kPoisonedStream)}));
     EXPECT(st.reason().find("poisoned ready event") != std::string::npos, "poisoned: " + st.reason());
-    std::string stopped;
-    for (int i = 0; i < 600 && stopped.empty(); ++i) {
-      try {
-        Submit(core, {Op("after." + std::to_string(i), OpType::kAllreduce, DataType::kFloat32, kCpuDevice, x.data(),
-                         x.data(), {4}, {4})});
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      } catch (const Error& e) {
-        stopped = e.status().reason();
-      }
-    }
+    const std::string stopped = WaitUntilStopped(core);
     EXPECT(stopped.find("GPU collectives failed") != std::string::npos &&
                stopped.find("poisoned ready event") != std::string::npos,
            "the Core did not stop with the GPU failure as its reason: '" + stopped + "'");

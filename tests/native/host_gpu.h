@@ -190,7 +190,23 @@ class HostRuntime : public gpu::DeviceRuntime {
   bool stuck_next_ = false;
 };
 
-class HostComm : public GpuCommunicator {
+// What lane communicators do not offer: the control plane (negotiation runs
+// over MPI), as NcclCommunicator.
+class LaneComm : public GpuCommunicator {
+ public:
+  Status Barrier() override { return Status::Internal("not offered"); }
+  Status AllreduceBitwiseAnd(std::vector<uint64_t>*, Clock::time_point) override { return NotOffered(); }
+  Status GatherBytes(const std::string&, std::vector<std::string>*, Clock::time_point) override {
+    return NotOffered();
+  }
+  Status BroadcastBytes(std::string*, Clock::time_point) override { return NotOffered(); }
+  Status CreateSubgroup(const std::vector<int>&, std::unique_ptr<Communicator>*) override { return NotOffered(); }
+
+ private:
+  static Status NotOffered() { return Status::Internal("a lane communicator has no control plane"); }
+};
+
+class HostComm : public LaneComm {
  public:
   HostComm(std::unique_ptr<Communicator> mpi, void* stream) : mpi_(std::move(mpi)), stream_(stream) {}
   int rank() const override { return mpi_->rank(); }
@@ -233,15 +249,6 @@ class HostComm : public GpuCommunicator {
     Note("reducescatter", 0);
     return Guard([&] { return mpi_->ReduceScatter(send, recv, recv_counts, dtype, op); });
   }
-  Status Barrier() override { return Status::Internal("not offered"); }
-  Status AllreduceBitwiseAnd(std::vector<uint64_t>*, Clock::time_point) override { return Status::Internal("no"); }
-  Status GatherBytes(const std::string&, std::vector<std::string>*, Clock::time_point) override {
-    return Status::Internal("no");
-  }
-  Status BroadcastBytes(std::string*, Clock::time_point) override { return Status::Internal("no"); }
-  Status CreateSubgroup(const std::vector<int>&, std::unique_ptr<Communicator>*) override {
-    return Status::Internal("no");
-  }
   Status AsyncError() override { return aborted_ ? Status::Aborted("aborted") : Status::Ok(); }
   void Abort() override {
     aborted_ = true;
@@ -268,7 +275,7 @@ class HostComm : public GpuCommunicator {
 // The asynchronous lane communicator: float32/float64 sums only, queued on
 // the lane's HostStream as nonblocking MPI over a communicator of its own;
 // Abort() makes a pending one be abandoned (its peers may never join).
-class AsyncHostComm : public GpuCommunicator {
+class AsyncHostComm : public LaneComm {
  public:
   AsyncHostComm(MPI_Comm comm, HostStream* stream) : comm_(comm), stream_(stream) {
     MPI_Comm_rank(comm_, &rank_);
@@ -308,15 +315,6 @@ class AsyncHostComm : public GpuCommunicator {
     return Status::Internal("no");
   }
   Status ReduceScatter(const void*, void*, const std::vector<int64_t>&, DataType, ReduceOp) override {
-    return Status::Internal("no");
-  }
-  Status Barrier() override { return Status::Internal("no"); }
-  Status AllreduceBitwiseAnd(std::vector<uint64_t>*, Clock::time_point) override { return Status::Internal("no"); }
-  Status GatherBytes(const std::string&, std::vector<std::string>*, Clock::time_point) override {
-    return Status::Internal("no");
-  }
-  Status BroadcastBytes(std::string*, Clock::time_point) override { return Status::Internal("no"); }
-  Status CreateSubgroup(const std::vector<int>&, std::unique_ptr<Communicator>*) override {
     return Status::Internal("no");
   }
   Status AsyncError() override { return aborted_ ? Status::Aborted("aborted") : Status::Ok(); }
