@@ -1,4 +1,5 @@
-// The only place where C++ exceptions become error codes.
+// The core's C surface; C++ failures become codes through c_api_guard.h, and
+// this file keeps the per-thread message behind mxp_last_error().
 #include "c_api.h"
 
 #include <condition_variable>
@@ -6,6 +7,7 @@
 #include <mutex>
 #include <string>
 
+#include "c_api_guard.h"
 #include "core/core.h"
 #ifdef MXPLUGIN_WITH_MXNET
 #include "mxnet/engine_op.h"
@@ -32,22 +34,8 @@ namespace {
 
 thread_local std::string last_error;
 
-int Fail(const Status& s) {
-  last_error = s.reason();
-  return static_cast<int>(s.code() == StatusCode::kOk ? StatusCode::kInternal : s.code());
-}
-
-template <typename F>
-int Guard(F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const Error& e) {
-    return Fail(e.status());
-  } catch (const std::exception& e) {
-    return Fail(Status::Internal(e.what()));
-  }
-}
+using mxplugin::capi::Guard;
+using mxplugin::capi::Report;
 
 Core& CoreOf(mxp_core* c) {
   if (c == nullptr || !c->core) {
@@ -193,7 +181,7 @@ int mxp_handle_done(mxp_handle* handle, int32_t* done) {
 int mxp_handle_wait(mxp_handle* handle) {
   std::unique_lock<std::mutex> lock(handle->mutex);
   handle->cv.wait(lock, [handle] { return handle->done; });
-  return handle->status.ok() ? 0 : Fail(handle->status);
+  return Report(handle->status);
 }
 
 void mxp_handle_free(mxp_handle* handle) {

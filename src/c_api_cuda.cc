@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "c_api.h"
+#include "c_api_guard.h"
 #include "common/status.h"
 #include "common/types.h"
 
@@ -19,25 +20,10 @@
 
 using mxplugin::Error;
 using mxplugin::Status;
-using mxplugin::StatusCode;
 
 namespace {
 
-int Report(const Status& s) {
-  if (s.ok()) return 0;
-  return mxp_set_last_error(static_cast<int>(s.code()), s.reason().c_str());
-}
-
-template <typename F>
-int Guard(F&& f) {
-  try {
-    return Report(f());
-  } catch (const Error& e) {
-    return Report(e.status().ok() ? Status::Internal(e.what()) : e.status());
-  } catch (const std::exception& e) {
-    return Report(Status::Internal(e.what()));
-  }
-}
+using mxplugin::capi::Guard;
 
 #ifdef MXPLUGIN_WITH_CUDA
 

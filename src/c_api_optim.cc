@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "c_api.h"
+#include "c_api_guard.h"
 #include "common/status.h"
 #include "optim/update.h"
 
@@ -19,28 +20,15 @@
 
 using mxplugin::Error;
 using mxplugin::Status;
-using mxplugin::StatusCode;
 namespace optim = mxplugin::optim;
 
 namespace {
 
-template <typename F>
-int Guard(F&& f) {
-  try {
-    f();
-    return 0;
-  } catch (const Error& e) {
-    const StatusCode code = e.status().code() == StatusCode::kOk ? StatusCode::kInternal : e.status().code();
-    return mxp_set_last_error(static_cast<int>(code), e.status().reason().c_str());
-  } catch (const std::exception& e) {
-    return mxp_set_last_error(static_cast<int>(StatusCode::kInternal), e.what());
-  }
-}
+using mxplugin::capi::Guard;
 
 #ifndef MXPLUGIN_WITH_MXNET
 int MXNetNotBuilt() {
-  return mxp_set_last_error(static_cast<int>(StatusCode::kInternal),
-                            "mxplugin was built without MXNet (MXPLUGIN_WITH_MXNET=0)");
+  return mxplugin::capi::Report(Status::Internal("mxplugin was built without MXNet (MXPLUGIN_WITH_MXNET=0)"));
 }
 #endif
 

@@ -44,11 +44,16 @@ def run_spmd(script, np, args=(), env=None, timeout=240, auto_cleanup=True):
 
 def run_program(argv, np, env=None, timeout=240, auto_cleanup=True, what=None):
     """Runs `argv` on `np` ranks under mpiexec; returns (returncode, stdout, stderr)."""
-    what = what or os.path.basename(argv[0])
     cmd = [mpiexec_path(), "-n", str(np)]
     if not auto_cleanup:
         cmd.append("-disable-auto-cleanup")  # keep survivors running when a rank dies
-    cmd += list(argv)
+    return run_command(cmd + list(argv), timeout, env, what=f"{what or os.path.basename(argv[0])} on {np} ranks")
+
+
+def run_command(cmd, timeout, env=None, what=None):
+    """Runs `cmd` (a launcher and its program) in a process session of its
+    own, so that a timeout kills exactly what it started; returns
+    (returncode, stdout, stderr)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=rank_env(env), cwd=REPO, start_new_session=True)
     try:
@@ -56,7 +61,7 @@ def run_program(argv, np, env=None, timeout=240, auto_cleanup=True, what=None):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        raise AssertionError(f"{what} on {np} ranks timed out after {timeout}s\n--- stdout\n{out}\n--- stderr\n{err}")
+        raise AssertionError(f"{what or ' '.join(cmd)} timed out after {timeout}s\n--- stdout\n{out}\n--- stderr\n{err}")
     return proc.returncode, out, err
 
 

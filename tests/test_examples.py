@@ -2,7 +2,6 @@
 validation, checkpoint and resume; synthetic smoke runs; --help."""
 import os
 import re
-import signal
 import struct
 import subprocess
 import sys
@@ -11,7 +10,7 @@ import zlib
 import numpy as np
 import pytest
 
-from mpi_harness import REPO, mpiexec_path, rank_env
+from mpi_harness import REPO, mpiexec_path, rank_env, run_command
 
 EXAMPLE = os.path.join(REPO, "examples", "mxnet_imagenet_resnet50.py")
 NUM_CLASSES = 4
@@ -23,16 +22,9 @@ def run_example(args, timeout=180, launcher=None):
     """Runs the example on 2 ranks in its own session; returns stdout + stderr."""
     launcher = launcher or [mpiexec_path(), "-n", "2"]
     cmd = launcher + [sys.executable, EXAMPLE, *map(str, args)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=rank_env(), cwd=REPO, start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
-        raise AssertionError(f"timed out after {timeout}s: {' '.join(cmd)}\n{out}")
-    assert proc.returncode == 0, f"exit {proc.returncode}: {' '.join(cmd)}\n{out}"
-    return out
+    rc, out, err = run_command(cmd, timeout)
+    assert rc == 0, f"exit {rc}: {' '.join(cmd)}\n{out}\n{err}"
+    return out + err
 
 
 # -- a tiny ImageNet-format data set ----------------------------------------------------

@@ -30,7 +30,8 @@ from mpi_harness import REPO, run_program
 COMMON = ["src/core/timeline.cc", "src/common/types.cc", "src/common/half_vector.cc", "src/common/logging.cc",
           "src/backend/mpi/mpi_communicator.cc", "src/backend/mpi/mpi_context.cc", "src/scale.cc"]
 PROGRAMS = {
-    "gpu_executor_host_test": ["tests/native/gpu_executor_host_test.cc", "src/core/gpu_executor.cc"] + COMMON,
+    "gpu_executor_host_test": ["tests/native/gpu_executor_host_test.cc", "src/core/gpu_executor.cc",
+                               "src/core/gpu_launch.cc"] + COMMON,
     # the whole core: every .cc of src/core (not src/core/gpu, the CUDA runtime) and src/common
     "core_gpu_host_test": ["tests/native/core_gpu_host_test.cc"] + sorted(
         set(os.path.relpath(p, REPO) for p in glob.glob(os.path.join(REPO, "src", "core", "*.cc")) +

@@ -2,30 +2,15 @@
 
 #include <cuda_runtime.h>
 
-#include <cstring>
 #include <thread>
 
+#include "backend/nccl/nccl_describe.h"
 #include "common/half.h"
 
 namespace mxplugin {
 namespace {
 
-// The result's name plus NCCL's last message for `comm`; call it while the
-// communicator is alive and not being used by another thread.
-std::string Describe(ncclResult_t r, ncclComm_t comm) {
-  std::string out = std::string(ncclGetErrorString(r));
-  const char* last = ncclGetLastError(comm);
-  if (last != nullptr && *last != '\0') out += " (" + std::string(last) + ")";
-  return out;
-}
-
 void Pause() { std::this_thread::sleep_for(std::chrono::microseconds(20)); }
-
-Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  cudaGetLastError();
-  return Status::Internal(std::string(what) + " failed: " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
-}
 
 Status NcclType(DataType dtype, ncclDataType_t* out) {
   switch (dtype) {
@@ -75,91 +60,6 @@ bool AllEqual(const std::vector<int64_t>& v) {
 
 }  // namespace
 
-int NcclRuntimeVersion() {
-  int v = 0;
-  return ncclGetVersion(&v) == ncclSuccess ? v : 0;
-}
-
-Status NcclCommunicator::CreateMany(Communicator* bootstrap, int device, const std::vector<void*>& streams,
-                                    const Status& local_error, Clock::time_point deadline,
-                                    Clock::duration call_timeout, std::vector<std::unique_ptr<GpuCommunicator>>* out) {
-  const size_t count = streams.size();
-  Status local = local_error;
-  if (local.ok()) local = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
-  // Rank 0 always broadcasts, with no ids when its own setup failed, so the
-  // ranks' MPI calls stay matched whatever happens.
-  std::string ids;
-  if (bootstrap->rank() == 0 && local.ok()) {
-    ids.assign(count * sizeof(ncclUniqueId), '\0');
-    for (size_t i = 0; i < count && local.ok(); ++i) {
-      ncclUniqueId id;
-      ncclResult_t r = ncclGetUniqueId(&id);
-      if (r != ncclSuccess) local = Status::Internal(std::string("ncclGetUniqueId failed: ") + ncclGetErrorString(r));
-      std::memcpy(&ids[i * sizeof(ncclUniqueId)], &id, sizeof(id));
-    }
-    if (!local.ok()) ids.clear();
-  }
-  Status st = bootstrap->BroadcastBytes(&ids, deadline);
-  if (!st.ok()) return st;
-  if (local.ok() && ids.size() != count * sizeof(ncclUniqueId)) {
-    local = Status::Aborted("rank 0 of the process set could not create NCCL ids (see its error)");
-  }
-  // Agree before initialising, so that no rank waits out the deadline in
-  // NCCL's set-up for a peer that already knows it cannot join.
-  std::vector<uint64_t> ready{local.ok() ? 1u : 0u};
-  st = bootstrap->AllreduceBitwiseAnd(&ready, deadline);
-  if (!st.ok()) return st;
-  if (!local.ok()) return local;
-  if (ready[0] == 0) return Status::Aborted("NCCL set-up failed on another rank of the process set (see its error)");
-
-  std::vector<ncclComm_t> comms;
-  for (size_t i = 0; i < count && local.ok(); ++i) {
-    ncclUniqueId id;
-    std::memcpy(&id, &ids[i * sizeof(ncclUniqueId)], sizeof(id));
-    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;
-    ncclComm_t comm = nullptr;
-    ncclResult_t r = ncclCommInitRankConfig(&comm, bootstrap->size(), id, bootstrap->rank(), &config);
-    if (comm != nullptr) comms.push_back(comm);
-    if (r != ncclSuccess && r != ncclInProgress) {
-      local = Status::Internal("ncclCommInitRankConfig failed on gpu(" + std::to_string(device) +
-                               "): " + (comm != nullptr ? Describe(r, comm) : ncclGetErrorString(r)));
-    }
-  }
-  for (ncclComm_t comm : comms) {
-    ncclResult_t state = ncclInProgress;
-    while (local.ok()) {
-      ncclResult_t r = ncclCommGetAsyncError(comm, &state);
-      if (r != ncclSuccess) state = r;
-      if (state != ncclInProgress) break;
-      if (Clock::now() > deadline) {
-        local = Status::Aborted("NCCL setup did not finish in time: a peer did not join");
-        break;
-      }
-      Pause();
-    }
-    if (local.ok() && state != ncclSuccess) local = Status::Internal("NCCL setup failed: " + Describe(state, comm));
-  }
-
-  // Every rank learns whether all succeeded; unless they did, all give up.
-  std::vector<uint64_t> agreed{local.ok() ? 1u : 0u};
-  st = bootstrap->AllreduceBitwiseAnd(&agreed, deadline + std::chrono::seconds(10));
-  if (local.ok() && !st.ok()) local = st;
-  if (local.ok() && agreed[0] == 0) {
-    local = Status::Aborted("NCCL setup failed on another rank of the process set (see its error)");
-  }
-  if (!local.ok()) {
-    for (ncclComm_t comm : comms) ncclCommAbort(comm);
-    return local;
-  }
-  out->clear();
-  for (size_t i = 0; i < count; ++i) {
-    out->emplace_back(new NcclCommunicator(comms[i], bootstrap->rank(), bootstrap->size(), bootstrap->global_ranks(),
-                                           device, streams[i], call_timeout));
-  }
-  return Status::Ok();
-}
-
 NcclCommunicator::~NcclCommunicator() {
   // The owner has waited for this communicator's work and no other thread
   // uses it now; finalising flushes NCCL's own pending operations.
@@ -186,9 +86,9 @@ Status NcclCommunicator::AsyncError() {
   if (aborted_) return Status::Aborted("the NCCL communicator was aborted");
   ncclResult_t state = ncclSuccess;
   ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
-  if (r != ncclSuccess) return Status::Internal("ncclCommGetAsyncError failed: " + Describe(r, comm_));
+  if (r != ncclSuccess) return Status::Internal("ncclCommGetAsyncError failed: " + DescribeNccl(r, comm_));
   if (state == ncclSuccess || state == ncclInProgress) return Status::Ok();
-  return Status::Aborted("NCCL reports " + Describe(state, comm_) +
+  return Status::Aborted("NCCL reports " + DescribeNccl(state, comm_) +
                          (state == ncclRemoteError || state == ncclSystemError
                               ? ": a peer process has probably died or lost its connection"
                               : ""));
@@ -204,7 +104,7 @@ Status NcclCommunicator::Settle(const char* what, Clock::duration timeout) {
       ncclResult_t r = ncclCommGetAsyncError(comm_, &state);
       if (r != ncclSuccess) state = r;
       if (state == ncclSuccess) return Status::Ok();
-      if (state != ncclInProgress) return Status::Internal(std::string(what) + " failed: " + Describe(state, comm_));
+      if (state != ncclInProgress) return Status::Internal(std::string(what) + " failed: " + DescribeNccl(state, comm_));
     }
     if (Clock::now() > deadline) {
       return Status::Aborted(std::string(what) + " stayed in progress for " +
@@ -221,7 +121,7 @@ Status NcclCommunicator::Run(const char* what, const std::function<ncclResult_t(
     if (aborted_) return Status::Aborted(std::string(what) + ": the NCCL communicator was aborted");
     ncclResult_t r = calls();
     if (r == ncclSuccess) return Status::Ok();
-    if (r != ncclInProgress) return Status::Internal(std::string(what) + " failed: " + Describe(r, comm_));
+    if (r != ncclInProgress) return Status::Internal(std::string(what) + " failed: " + DescribeNccl(r, comm_));
   }
   return Settle(what, call_timeout_);
 }

@@ -96,7 +96,4 @@ class NcclCommunicator : public GpuCommunicator {
   bool aborted_ = false;
 };
 
-// ncclGetVersion() of the library loaded at run time.
-int NcclRuntimeVersion();
-
 }  // namespace mxplugin

@@ -1,0 +1,169 @@
+// The device work of each GPU op on its lane: waiting for the producer,
+// packing and unpacking the fusion buffer, the NCCL call, the scale passes.
+// Everything here only enqueues; completion is GpuExecutor's other half.
+#include <algorithm>
+
+#include "core/collective_layout.h"
+#include "core/fusion_buffer.h"
+#include "core/gpu_executor.h"
+
+namespace mxplugin {
+namespace gpu {
+
+Status GpuExecutor::WaitReady(Lane& lane, const Request& request) {
+  if (!request.ready_event) return Status::Ok();
+  return runtime_->WaitEvent(lane.stream, request.ready_event.get());
+}
+
+Status GpuExecutor::Scale(Lane& lane, void* dst, const void* src, int64_t count, DataType dtype, double factor) {
+  if (count == 0 || (factor == 1.0 && dst == src)) return Status::Ok();
+  const cuda::CopyDescriptor copy{src, dst, count, factor};
+  return runtime_->BatchedCopyAndScale(&copy, 1, dtype, lane.stream);
+}
+
+// Grows the lane's fusion buffer. With stream-ordered allocation the old one
+// is freed behind the queued work that may still read it; without it, the
+// old one is kept until the executor goes (growth is rare and bounded by the
+// fusion threshold), since freeing it would wait for the whole device.
+Status GpuExecutor::Reserve(Lane& lane, int64_t bytes, void** out) {
+  if (bytes > lane.fusion_bytes) {
+    const int64_t want = std::max<int64_t>(bytes, 1 << 20);
+    if (lane.fusion != nullptr) {
+      if (stream_ordered_alloc_) {
+        runtime_->Free(lane.fusion, lane.stream, true);
+      } else {
+        lane.retired.push_back(lane.fusion);
+      }
+    }
+    lane.fusion = nullptr;
+    lane.fusion_bytes = 0;
+    Status st = runtime_->Allocate(want, lane.stream, stream_ordered_alloc_, &lane.fusion);
+    if (!st.ok()) return st;
+    lane.fusion_bytes = want;
+  }
+  *out = lane.fusion;
+  return Status::Ok();
+}
+
+// Pack with prescale, reduce, unpack with postscale: two batched kernel
+// launches and one NCCL call for the whole group.
+Status GpuExecutor::LaunchFused(Lane& lane, std::vector<Request>& group) {
+  if (group.size() == 1) return LaunchAllreduce(lane, group[0]);
+  const Request& first = group[0];
+  const DataType dtype = first.meta.dtype;
+  int64_t bytes = 0;
+  for (const Request& r : group) bytes = AlignFusionOffset(bytes) + r.input.num_bytes();
+  void* buffer = nullptr;
+  Status st;
+  for (const Request& r : group) {
+    if (st.ok()) st = WaitReady(lane, r);
+  }
+  if (st.ok()) st = Reserve(lane, bytes, &buffer);
+  if (!st.ok()) return st;
+  std::vector<cuda::CopyDescriptor> in, out;
+  int64_t offset = 0;
+  for (const Request& r : group) {
+    offset = AlignFusionOffset(offset);
+    char* slot = static_cast<char*>(buffer) + offset;
+    in.push_back({r.input.data, slot, r.input.num_elements(), r.meta.prescale});
+    out.push_back({slot, r.output.data, r.output.num_elements(), r.meta.postscale});
+    offset += r.input.num_bytes();
+  }
+  st = runtime_->BatchedCopyAndScale(in.data(), static_cast<int64_t>(in.size()), dtype, lane.stream);
+  if (st.ok()) {
+    st = lane.comm->Allreduce(buffer, buffer, offset / static_cast<int64_t>(DataTypeSize(dtype)), dtype,
+                              first.meta.reduce_op);
+  }
+  if (st.ok()) st = runtime_->BatchedCopyAndScale(out.data(), static_cast<int64_t>(out.size()), dtype, lane.stream);
+  return st;
+}
+
+// Large tensors are reduced where they lie. A sum with scale factors is one
+// NCCL pre-multiplied sum where NCCL offers it for the dtype; otherwise the
+// scaling costs a kernel pass on each side, as on the CPU.
+Status GpuExecutor::LaunchAllreduce(Lane& lane, Request& req) {
+  const int64_t n = req.input.num_elements();
+  const DataType dtype = req.meta.dtype;
+  Status st = WaitReady(lane, req);
+  if (!st.ok() || n == 0) return st;
+  const double factor = req.meta.prescale * req.meta.postscale;
+  if (req.meta.reduce_op == ReduceOp::kSum && factor != 1.0 && lane.comm->ScaledSumSupported(dtype)) {
+    return lane.comm->ScaledSum(req.input.data, req.output.data, n, dtype, factor);
+  }
+  const void* send = req.input.data;
+  if (req.meta.prescale != 1.0) {
+    st = Scale(lane, req.output.data, req.input.data, n, dtype, req.meta.prescale);
+    if (!st.ok()) return st;
+    send = req.output.data;
+  }
+  st = lane.comm->Allreduce(send, req.output.data, n, dtype, req.meta.reduce_op);
+  if (st.ok()) st = Scale(lane, req.output.data, req.output.data, n, dtype, req.meta.postscale);
+  return st;
+}
+
+Status GpuExecutor::LaunchReducescatter(Lane& lane, Request& req) {
+  std::vector<int64_t> counts;
+  Status st = ReducescatterCounts(req, lane.comm->rank(), lane.comm->size(), &counts);
+  if (!st.ok()) return st;
+  const void* send = req.input.data;
+  if (req.meta.prescale != 1.0) {
+    void* scratch = nullptr;
+    st = Reserve(lane, req.input.num_bytes(), &scratch);
+    if (st.ok()) {
+      st = Scale(lane, scratch, req.input.data, req.input.num_elements(), req.meta.dtype, req.meta.prescale);
+    }
+    if (!st.ok()) return st;
+    send = scratch;
+  }
+  st = lane.comm->ReduceScatter(send, req.output.data, counts, req.meta.dtype, req.meta.reduce_op);
+  if (st.ok()) {
+    st = Scale(lane, req.output.data, req.output.data, req.output.num_elements(), req.meta.dtype, req.meta.postscale);
+  }
+  return st;
+}
+
+Status GpuExecutor::LaunchOne(Lane& lane, Request& req, const Response& resp, const char** phase) {
+  GpuCommunicator& comm = *lane.comm;
+  if (req.meta.op == OpType::kAllreduce) {
+    *phase = "NCCL_ALLREDUCE";
+    return LaunchAllreduce(lane, req);
+  }
+  Status st = WaitReady(lane, req);
+  if (!st.ok()) return st;
+  switch (req.meta.op) {
+    case OpType::kAllgather: {
+      *phase = "NCCL_ALLGATHER";
+      std::vector<int64_t> counts;
+      st = AllgatherCounts(req, resp, &counts);
+      if (!st.ok()) return st;
+      return comm.Allgatherv(req.input.data, req.input.num_elements(), req.output.data, counts,
+                             Displacements(counts), req.meta.dtype);
+    }
+    case OpType::kBroadcast: {
+      *phase = "NCCL_BROADCAST";
+      const int64_t n = req.input.num_elements();
+      if (n == 0) return Status::Ok();
+      if (comm.rank() == req.meta.root_rank && req.output.data != req.input.data) {
+        st = Scale(lane, req.output.data, req.input.data, n, req.meta.dtype, 1.0);
+        if (!st.ok()) return st;
+      }
+      return comm.Broadcast(req.output.data, n, req.meta.dtype, req.meta.root_rank);
+    }
+    case OpType::kAlltoall: {
+      *phase = "NCCL_ALLTOALL";
+      std::vector<int64_t> send_counts, recv_counts;
+      st = AlltoallCounts(req, resp, comm.rank(), comm.size(), &send_counts, &recv_counts);
+      if (!st.ok()) return st;
+      return comm.Alltoallv(req.input.data, send_counts, Displacements(send_counts), req.output.data, recv_counts,
+                            Displacements(recv_counts), req.meta.dtype);
+    }
+    case OpType::kReducescatter:
+      *phase = "NCCL_REDUCESCATTER";
+      return LaunchReducescatter(lane, req);
+    default:
+      return Status::Internal(std::string(OpTypeName(req.meta.op)) + " has no GPU implementation");
+  }
+}
+
+}  // namespace gpu
+}  // namespace mxplugin
