@@ -225,3 +225,28 @@ cdef class Core:
 
 include "_core_optim.pxi"
 include "_core_cuda.pxi"
+
+
+def grads_bound(weights, grads):
+    """For each pair, whether the gradient autograd holds for weights[i]
+    (the array its last backward wrote) is grads[i]: same storage, offset and
+    shape. NDArrays; reads bookkeeping only (no data, no engine wait)."""
+    cdef int32_t n = len(weights)
+    if len(grads) != n:
+        raise ValueError(f"grads_bound: {n} weights but {len(grads)} gradients")
+    cdef void** w = <void**>malloc(max(n, 1) * sizeof(void*))
+    cdef void** g = <void**>malloc(max(n, 1) * sizeof(void*))
+    cdef int32_t* out = <int32_t*>malloc(max(n, 1) * sizeof(int32_t))
+    cdef int rc
+    try:
+        for i in range(n):
+            w[i] = <void*>_ndarray_handle(weights[i], f"weight {i}")
+            g[i] = <void*>_ndarray_handle(grads[i], f"gradient {i}")
+        with nogil:
+            rc = mxp_mxnet_grads_bound(w, g, n, out)
+        _check(rc)
+        return [bool(out[i]) for i in range(n)]
+    finally:
+        free(w)
+        free(g)
+        free(out)

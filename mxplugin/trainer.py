@@ -1,6 +1,6 @@
 """DistributedTrainer: a gluon.Trainer whose gradients are reduced across ranks
 in contiguous buckets and whose same-type parameter groups are updated by one
-fused call each (see fused.py)."""
+fused call each (see buckets.py)."""
 import itertools
 import logging
 import pickle
@@ -10,7 +10,7 @@ import mxnet as mx
 
 from mxplugin import basics, native_update
 from mxplugin.compression import Compression
-from mxplugin.fused import Layout
+from mxplugin.buckets import Layout
 from mxplugin.ops import Average, Sum, allreduce_, grouped_allreduce_
 
 _trainer_ids = itertools.count()
@@ -103,11 +103,14 @@ class DistributedTrainer(mx.gluon.Trainer):
         return self._layout
 
     def _prepare(self):
+        """The layout, its buckets holding what the last backward wrote."""
         if not self._kv_initialized:
             self._init_kvstore()
         if self._params_to_init:
             self._init_params()
-        return self._ensure_layout()
+        layout = self._ensure_layout()
+        layout.gather_gradients(basics._core_module())
+        return layout
 
     # -- reduction ----------------------------------------------------------------
     def _world(self):

@@ -11,6 +11,7 @@
 #include "core/core.h"
 #ifdef MXPLUGIN_WITH_MXNET
 #include "mxnet/engine_op.h"
+#include "mxnet/grad_binding.h"
 #endif
 
 using mxplugin::Core;
@@ -207,6 +208,17 @@ int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t proc
     mxplugin::mxnet_adapter::PushCollective(&c, process_set_id, std::move(ts), inputs, outputs, priority);
 #else
     (void)c, (void)process_set_id, (void)priority;
+    throw Error(Status::InvalidArgument("mxplugin was built without MXNet (MXPLUGIN_WITH_MXNET=0)"));
+#endif
+  });
+}
+
+int mxp_mxnet_grads_bound(void* const* weights, void* const* grads, int32_t n, int32_t* out) {
+  return Guard([&] {
+#ifdef MXPLUGIN_WITH_MXNET
+    mxplugin::mxnet_adapter::GradientsBound(weights, grads, n, out);
+#else
+    (void)weights, (void)grads, (void)n, (void)out;
     throw Error(Status::InvalidArgument("mxplugin was built without MXNet (MXPLUGIN_WITH_MXNET=0)"));
 #endif
   });

@@ -78,6 +78,11 @@ void mxp_handle_free(mxp_handle* handle);
 /* MXNet entry: pushes one engine op for the group. */
 int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, int32_t priority);
 
+/* For each i, out[i] = 1 when the gradient autograd holds for weights[i]
+ * (the array its last backward wrote) is grads[i] (same storage, offset and
+ * shape), else 0. NDArrayHandles; reads no data. */
+int mxp_mxnet_grads_bound(void* const* weights, void* const* grads, int32_t n, int32_t* out);
+
 /* What was compiled in. */
 int mxp_cuda_built(void);
 int mxp_nccl_built(void);

@@ -13,6 +13,16 @@ def test_every_optimizer_matches_gluon_trainer(np_):
     assert_spmd_ok("check_trainer.py", np_)
 
 
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_every_hybridize_mode_matches_gluon_trainer(np_):
+    """Not hybridized, hybridize(), static_alloc, static_alloc + static_shape
+    x SGD-momentum, Adam, LAMB; re-hybridizing mid-training, hybridizing after
+    the first steps, buckets rebuilt mid-training, and the per-step copy path
+    on its own (Note [Static graphs keep their gradients])."""
+    out, _ = assert_spmd_ok("check_hybridize.py", np_)
+    assert out.count("ok ") == 16, out
+
+
 @pytest.mark.parametrize("np_", [2, 3])
 def test_trainer_features(np_):
     assert_spmd_ok("check_trainer_features.py", np_)

@@ -13,11 +13,35 @@ path and updated per parameter by MXNet's own ops (the kernels are CPU only).
 
 Weights stay ordinary arrays: oneDNN reorders a convolution's weight in place
 during an inference forward, which MXNet cannot do on a view of a larger array.
+
+Note [Static graphs keep their gradients]
+A bucket makes a parameter's gradient a view by marking the weight for
+autograd with it (autograd.mark_variables). A block hybridized with
+static_shape=True binds the gradient arrays at its first backward and goes on
+writing into them whatever the weight is marked with later; its backward even
+points autograd back at the array it wrote. Without care, a bucket built after
+that first backward (the trainer builds its layout at the first step) keeps
+the first step's gradients forever, on every rank alike. So:
+  1. whenever a layout replaces gradient arrays, the cached graphs of blocks
+     hybridized with static_shape that use those parameters are dropped (what
+     hybridize() does), so their next call binds the bucket views;
+  2. before every reduction and update, the trainer asks MXNet which array
+     autograd holds as each weight's gradient (grads_bound: bookkeeping only,
+     one C call for all members). A member written elsewhere is copied into
+     its bucket for this step -- correct, one extra copy -- and its weight is
+     marked with the view again and every cached graph using it dropped, so
+     the next steps are zero-copy again. The debug log says which path a step
+     took.
 """
+import gc
+import logging
 from collections import OrderedDict
 
 import mxnet as mx
 from mxnet import autograd
+from mxnet.gluon import HybridBlock
+
+_log = logging.getLogger(__name__)
 
 # Optimizers whose update of an element depends only on that element (and the
 # step count), so one update over a flat buffer equals per-parameter updates.
@@ -153,6 +177,14 @@ class Layout:
             b.create_states(optimizer, self.fused)
         self.local_states = {index: optimizer.create_state_multi_precision(index, p.data())
                              for index, p in self.local}
+        # Every bucket member, flat, for the per-step check (Note [Static
+        # graphs keep their gradients]).
+        self._members = [(p, w, g) for b in self.buckets for (_, p), w, g in zip(b.entries, b.weights, b._grads)]
+        self.copied = 0  # member gradients copied into buckets because backward wrote elsewhere
+        released = release_cached_graphs([p for p, _, _ in self._members], static_shape_only=True)
+        if released:
+            _log.debug("gradient buckets replaced the gradients of blocks hybridized with static_shape=True; "
+                       "released their cached graphs so the next call binds the buckets: %s", ", ".join(released))
 
     @staticmethod
     def _cut(members, bucket_bytes, num_buckets):
@@ -176,6 +208,31 @@ class Layout:
     def intact(self):
         return all(b.intact() for b in self.buckets)
 
+    def gather_gradients(self, core_module):
+        """Makes every bucket hold the gradient its members' last backward
+        wrote (Note [Static graphs keep their gradients]); returns how many
+        members had to be copied (0: every bucket is written in place)."""
+        if not self._members:
+            return 0
+        bound = core_module.grads_bound([w for _, w, _ in self._members], [g for _, _, g in self._members])
+        stray = [m for m, ok in zip(self._members, bound) if not ok]
+        if not stray:
+            return 0
+        for p, w, view in stray:
+            written = w.grad
+            if written is not None:
+                view[:] = written.reshape(view.shape)
+            fresh = w._fresh_grad
+            autograd.mark_variables([w], [view], p.grad_req)
+            w._fresh_grad = fresh
+        self.copied += len(stray)
+        released = release_cached_graphs([p for p, _, _ in stray], static_shape_only=False)
+        _log.debug("copy path: backward wrote the gradients of %d parameter(s) (%s%s) outside their buckets; "
+                   "copied them in for this step, marked the weights with the bucket views again and released "
+                   "the cached graphs of %s", len(stray), ", ".join(p.name for p, _, _ in stray[:3]),
+                   ", ..." if len(stray) > 3 else "", ", ".join(released) or "no block")
+        return len(stray)
+
     def param_states(self):
         out = dict(self.local_states)
         for b in self.buckets:
@@ -189,6 +246,26 @@ class Layout:
         for index, dst in targets.items():
             if index in states:
                 copy_state(dst, states[index])
+
+
+def release_cached_graphs(params, static_shape_only):
+    """Drops the cached graph of every hybridized block that uses one of
+    `params` (as hybridize() does), so that its next call binds the gradient
+    arrays the weights are marked with now; returns the blocks' names. Blocks
+    are found among live objects: parameters do not know their blocks, and a
+    block may have been built before mxplugin was imported. Runs only when a
+    layout is built or a stray gradient was found, never on a normal step."""
+    wanted = {id(p) for p in params}
+    released = []
+    for obj in gc.get_objects():
+        if not isinstance(obj, HybridBlock) or getattr(obj, "_cached_op", None) is None:
+            continue
+        if static_shape_only and not dict(getattr(obj, "_flags", ())).get("static_shape"):
+            continue
+        if any(not is_arg and id(arg) in wanted for is_arg, arg in getattr(obj, "_cached_op_args", ())):
+            obj._clear_cached_op()
+            released.append(obj.name)
+    return released
 
 
 def _numel(shape):
