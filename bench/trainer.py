@@ -2,6 +2,7 @@
 
     python bench/trainer.py update             # 1 process: step() cost
     mxplugin-run -np 2 python bench/trainer.py scaling
+    OMP_NUM_THREADS=2 python bench/trainer.py single --batch-size 16 --tag 2threads
 
 update: DistributedTrainer.step (size 1) against gluon.Trainer.step on
   resnet50_v1's parameters (SGD, momentum 0.9, wd 1e-4), interleaved, plus the
@@ -12,7 +13,14 @@ scaling: hybridized resnet50_v1, batch 8 per rank, 3x112x112, SGD momentum.
   reference; the other rank idles), (b) every rank with DistributedTrainer,
   (c) every rank with a per-tensor allreduce_ loop then gluon's update.
   Reports images/s, scaling efficiency and the time of allreduce + update.
-Results go to bench/results/trainer_<mode>.json.
+  Every rank runs with OMP_NUM_THREADS=1 (the launcher's default for 2 ranks
+  on 2 cores), so the efficiency is per rank: N ranks of 1 thread against 1
+  process of 1 thread.
+single: one process alone with gluon.Trainer, the same hybridized model,
+  with the threads it is given (OMP_NUM_THREADS): the user's alternative to
+  mxplugin-run -np N on one machine is one process using every core on the
+  global batch. run_all.py runs it before and after the scaling run.
+Results go to bench/results/trainer_<mode>[_<tag>].json.
 """
 import argparse
 import json
@@ -174,23 +182,40 @@ def bench_scaling(rounds, steps, batch, image):
     return result
 
 
+def bench_single(rounds, steps, batch, image):
+    """One process, gluon.Trainer, the threads OMP_NUM_THREADS gives it."""
+    net = resnet(True, image)
+    trainer = gluon.Trainer(net.collect_params(), "sgd", dict(SGD), kvstore=None)
+    rates = [train_steps(net, trainer.step, batch, steps, image) for _ in range(rounds + 1)][1:]
+    threads = int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count()
+    result = {"threads": threads, "batch": batch, "image": image, "images_per_s": rates,
+              "median_images_per_s": statistics.median(rates)}
+    print(f"resnet50_v1 hybridized, 1 process, {threads} thread(s), batch {batch}: "
+          f"{result['median_images_per_s']:.1f} img/s (median of {rounds})")
+    return result
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("mode", choices=["update", "scaling"])
+    p.add_argument("mode", choices=["update", "scaling", "single"])
     p.add_argument("--iters", type=int, default=10, help="update: measured iterations (default 10)")
     p.add_argument("--warmup", type=int, default=3, help="update: warm-up iterations (default 3)")
-    p.add_argument("--rounds", type=int, default=3, help="scaling: measured rounds (default 3)")
-    p.add_argument("--steps", type=int, default=5, help="scaling: training steps per round (default 5)")
-    p.add_argument("--batch-size", type=int, default=8, help="scaling: batch per rank (default 8)")
+    p.add_argument("--rounds", type=int, default=3, help="scaling, single: measured rounds (default 3)")
+    p.add_argument("--steps", type=int, default=5, help="scaling, single: training steps per round (default 5)")
+    p.add_argument("--batch-size", type=int, default=8, help="scaling: batch per rank; single: batch (default 8)")
     p.add_argument("--image-size", type=int, default=112, help="scaling: image side (default 112)")
+    p.add_argument("--tag", default="", help="suffix of the result file (trainer_<mode>_<tag>.json)")
     args = p.parse_args()
     if args.mode == "update":
         result = bench_update(args.iters, args.warmup)
-    else:
+    elif args.mode == "scaling":
         result = bench_scaling(args.rounds, args.steps, args.batch_size, args.image_size)
+    else:
+        hvd.init()
+        result = bench_single(args.rounds, args.steps, args.batch_size, args.image_size)
     if result is not None:
         os.makedirs(RESULTS, exist_ok=True)
-        path = os.path.join(RESULTS, f"trainer_{args.mode}.json")
+        path = os.path.join(RESULTS, f"trainer_{args.mode}{'_' + args.tag if args.tag else ''}.json")
         with open(path, "w") as f:
             json.dump(result, f, indent=1)
         print(f"wrote {path}")

@@ -1,0 +1,59 @@
+/* The standalone reference of the allreduce benchmarks: a plain,
+ * single-threaded MPI program (MPI_Init, no mxplugin, no MXNet, no Python)
+ * timing in-place MPI_Allreduce (float32 sum) of one buffer per size.
+ *
+ *   mpiexec -n 2 mpi_plain ITERS WARMUP BYTES [BYTES ...]
+ *
+ * For each size, every measured call starts after a barrier and is timed
+ * around the MPI call alone; a call's time is the slowest rank's. Rank 0
+ * prints one line per size: "bytes <n> reps <r> seconds <t1> <t2> ...",
+ * each t the mean of r back-to-back calls (r > 1 only for small messages,
+ * to rise above the timer's resolution). */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static double time_calls(float* buf, int count, int reps) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  double start = MPI_Wtime();
+  for (int r = 0; r < reps; ++r) {
+    MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  }
+  double mine = (MPI_Wtime() - start) / reps, slowest = 0.0;
+  MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return slowest;
+}
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (argc < 4) {
+    if (rank == 0) fprintf(stderr, "usage: mpi_plain ITERS WARMUP BYTES [BYTES ...]\n");
+    MPI_Finalize();
+    return 2;
+  }
+  int iters = atoi(argv[1]), warmup = atoi(argv[2]);
+  for (int a = 3; a < argc; ++a) {
+    long long bytes = atoll(argv[a]);
+    int count = (int)(bytes / 4);
+    /* Enough calls per sample to time small messages (8 MB a sample, at most 50). */
+    long long per = (8LL << 20) / (bytes > 0 ? bytes : 1);
+    int reps = per < 1 ? 1 : (per > 50 ? 50 : (int)per);
+    float* buf = malloc((size_t)count * sizeof(float));
+    if (buf == NULL) MPI_Abort(MPI_COMM_WORLD, 3);
+    for (int i = 0; i < count; ++i) buf[i] = 1.0f;
+    if (rank == 0) printf("bytes %lld reps %d seconds", bytes, reps);
+    for (int it = 0; it < warmup + iters; ++it) {
+      double t = time_calls(buf, count, reps);
+      /* Ones summed again and again grow; keep them small and finite. */
+      for (int i = 0; i < count; ++i) buf[i] = 1.0f;
+      if (rank == 0 && it >= warmup) printf(" %.9f", t);
+    }
+    if (rank == 0) printf("\n");
+    fflush(stdout);
+    free(buf);
+  }
+  MPI_Finalize();
+  return 0;
+}

@@ -1,0 +1,81 @@
+"""The standalone MPI reference: builds bench/mpi_plain.c with the mpicc of
+the MPI mxplugin was built with and runs it under that MPI's mpiexec, in a
+process of its own (no mxplugin, no MXNet, single-threaded MPI).
+
+    python bench/mpi_plain.py --ranks 2 --tag before    # writes bench/results/mpi_plain_before.json
+
+Sizes: resnet50_v1's gradient set (102,303,648 bytes) and the message-size
+curve of bench/allreduce.py (4 KB .. 256 MB, x4).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+from mpi_harness import mpiexec_path, rank_env  # noqa: E402
+
+RESNET50_GRADIENT_BYTES = 25575912 * 4
+
+
+def curve_sizes(max_bytes=256 << 20):
+    size, out = 4 << 10, []
+    while size <= max_bytes:
+        out.append(size)
+        size *= 4
+    return out
+
+
+def build(workdir):
+    mpicc = os.path.join(os.path.dirname(mpiexec_path()), "mpicc")
+    if not os.path.exists(mpicc):
+        mpicc = "mpicc"
+    exe = os.path.join(workdir, "mpi_plain")
+    subprocess.run([mpicc, "-O2", "-o", exe, os.path.join(HERE, "mpi_plain.c")], check=True)
+    return exe
+
+
+def measure(ranks, iters, warmup, sizes):
+    """{bytes: [seconds per call, ...]} from one run of the plain program."""
+    with tempfile.TemporaryDirectory() as workdir:
+        exe = build(workdir)
+        cmd = [mpiexec_path(), "-n", str(ranks), exe, str(iters), str(warmup)] + [str(s) for s in sizes]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=rank_env(), timeout=1200, check=True).stdout
+    rows = {}
+    for line in out.splitlines():
+        fields = line.split()
+        if fields[:1] == ["bytes"]:
+            rows[int(fields[1])] = [float(v) for v in fields[5:]]
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--iters", type=int, default=10, help="measured calls per size (default 10)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up calls per size (default 3)")
+    p.add_argument("--tag", default="before", help="result file suffix (default 'before')")
+    p.add_argument("--no-curve", action="store_true", help="only the resnet50 gradient-set size")
+    args = p.parse_args()
+    sizes = [RESNET50_GRADIENT_BYTES] + ([] if args.no_curve else curve_sizes())
+    rows = measure(args.ranks, args.iters, args.warmup, sizes)
+    result = {"ranks": args.ranks, "program": "bench/mpi_plain.c (MPI_Init, single-threaded, in-place float32 sum)",
+              "sizes": [{"bytes": b, "times_s": t, "median_s": statistics.median(t)} for b, t in rows.items()]}
+    for row in result["sizes"]:
+        print(f"  plain MPI_Allreduce {row['bytes']:>11d} B  median {row['median_s'] * 1e3:9.3f} ms")
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"mpi_plain_{args.tag}.json")
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
