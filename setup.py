@@ -239,7 +239,11 @@ setup(
     install_requires=(["mxnet==1.9.1", "numpy<1.24"] if MXNET else ["numpy"]) + ["mpich", "cloudpickle"],
     # The NCCL wheel matching the CUDA toolkit; install it before building
     # too, so that the build finds it (README, "Building with CUDA and NCCL").
-    extras_require={"test": ["pytest", "scikit-learn"], "bench": ["matplotlib"],
+    # Test extras pinned to the last releases that support numpy 1.23 (MXNet
+    # 1.9.1 needs numpy < 1.24): unpinned, pip downloads and discards newer
+    # scikit-learn and scipy wheels (about 240 MB) while it backtracks.
+    extras_require={"test": ["pytest", "scikit-learn>=1.5,<1.8", "scipy>=1.11,<1.16"],
+                    "bench": ["matplotlib"],
                     "nccl-cu12": ["nvidia-nccl-cu12>=2.14"], "nccl-cu13": ["nvidia-nccl-cu13"]},
     entry_points={"console_scripts": ["mxplugin-run = mxplugin.run:main"]},
 )

@@ -80,8 +80,9 @@ def main():
         elapsed = time.time() - start
         acc = evaluate(net, x_test, y_test)
         if rank == 0:
-            logging.info("epoch %d: loss %.4f, test accuracy %.4f, %.0f samples/s (%d ranks)",
-                         epoch + 1, total_loss / steps, acc, steps * args.batch_size / elapsed, size)
+            logging.info("epoch %d: loss %.4f, test accuracy %.4f, %.0f samples/s (%d rank%s)",
+                         epoch + 1, total_loss / steps, acc, steps * args.batch_size / elapsed, size,
+                         "" if size == 1 else "s")
     acc = evaluate(net, x_test, y_test)
     if rank == 0:
         logging.info("final test accuracy %.4f", acc)

@@ -278,13 +278,16 @@ class RecordData:
 
 
 class SyntheticData:
-    """One random batch per rank, reused every step: measures training
-    throughput without any input pipeline."""
+    """One random training batch per rank, reused every step: measures
+    training throughput without any input pipeline. Validation draws fresh
+    random batches (images and labels the network never trained on), so its
+    accuracy is chance level, as it should be, not memorisation."""
 
     def __init__(self, args, size, ctx):
-        shape = (args.batch_size, 3, args.image_size, args.image_size)
-        self.data = mx.nd.random.uniform(-1, 1, shape=shape, ctx=ctx)
-        self.label = mx.nd.random.randint(0, args.num_classes, shape=(args.batch_size,), ctx=ctx).astype("float32")
+        self.shape = (args.batch_size, 3, args.image_size, args.image_size)
+        self.ctx = ctx
+        self.num_classes = args.num_classes
+        self.data, self.label = self._random_batch()
         self.batch_size = args.batch_size
         self.num_ranks = size
         self.num_train = args.num_train_images
@@ -293,6 +296,11 @@ class SyntheticData:
     def train_steps(self):
         return max(1, self.num_train // (self.batch_size * self.num_ranks))
 
+    def _random_batch(self):
+        data = mx.nd.random.uniform(-1, 1, shape=self.shape, ctx=self.ctx)
+        label = mx.nd.random.randint(0, self.num_classes, shape=(self.shape[0],), ctx=self.ctx).astype("float32")
+        return data, label
+
     def train_batches(self, steps):
         for _ in range(steps):
             yield self.data, self.label
@@ -300,7 +308,8 @@ class SyntheticData:
     def val_batches(self, limit):
         steps = max(1, IMAGENET_VAL_IMAGES // (self.batch_size * self.num_ranks))
         for _ in range(min(steps, limit) if limit else steps):
-            yield self.data, self.label, 0
+            data, label = self._random_batch()
+            yield data, label, 0
 
 
 # -- model, checkpoints ------------------------------------------------------------

@@ -25,6 +25,7 @@ cdef extern from "c_api.h" nogil:
         void* input
         void* output
         void* stream
+        const char* group
     ctypedef struct mxp_topology:
         int32_t rank, size, local_rank, local_size, cross_rank, cross_size, threads_multiple
 

@@ -5,7 +5,7 @@ from libc.stdint cimport int32_t, int64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memset
 
-from mxplugin.errors import (MXPluginError, MismatchError, PeerFailureError,
+from mxplugin.errors import (ArgumentError, MXPluginError, MismatchError, PeerFailureError,
                              NotInitializedError)
 
 # Must match src/common/types.h and src/common/status.h.
@@ -18,7 +18,7 @@ DTYPES = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float16": 4,
 cdef _raise(int code):
     message = mxp_last_error().decode("utf-8", "replace")
     if code == 1:
-        raise ValueError(message)
+        raise ArgumentError(message)
     if code == 2:
         raise MismatchError(message)
     if code == 3:
@@ -198,23 +198,32 @@ cdef class Core:
     def stop_timeline(self):
         _check(mxp_stop_timeline(self.c))
 
-    def enqueue(self, list ops, int process_set_id, bint mxnet=False, int priority=0):
+    def enqueue(self, list ops, int process_set_id, bint mxnet=False, int priority=0, group=None):
         """ops: tuples (name, op_type, reduce_op, dtype, device, shape, out_shape,
         root_rank, prescale, postscale, splits, priority, input, output[, stream])
         where input/output are data pointers (raw) or NDArrayHandles
         (mxnet=True), and stream (GPU tensors, raw only) is the cudaStream_t
-        the input was produced on (0: the legacy default stream).
+        the input was produced on (0: the legacy default stream). group: the
+        name the call is negotiated under (the user's name; None: each op's
+        own name), so that ranks calling different collectives or groups of
+        different sizes under one name get a mismatch, not a stall.
         Returns a Handle for raw ops, None for MXNet ops (the engine tracks them)."""
         cdef int n = len(ops)
         cdef _OpBatch batch = _OpBatch(n)
         cdef int i
         cdef Handle handle
         cdef int rc
+        cdef bytes group_bytes = group.encode() if isinstance(group, str) else group
+        cdef const char* group_ptr = NULL
+        if group_bytes is not None:
+            batch.keep.append(group_bytes)
+            group_ptr = group_bytes
         for i in range(n):
             t = ops[i]
             batch.set(i, t[0].encode() if isinstance(t[0], str) else t[0], t[1], t[2], t[3], t[4],
                       t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13],
                       t[14] if len(t) > 14 else 0)
+            batch.ops[i].group = group_ptr
         if mxnet:
             _check(mxp_mxnet_enqueue(self.c, batch.ops, n, process_set_id, priority))
             return None
@@ -233,7 +242,7 @@ def grads_bound(weights, grads):
     shape. NDArrays; reads bookkeeping only (no data, no engine wait)."""
     cdef int32_t n = len(weights)
     if len(grads) != n:
-        raise ValueError(f"grads_bound: {n} weights but {len(grads)} gradients")
+        raise ArgumentError(f"grads_bound: {n} weights but {len(grads)} gradients")
     cdef void** w = <void**>malloc(max(n, 1) * sizeof(void*))
     cdef void** g = <void**>malloc(max(n, 1) * sizeof(void*))
     cdef int32_t* out = <int32_t*>malloc(max(n, 1) * sizeof(int32_t))

@@ -12,11 +12,11 @@
 cdef int32_t _cuda_dtype(dtype) except -1:
     if isinstance(dtype, str):
         if dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+            raise ArgumentError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
         return DTYPES[dtype]
     code = int(dtype)
     if code not in DTYPES.values():
-        raise ValueError(f"unknown dtype code {code}")
+        raise ArgumentError(f"unknown dtype code {code}")
     return code
 
 

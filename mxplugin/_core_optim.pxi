@@ -20,7 +20,7 @@ cdef int _fused_kind(kind) except -1:
     try:
         return FUSED_KINDS[kind]
     except (KeyError, TypeError):
-        raise ValueError(f"unknown fused optimizer {kind!r}; choose one of {', '.join(FUSED_KINDS)}") from None
+        raise ArgumentError(f"unknown fused optimizer {kind!r}; choose one of {', '.join(FUSED_KINDS)}") from None
 
 
 cdef int _fused_params(kind, dict params, mxp_optim_params* out) except -1:
@@ -29,7 +29,7 @@ cdef int _fused_params(kind, dict params, mxp_optim_params* out) except -1:
     required = ("lr", "t") if kind == "lamb" else ("lr",)
     missing = [k for k in required if k not in params]
     if missing:
-        raise ValueError(f"fused {kind} needs {', '.join(missing)}")
+        raise ArgumentError(f"fused {kind} needs {', '.join(missing)}")
     for name, value in params.items():
         if value is None and name in _FUSED_OFF_WHEN_NONE:
             value = -1.0
@@ -49,7 +49,7 @@ cdef class _FusedBuffers:
     cdef set_states(self, list pointers):
         cdef int s
         if len(pointers) > 3:
-            raise ValueError(f"at most 3 optimizer states, got {len(pointers)}")
+            raise ArgumentError(f"at most 3 optimizer states, got {len(pointers)}")
         self.c.num_states = len(pointers)
         for s in range(len(pointers)):
             self.c.states[s] = <void*><uintptr_t>pointers[s]
@@ -63,7 +63,7 @@ cdef class _FusedBuffers:
             return
         n = len(segments)
         if n < 2:
-            raise ValueError("segments must hold at least two offsets (0 and the buffer size)")
+            raise ArgumentError("segments must hold at least two offsets (0 and the buffer size)")
         self.offsets = bytearray(n * 8)
         p = <int64_t*><char*>self.offsets
         for k in range(n):
@@ -86,7 +86,7 @@ cdef uintptr_t _ndarray_handle(array, str role) except? 0:
     except AttributeError:
         raise TypeError(f"{role} must be an mxnet NDArray, got {type(array).__name__}") from None
     if value is None:
-        raise ValueError(f"{role} is a null NDArray")
+        raise ArgumentError(f"{role} is a null NDArray")
     return <uintptr_t>value
 
 
@@ -96,9 +96,9 @@ cdef uintptr_t _float32_data(array, str role, bint writable) except? 0:
     if array.dtype != _np.float32:
         raise TypeError(f"{role} has dtype {array.dtype}; fused updates take float32 only")
     if not array.flags.c_contiguous:
-        raise ValueError(f"{role} is not C-contiguous")
+        raise ArgumentError(f"{role} is not C-contiguous")
     if writable and not array.flags.writeable:
-        raise ValueError(f"{role} is read-only; it is updated in place")
+        raise ArgumentError(f"{role} is read-only; it is updated in place")
     return <uintptr_t>array.ctypes.data
 
 
@@ -181,7 +181,7 @@ def fused_update_raw(str kind, weight, grad, states, dict params, segments=None)
     b.set_states([_float32_data(s, f"state {i}", True) for i, s in enumerate(state_list)])
     for role, array in arrays[1:]:
         if array.size != weight.size:
-            raise ValueError(f"{role} has {array.size} elements but weight has {weight.size}")
+            raise ArgumentError(f"{role} has {array.size} elements but weight has {weight.size}")
     b.c.size = weight.size
     b.set_segments(segments)
     with nogil:

@@ -2,7 +2,7 @@
 import atexit
 import threading
 
-from mxplugin.errors import NotInitializedError
+from mxplugin.errors import ArgumentError, NotInitializedError
 
 
 class _State:
@@ -46,9 +46,9 @@ class ProcessSet:
         try:
             ranks = sorted(ranks_or_comm)
         except TypeError:
-            raise ValueError("ProcessSet takes a list of integer ranks; MPI communicators are not supported")
+            raise ArgumentError("ProcessSet takes a list of integer ranks; MPI communicators are not supported")
         if not all(isinstance(r, int) for r in ranks):
-            raise ValueError(f"ProcessSet ranks must be integers, got {ranks_or_comm!r}")
+            raise ArgumentError(f"ProcessSet ranks must be integers, got {ranks_or_comm!r}")
         self.ranks = ranks
 
     def _invalidate(self):
@@ -67,7 +67,7 @@ class ProcessSet:
             return None
         r = _core().process_set_rank(self.process_set_id)
         if r < 0:
-            raise ValueError(f"rank {rank()} is not a member of {self}")
+            raise ArgumentError(f"rank {rank()} is not a member of {self}")
         return r
 
     def included(self):
@@ -95,14 +95,14 @@ def init(comm=None, process_sets=None):
         if _state.core is not None:
             return
         if _state.shut_down:
-            raise ValueError("mxplugin cannot be initialized again after shutdown() (MPI cannot restart)")
+            raise ArgumentError("mxplugin cannot be initialized again after shutdown() (MPI cannot restart)")
         core = _core_module().Core()
         topo = core.topology()
         if comm is not None:
             try:
                 ranks = sorted(comm)
             except TypeError:
-                raise ValueError("init(comm=...) takes None or a list of ranks")
+                raise ArgumentError("init(comm=...) takes None or a list of ranks")
             if ranks != list(range(topo["size"])):
                 core.shutdown()
                 raise NotImplementedError(
@@ -226,7 +226,7 @@ def add_process_set(process_set):
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
-        raise ValueError(f"{process_set} is already registered")
+        raise ArgumentError(f"{process_set} is already registered")
     process_set.process_set_id = _core().add_process_set(process_set.ranks)
     return process_set
 

@@ -1,23 +1,36 @@
 """Exceptions raised by mxplugin.
 
-Argument errors found before anything is enqueued are ValueError/TypeError.
-Errors of asynchronous MXNet ops surface as mxnet.base.MXNetError when the
-result is read; their message is the same as these exceptions'.
+Argument errors found before anything is enqueued are ArgumentError (a
+ValueError and an mxnet.base.MXNetError, so programs written for
+horovod.mxnet, which raises MXNetError, and programs that catch ValueError
+both catch them) or TypeError. Errors of asynchronous MXNet ops surface as
+mxnet.base.MXNetError when the result is read; their message is the same as
+these exceptions'.
 """
+try:
+    from mxnet.base import MXNetError as _MXNetError
+except ImportError:  # a core-only build, on a machine without MXNet
+    class _MXNetError(RuntimeError):
+        """Stands in for mxnet.base.MXNetError where MXNet is not installed."""
 
 
 class MXPluginError(RuntimeError):
     """An error reported by the mxplugin core."""
 
 
+class ArgumentError(_MXNetError, ValueError):
+    """A bad argument: wrong splits, an unknown op or process set, a value out
+    of range. Both a ValueError and an mxnet.base.MXNetError."""
+
+
 class MismatchError(MXPluginError):
     """Ranks submitted a collective under the same name with different
-    operation, dtype, shape, root rank, device or scale factors."""
+    operation, dtype, shape, root rank, device, scale factors or group size."""
 
 
 class PeerFailureError(MXPluginError):
     """A peer died, timed out, or shut down while a collective was pending."""
 
 
-class NotInitializedError(ValueError):
+class NotInitializedError(ArgumentError):
     """An operation was called before mxplugin.init()."""

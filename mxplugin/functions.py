@@ -6,6 +6,8 @@ import mxnet as mx
 import numpy as np
 
 from mxplugin import basics
+from mxplugin.basics import global_process_set
+from mxplugin.errors import ArgumentError
 from mxplugin.ops import allgather, broadcast_
 
 try:
@@ -21,8 +23,10 @@ def _to_bytes(obj):
 
 
 def broadcast_object(obj, root_rank=0, name=None):
-    """Returns root_rank's `obj` on every rank (pickled, so any picklable object)."""
-    name = name or type(obj).__name__
+    """Returns root_rank's `obj` on every rank (pickled, so any picklable
+    object). Other ranks' `obj` is ignored, so `obj if rank() == 0 else None`
+    works: the default name is the same on every rank whatever they pass."""
+    name = name or "broadcast_object"
     if basics.rank() == root_rank:
         payload = _to_bytes(obj)
         length = mx.nd.array([len(payload)], dtype="int64")
@@ -39,12 +43,15 @@ def broadcast_object(obj, root_rank=0, name=None):
     return _pickle.loads(data.asnumpy().tobytes())
 
 
-def allgather_object(obj, name=None):
-    """Returns the list of every rank's `obj`, in rank order."""
-    name = name or type(obj).__name__
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """Returns the list of every rank's `obj`, in rank order (objects may
+    differ in type between ranks)."""
+    name = name or "allgather_object"
     payload = _to_bytes(obj)
-    sizes = allgather(mx.nd.array([len(payload)], dtype="int64"), name=name + ".sz").asnumpy()
-    data = allgather(mx.nd.array(payload, dtype="uint8"), name=name + ".t").asnumpy().tobytes()
+    sizes = allgather(mx.nd.array([len(payload)], dtype="int64"), name=name + ".sz",
+                      process_set=process_set).asnumpy()
+    data = allgather(mx.nd.array(payload, dtype="uint8"), name=name + ".t",
+                     process_set=process_set).asnumpy().tobytes()
     out, offset = [], 0
     for s in sizes:
         out.append(_pickle.loads(data[offset:offset + int(s)]))
@@ -71,7 +78,7 @@ def broadcast_parameters(params, root_rank=0, prefix=None):
         raise TypeError("prefix must be a str or None")
     prefix = prefix or ""
     if not isinstance(params, _parameter_dict_types()):
-        raise ValueError(f"invalid params of type: {type(params)}")
+        raise ArgumentError(f"invalid params of type: {type(params)}")
     if basics.size() == 1:
         return
     tensors = []

@@ -10,6 +10,7 @@ import mxnet as mx
 from mxnet.kvstore import KVStoreBase
 
 from mxplugin import basics
+from mxplugin.errors import ArgumentError
 from mxplugin.ops import Average, allreduce_, broadcast_
 
 
@@ -31,7 +32,7 @@ class MXPlugin(KVStoreBase):
     def pushpull(self, key, value, out=None, priority=0):
         values = value if isinstance(value, (list, tuple)) else [value]
         if len(values) != 1:
-            raise ValueError("the mxplugin kvstore runs one device per process")
+            raise ArgumentError("the mxplugin kvstore runs one device per process")
         if basics.size() > 1:
             allreduce_(values[0], name=f"kvstore.{key}", op=Average, priority=priority)
         if out is not None:

@@ -9,6 +9,7 @@ import numpy as np
 
 from mxplugin import basics
 from mxplugin.basics import global_process_set
+from mxplugin.errors import ArgumentError
 
 # Reduce ops, with horovod.mxnet's values.
 Average = 0
@@ -43,12 +44,12 @@ def _reduce_code(op):
     try:
         return _core_reduce[op]
     except KeyError:
-        raise ValueError(f"unknown reduce op {op!r}; use Average, Sum, Min, Max or Product")
+        raise ArgumentError(f"unknown reduce op {op!r}; use Average, Sum, Min, Max or Product")
 
 
 def _resolve_op(average, op):
     if op is not None and average is not None:
-        raise ValueError("pass either op or the deprecated average, not both (op supersedes average)")
+        raise ArgumentError("pass either op or the deprecated average, not both (op supersedes average)")
     if op is None and average is not None:
         warnings.warn("the average argument is deprecated; use op=Average or op=Sum", DeprecationWarning,
                       stacklevel=3)
@@ -94,16 +95,26 @@ def _set_id(process_set):
     if not isinstance(process_set, basics.ProcessSet):
         raise TypeError("process_set must be a ProcessSet")
     if process_set.process_set_id is None:
-        raise ValueError(f"{process_set} is not registered; call add_process_set() first")
+        raise ArgumentError(f"{process_set} is not registered; call add_process_set() first")
     return process_set.process_set_id
 
 
-def _push(entries, process_set, priority):
+def _push(entries, process_set, priority, group=None):
     """entries: (name, op_type, reduce, dtype, device, shape, out_shape, root,
-    prescale, postscale, splits, input NDArray, output NDArray)."""
+    prescale, postscale, splits, input NDArray, output NDArray). group: the
+    user's name for the call (None: auto-named), which the core negotiates
+    across kinds and group sizes, so that ranks calling different collectives
+    or groups of different sizes under one name get a mismatch, not a stall."""
     core = basics._core()
     ops = [e[:11] + (priority, e[11].handle.value, e[12].handle.value) for e in entries]
-    core.enqueue(ops, _set_id(process_set), True, priority)
+    core.enqueue(ops, _set_id(process_set), True, priority, group)
+
+
+def _group_key(base, name):
+    """The negotiation group of a call named `name` (its kind-prefixed
+    `base`): the user's name, shared by every kind; auto names keep their
+    kind, so that unrelated unnamed calls of different kinds never meet."""
+    return base if name is None else name
 
 
 def _check_scale(prescale_factor, postscale_factor):
@@ -135,7 +146,7 @@ def _check_distinct(tensors):
     for t in tensors:
         key = t.handle.value
         if key in seen:
-            raise ValueError("the same NDArray appears twice in one grouped in-place call")
+            raise ArgumentError("the same NDArray appears twice in one grouped in-place call")
         seen.add(key)
 
 
@@ -146,8 +157,9 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0, 
     op = _resolve_op(average, op)
     _check_array(tensor)
     output = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
-    _push(_allreduce_entries([tensor], [output], _base_name("allreduce", name), op, prescale_factor,
-                             postscale_factor), process_set, priority)
+    base = _base_name("allreduce", name)
+    _push(_allreduce_entries([tensor], [output], base, op, prescale_factor, postscale_factor), process_set,
+          priority, _group_key(base, name))
     return output
 
 
@@ -155,8 +167,9 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
                process_set=global_process_set, op=None):
     """In-place allreduce; returns `tensor`."""
     op = _resolve_op(average, op)
-    _push(_allreduce_entries([tensor], [tensor], _base_name("allreduce", name), op, prescale_factor,
-                             postscale_factor), process_set, priority)
+    base = _base_name("allreduce", name)
+    _push(_allreduce_entries([tensor], [tensor], base, op, prescale_factor, postscale_factor), process_set,
+          priority, _group_key(base, name))
     return tensor
 
 
@@ -168,8 +181,9 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
         return tensors
     _check_group(tensors)
     outputs = [mx.nd.empty(t.shape, ctx=t.context, dtype=t.dtype) for t in tensors]
-    _push(_allreduce_entries(list(tensors), outputs, _base_name("allreduce", name), op, prescale_factor,
-                             postscale_factor), process_set, priority)
+    base = _base_name("allreduce", name)
+    _push(_allreduce_entries(list(tensors), outputs, base, op, prescale_factor, postscale_factor), process_set,
+          priority, _group_key(base, name))
     return outputs
 
 
@@ -181,8 +195,9 @@ def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_fa
         return tensors
     _check_group(tensors)
     _check_distinct(tensors)
-    _push(_allreduce_entries(list(tensors), list(tensors), _base_name("allreduce", name), op,
-                             prescale_factor, postscale_factor), process_set, priority)
+    base = _base_name("allreduce", name)
+    _push(_allreduce_entries(list(tensors), list(tensors), base, op, prescale_factor, postscale_factor),
+          process_set, priority, _group_key(base, name))
     return tensors
 
 
@@ -204,7 +219,7 @@ def _allgather_output(tensor, name, process_set, index=None):
     what = "tensor" if index is None else f"tensor {index}"
     dtype, device, shape = _describe(tensor, what)
     if not shape:
-        raise ValueError(f"allgather: {what} must have at least one dimension")
+        raise ArgumentError(f"allgather: {what} must have at least one dimension")
     firsts = _exchange_int64([shape[0]], name + ".sizes", process_set)[:, 0]
     out_shape = [int(firsts.sum())] + shape[1:]
     output = mx.nd.empty(tuple(out_shape), ctx=tensor.context, dtype=tensor.dtype)
@@ -217,8 +232,9 @@ def allgather(tensor, name=None, priority=0, process_set=global_process_set):
     differ per rank; the other dimensions must agree)."""
     _check_array(tensor)
     _set_id(process_set)
-    output, entry = _allgather_output(tensor, _base_name("allgather", name), process_set)
-    _push([entry], process_set, priority)
+    base = _base_name("allgather", name)
+    output, entry = _allgather_output(tensor, base, process_set)
+    _push([entry], process_set, priority, _group_key(base, name))
     return output
 
 
@@ -227,9 +243,10 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
     if not tensors:
         return tensors
     _set_id(process_set)
-    names = _group_names(_base_name("allgather", name), len(tensors))
+    base = _base_name("allgather", name)
+    names = _group_names(base, len(tensors))
     results = [_allgather_output(t, names[i], process_set, i) for i, t in enumerate(tensors)]
-    _push([e for _, e in results], process_set, priority)
+    _push([e for _, e in results], process_set, priority, _group_key(base, name))
     return [o for o, _ in results]
 
 
@@ -237,7 +254,7 @@ def _broadcast_entry(tensor, output, root_rank, base):
     if not isinstance(root_rank, (int, np.integer)) or isinstance(root_rank, bool):
         raise TypeError(f"root_rank must be an int, got {type(root_rank).__name__}")
     if not 0 <= root_rank < basics.size():
-        raise ValueError(f"root_rank {root_rank} is out of range for {basics.size()} ranks")
+        raise ArgumentError(f"root_rank {root_rank} is out of range for {basics.size()} ranks")
     dtype, device, shape = _describe(tensor)
     m = _core_module()
     return (base, m.OP_BROADCAST, 0, dtype, device, shape, shape, int(root_rank), 1.0, 1.0, None, tensor, output)
@@ -247,13 +264,15 @@ def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_proce
     """Returns a new NDArray holding root_rank's `tensor` (root_rank is a global rank)."""
     _check_array(tensor)
     output = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
-    _push([_broadcast_entry(tensor, output, root_rank, _base_name("broadcast", name))], process_set, priority)
+    base = _base_name("broadcast", name)
+    _push([_broadcast_entry(tensor, output, root_rank, base)], process_set, priority, _group_key(base, name))
     return output
 
 
 def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
     """In-place broadcast from root_rank; returns `tensor`."""
-    _push([_broadcast_entry(tensor, tensor, root_rank, _base_name("broadcast", name))], process_set, priority)
+    base = _base_name("broadcast", name)
+    _push([_broadcast_entry(tensor, tensor, root_rank, base)], process_set, priority, _group_key(base, name))
     return tensor
 
 
@@ -266,19 +285,17 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     _set_id(process_set)
     n = len(process_set.ranks)
     if not shape:
-        raise ValueError("alltoall: tensor must have at least one dimension")
+        raise ArgumentError("alltoall: tensor must have at least one dimension")
     if splits is None:
         if shape[0] % n:
-            raise ValueError(f"alltoall: first dimension {shape[0]} is not divisible by {n} ranks; pass splits")
+            raise ArgumentError(f"alltoall: first dimension {shape[0]} is not divisible by {n} ranks; pass splits")
         split_list = [shape[0] // n] * n
     else:
-        if isinstance(splits, mx.nd.NDArray):
-            splits = splits.asnumpy()
-        split_list = [int(s) for s in np.asarray(splits).reshape(-1)]
+        split_list = _integer_splits(splits)
         if len(split_list) != n:
-            raise ValueError(f"alltoall: {len(split_list)} splits given for a process set of {n} ranks")
+            raise ArgumentError(f"alltoall: {len(split_list)} splits given for a process set of {n} ranks")
         if any(s < 0 for s in split_list) or sum(split_list) != shape[0]:
-            raise ValueError(f"alltoall: splits {split_list} must be non-negative and sum to the first "
+            raise ArgumentError(f"alltoall: splits {split_list} must be non-negative and sum to the first "
                              f"dimension {shape[0]}")
     base = _base_name("alltoall", name)
     matrix = _exchange_int64(split_list, base + ".splits", process_set)
@@ -288,17 +305,36 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     output = mx.nd.empty(tuple(out_shape), ctx=tensor.context, dtype=tensor.dtype)
     m = _core_module()
     _push([(base, m.OP_ALLTOALL, 0, dtype, device, shape, out_shape, 0, 1.0, 1.0, split_list, tensor, output)],
-          process_set, priority)
+          process_set, priority, _group_key(base, name))
     if splits is None:
         return output
     return output, mx.nd.array(received, ctx=mx.cpu(), dtype=np.int32)
+
+
+def _integer_splits(splits):
+    """splits as a list of ints: an int32/int64 NDArray or NumPy array, or a
+    list or tuple of Python ints. Anything else (floats above all, which
+    would be truncated into a silently wrong exchange) is an ArgumentError."""
+    if isinstance(splits, mx.nd.NDArray):
+        splits = splits.asnumpy()
+    if isinstance(splits, np.ndarray):
+        if splits.dtype not in (np.int32, np.int64):
+            raise ArgumentError(f"alltoall: splits must be int32 or int64, got an array of {splits.dtype}")
+        return [int(v) for v in splits.reshape(-1)]
+    if isinstance(splits, (list, tuple)):
+        bad = [v for v in splits if not isinstance(v, (int, np.integer)) or isinstance(v, bool)]
+        if bad:
+            raise ArgumentError(f"alltoall: splits must be integers, got {bad[0]!r} ({type(bad[0]).__name__})")
+        return [int(v) for v in splits]
+    raise ArgumentError(f"alltoall: splits must be an int32/int64 NDArray or a list or tuple of ints, "
+                        f"got {type(splits).__name__}")
 
 
 def _reducescatter_entry(tensor, name, op, pre, post, process_set, index=None):
     what = "tensor" if index is None else f"tensor {index}"
     dtype, device, shape = _describe(tensor, what)
     if not shape:
-        raise ValueError(f"reducescatter: {what} must have at least one dimension")
+        raise ArgumentError(f"reducescatter: {what} must have at least one dimension")
     n = len(process_set.ranks)
     me = process_set.rank()
     rows = shape[0] // n + (1 if me < shape[0] % n else 0)
@@ -311,7 +347,7 @@ def _reducescatter_entry(tensor, name, op, pre, post, process_set, index=None):
 
 def _check_reducescatter_op(op):
     if op not in (Average, Sum):
-        raise ValueError(f"reducescatter supports Average and Sum, not {_op_names.get(op, op)}")
+        raise ArgumentError(f"reducescatter supports Average and Sum, not {_op_names.get(op, op)}")
 
 
 def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_process_set,
@@ -321,8 +357,9 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
     _check_reducescatter_op(op)
     pre, post = _check_scale(prescale_factor, postscale_factor)
     _set_id(process_set)
-    output, entry = _reducescatter_entry(tensor, _base_name("reducescatter", name), op, pre, post, process_set)
-    _push([entry], process_set, priority)
+    base = _base_name("reducescatter", name)
+    output, entry = _reducescatter_entry(tensor, base, op, pre, post, process_set)
+    _push([entry], process_set, priority, _group_key(base, name))
     return output
 
 
@@ -334,9 +371,10 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0, process_se
         return tensors
     pre, post = _check_scale(prescale_factor, postscale_factor)
     _set_id(process_set)
-    names = _group_names(_base_name("reducescatter", name), len(tensors))
+    base = _base_name("reducescatter", name)
+    names = _group_names(base, len(tensors))
     results = [_reducescatter_entry(t, names[i], op, pre, post, process_set, i) for i, t in enumerate(tensors)]
-    _push([e for _, e in results], process_set, priority)
+    _push([e for _, e in results], process_set, priority, _group_key(base, name))
     return [o for o, _ in results]
 
 

@@ -9,8 +9,10 @@ import os
 import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 
 PROG = "mxplugin-run"
 EXIT_USAGE = 2
@@ -19,6 +21,7 @@ EPILOG = """\
 examples:
   mxplugin-run -np 4 python train.py --epochs 10
   mxplugin-run -np 8 -H server1:4,server2:4 python train.py
+  mxplugin-run -np 8 --hostfile hosts.txt python train.py   # lines "server1 slots=4"
   mxplugin-run -np 2 --timeline-filename /tmp/timeline.json python train.py
   mxplugin-run --check-build
 
@@ -54,13 +57,27 @@ def build_parser():
         help="hosts and how many ranks each may run, e.g. a:4,b:4 "
              "(default: all ranks on this machine)")
     parser.add_argument(
+        "--hostfile", metavar="FILE",
+        help="hosts from a file instead of -H: one per line, 'host slots=N', 'host:N' or 'host' "
+             "(1 slot); '#' starts a comment")
+    parser.add_argument(
+        "--rsh", metavar="CMD", default="ssh",
+        help="remote shell that starts processes on other hosts (default ssh; given to mpiexec)")
+    parser.add_argument(
+        "--ssh-connect-timeout", type=float, metavar="SECONDS",
+        default=float(os.environ.get("MXPLUGIN_SSH_CONNECT_TIMEOUT", "10")),
+        help="before launching, every remote host must answer the remote shell within this "
+             "many seconds, else the launch fails naming it and nothing is started "
+             "(default 10, or $MXPLUGIN_SSH_CONNECT_TIMEOUT)")
+    parser.add_argument(
         "--timeline-filename", dest="timeline", metavar="FILE",
         help="record a timeline of collective operations to FILE "
              "(sets MXPLUGIN_TIMELINE for the ranks)")
     parser.add_argument(
         "--verbose", action="store_true",
-        help="print the mpiexec command line to stderr and set "
-             "MXPLUGIN_LOG_LEVEL=debug unless it is already set")
+        help="print the mpiexec command line and the variables this launcher sets "
+             "(OMP_NUM_THREADS: this machine's cores divided by the ranks per host, "
+             "unless already set) to stderr, and set MXPLUGIN_LOG_LEVEL=debug unless it is already set")
     parser.add_argument(
         "--check-build", action="store_true",
         help="show what this mxplugin was built with (MPI, CUDA, NCCL, MXNet) and exit")
@@ -92,6 +109,86 @@ def parse_hosts(spec):
             raise UsageError(f"bad host list {spec!r}: slot count in {entry!r} must be an integer >= 1")
         hosts.append((name, int(slots)))
     return hosts
+
+
+def parse_hostfile(path):
+    """Lines 'host slots=N', 'host:N' or 'host' -> [(host, slots)]."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise UsageError(f"--hostfile {path}: {exc.strerror}") from exc
+    hosts = []
+    for number, line in enumerate(lines, 1):
+        text = line.split("#", 1)[0].strip()
+        if not text:
+            continue
+        fields = text.split()
+        name, slots = fields[0], "1"
+        if ":" in name:
+            name, _, slots = name.partition(":")
+        for extra in fields[1:]:
+            key, _, value = extra.partition("=")
+            if key not in ("slots", "max_slots") or not value:
+                raise UsageError(f"--hostfile {path}, line {number}: expected 'host slots=N' or 'host:N', "
+                                 f"got {line.strip()!r}")
+            if key == "slots":
+                slots = value
+        if not name or not slots.isdigit() or int(slots) < 1:
+            raise UsageError(f"--hostfile {path}, line {number}: bad host or slot count in {line.strip()!r}")
+        hosts.append((name, int(slots)))
+    if not hosts:
+        raise UsageError(f"--hostfile {path} lists no hosts")
+    return hosts
+
+
+def is_local_host(name):
+    """Hosts mpiexec starts ranks on without the remote shell."""
+    if name in ("localhost", "127.0.0.1", "::1", socket.gethostname(), socket.getfqdn()):
+        return True
+    try:
+        return socket.gethostbyname(name) in socket.gethostbyname_ex(socket.gethostname())[2] + ["127.0.0.1"]
+    except OSError:
+        return False
+
+
+def reach_command(rsh, host, timeout):
+    cmd = shlex.split(rsh)
+    if os.path.basename(cmd[0]) == "ssh":
+        # BatchMode: fail instead of prompting for a password nobody will type.
+        cmd += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(round(timeout)))}"]
+    return cmd + [host, "true"]
+
+
+def check_hosts_reachable(hosts, rsh, timeout):
+    """Every remote host must run `true` through the remote shell within
+    `timeout` seconds (all tried at once); else a UsageError naming the hosts.
+    Each try runs in a process session of its own, killed whole on timeout,
+    so nothing is left running."""
+    remote = [name for name, _ in hosts if not is_local_host(name)]
+    tries = {}
+    for host in remote:
+        try:
+            tries[host] = subprocess.Popen(reach_command(rsh, host, timeout), stdin=subprocess.DEVNULL,
+                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                           start_new_session=True)
+        except OSError as exc:
+            raise UsageError(f"cannot run the remote shell {rsh!r}: {exc.strerror}") from exc
+    deadline = time.monotonic() + timeout + 2  # ssh's own ConnectTimeout, plus a margin
+    failures = []
+    for host, proc in tries.items():
+        try:
+            _, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            if proc.returncode != 0:
+                said = (err or "").strip().splitlines()
+                failures.append(f"{host} ({said[-1] if said else f'exit {proc.returncode}'})")
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            failures.append(f"{host} (no answer within {timeout:g} s)")
+    if failures:
+        raise UsageError(f"cannot reach {', '.join(failures)} with {rsh!r}; -H needs passwordless ssh to every "
+                         "host and the same Python and mxplugin paths there (README, 'Using it')")
 
 
 def check_num_proc(num_proc):
@@ -165,7 +262,7 @@ def mpi_flavour(mpiexec):
 
 # --------------------------------------------------------- command and env
 
-def rank_environment(args, base_env):
+def rank_environment(args, base_env, hosts=()):
     """The environment the ranks get, and the names this launcher added."""
     env = dict(base_env)
     added = {}
@@ -174,32 +271,63 @@ def rank_environment(args, base_env):
     if args.verbose and "MXPLUGIN_LOG_LEVEL" not in env:
         added["MXPLUGIN_LOG_LEVEL"] = "debug"
     # Each rank's OpenMP pool would otherwise size itself to every core of
-    # the machine, so N ranks per machine would run N times too many threads.
+    # the machine, so N ranks per machine would run N times too many threads;
+    # one thread each would leave cores idle when ranks are fewer than cores.
+    # A user's own value always wins.
     if "OMP_NUM_THREADS" not in env:
-        added["OMP_NUM_THREADS"] = "1"
+        added["OMP_NUM_THREADS"] = str(threads_per_rank(args.num_proc, hosts))
     env.update(added)
     return env, added
+
+
+def usable_cores():
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def ranks_per_host(num_proc, hosts):
+    """The most ranks any one host gets: hosts fill in order, each up to its
+    slots (how mpiexec places them); all on this machine without -H."""
+    if not hosts:
+        return num_proc
+    most, left = 0, num_proc
+    for _, slots in hosts:
+        placed = min(slots, left)
+        most, left = max(most, placed), left - placed
+    return max(most, 1)
+
+
+def threads_per_rank(num_proc, hosts):
+    """This machine's cores divided by the ranks on the busiest host, at
+    least 1 (hosts of a -H list are taken to have as many cores as this one)."""
+    return max(1, usable_cores() // ranks_per_host(num_proc, hosts))
 
 
 def names_to_export(env):
     return sorted(name for name in env if name.startswith("MXPLUGIN_") or name == "OMP_NUM_THREADS")
 
 
-def mpich_arguments(num_proc, hosts):
+def mpich_arguments(num_proc, hosts, rsh="ssh"):
     # Hydra passes the launcher's whole environment to every rank by default.
     args = ["-n", str(num_proc)]
     if hosts:
         args += ["-hosts", ",".join(f"{name}:{slots}" for name, slots in hosts)]
+        if rsh != "ssh":
+            args += ["-launcher", "ssh", "-launcher-exec", rsh]
     return args
 
 
-def openmpi_arguments(num_proc, hosts, env):
+def openmpi_arguments(num_proc, hosts, env, rsh="ssh"):
     # Without -H, Open MPI allows one rank per core on this machine; to run
     # more, list the slots explicitly (e.g. -H localhost:8) rather than have
     # this launcher pass --oversubscribe behind the user's back.
     args = ["-np", str(num_proc)]
     if hosts:
         args += ["-H", ",".join(f"{name}:{slots}" for name, slots in hosts)]
+    if hosts and rsh != "ssh":
+        args += ["--mca", "plm_rsh_agent", rsh]
     # Open MPI only forwards the variables named with -x to remote ranks.
     for name in names_to_export(env):
         args += ["-x", name]
@@ -208,9 +336,9 @@ def openmpi_arguments(num_proc, hosts, env):
 
 def mpiexec_command(mpiexec, flavour, args, hosts, env):
     if flavour == "openmpi":
-        launch = openmpi_arguments(args.num_proc, hosts, env)
+        launch = openmpi_arguments(args.num_proc, hosts, env, args.rsh)
     else:
-        launch = mpich_arguments(args.num_proc, hosts)
+        launch = mpich_arguments(args.num_proc, hosts, args.rsh)
     return [mpiexec] + launch + list(args.command)
 
 
@@ -264,10 +392,16 @@ def run_child(command, env):
 
 def launch(args):
     check_num_proc(args.num_proc)
-    hosts = parse_hosts(args.hosts) if args.hosts is not None else []
+    if args.hosts is not None and args.hostfile is not None:
+        raise UsageError("give the hosts with -H or with --hostfile, not both")
+    if args.hostfile is not None:
+        hosts = parse_hostfile(args.hostfile)
+    else:
+        hosts = parse_hosts(args.hosts) if args.hosts is not None else []
     if hosts:
         check_slots(hosts, args.num_proc)
-    env, added = rank_environment(args, os.environ)
+        check_hosts_reachable(hosts, args.rsh, args.ssh_connect_timeout)
+    env, added = rank_environment(args, os.environ, hosts)
     check_program(args.command, env)
     mpiexec = find_mpiexec()
     command = mpiexec_command(mpiexec, mpi_flavour(mpiexec), args, hosts, env)

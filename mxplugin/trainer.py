@@ -4,12 +4,14 @@ fused call each (see buckets.py)."""
 import itertools
 import logging
 import pickle
+import warnings
 from collections import OrderedDict
 
 import mxnet as mx
 
 from mxplugin import basics, native_update
 from mxplugin.compression import Compression
+from mxplugin.errors import ArgumentError, MismatchError
 from mxplugin.buckets import Layout
 from mxplugin.ops import Average, Sum, allreduce_, grouped_allreduce_
 
@@ -45,8 +47,12 @@ class DistributedTrainer(mx.gluon.Trainer):
         if prefix is not None and not isinstance(prefix, str):
             raise TypeError("prefix must be a str or None")
         if not gradient_predivide_factor > 0:
-            raise ValueError("gradient_predivide_factor must be positive")
+            raise ArgumentError("gradient_predivide_factor must be positive")
         if isinstance(optimizer, DistributedOptimizer):
+            # As horovod.mxnet: a wrapped optimizer would reduce every gradient
+            # a second time, so it is unwrapped, with a warning.
+            warnings.warn("DistributedTrainer reduces gradients itself: the DistributedOptimizer given was "
+                          "unwrapped and its inner optimizer is used", UserWarning, stacklevel=2)
             optimizer = optimizer._optimizer
         if isinstance(params, dict):
             params = OrderedDict(params)
@@ -68,13 +74,14 @@ class DistributedTrainer(mx.gluon.Trainer):
         if mesh is not None:
             self._process_set = mesh.dp_set
         if local_sgd_steps < 0 or local_sgd_warmup_steps < 0:
-            raise ValueError("local_sgd_steps and local_sgd_warmup_steps must be >= 0")
+            raise ArgumentError("local_sgd_steps and local_sgd_warmup_steps must be >= 0")
         self._local_sgd_steps = int(local_sgd_steps)
         self._local_sgd_warmup = int(local_sgd_warmup_steps)
         self._local_sgd_states = bool(local_sgd_average_states)
         self._steps = 0
         self._local_rescale = None
         self.num_reductions = 0  # gradient or parameter reductions run (one per bucket set)
+        self._layout_agreed = False  # ranks' parameters compared (at the first reduction)
 
     # -- layout -----------------------------------------------------------------
     def _ensure_layout(self):
@@ -121,6 +128,9 @@ class DistributedTrainer(mx.gluon.Trainer):
         layout = self._prepare()
         if not self._world():
             return
+        if not self._layout_agreed:
+            self._check_layout_agrees(layout)
+        self._layout_agreed = True
         self.num_reductions += 1
         post = self._predivide if average_in_core else 1.0
         op = Average if average_in_core else Sum
@@ -136,6 +146,32 @@ class DistributedTrainer(mx.gluon.Trainer):
                 allreduce_(g, name=f"{self._prefix}param{index}", priority=-index, op=op,
                            prescale_factor=1.0 / self._predivide, postscale_factor=post,
                            process_set=self._process_set)
+
+    def _check_layout_agrees(self, layout):
+        """Once, at the first reduction (which every rank reaches): ranks
+        whose parameters differ would get a mismatch naming a bucket; name
+        the first parameter that differs instead, on every rank."""
+        from mxplugin.functions import allgather_object
+
+        mine = [(p.name, tuple(p.shape), str(p.dtype)) for b in layout.buckets for _, p in b.entries]
+        everyone = allgather_object(mine, name=f"{self._prefix}layout", process_set=self._process_set)
+        if all(len(theirs) == len(mine) and all(a[1:] == b[1:] for a, b in zip(theirs, mine))
+               for theirs in everyone):
+            return
+        ranks = self._process_set.ranks or list(range(len(everyone)))
+        longest = max(len(x) for x in everyone)
+        for i in range(longest):
+            seen = {}
+            for rank, theirs in zip(ranks, everyone):
+                entry = theirs[i] if i < len(theirs) else None
+                text = "nothing" if entry is None else f"'{entry[0]}' of shape {entry[1]} and dtype {entry[2]}"
+                seen.setdefault(text if entry is None else (entry[1], entry[2]), (text, []))[1].append(rank)
+            if len(seen) > 1:
+                detail = "; ".join(f"{text} on rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
+                                   for text, rs in seen.values())
+                raise MismatchError(f"DistributedTrainer '{self._prefix}': the trainable parameters differ across "
+                                    f"ranks; the first difference, at position {i} in reduction order (last layers "
+                                    f"first): {detail}. Every rank must build the same model.")
 
     def _fold_factor(self):
         """Post-scale of the Sum that step() folds into rescale_grad."""
@@ -292,7 +328,7 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     def __init__(self, optimizer, gradient_predivide_factor=1.0, num_groups=0,
                  process_set=basics.global_process_set):
         if not gradient_predivide_factor > 0:
-            raise ValueError("gradient_predivide_factor must be positive")
+            raise ArgumentError("gradient_predivide_factor must be positive")
         self._optimizer = optimizer
         self._predivide = float(gradient_predivide_factor)
         self._num_groups = num_groups

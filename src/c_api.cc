@@ -68,6 +68,7 @@ std::vector<TensorOp> OpsFromC(const mxp_op* ops, int32_t n) {
     t.meta.postscale = c.postscale;
     t.meta.splits = Ints(c.splits, c.nsplits);
     t.meta.priority = c.priority;
+    t.meta.group = c.group ? c.group : t.meta.name;
     t.input.shape = t.meta.shape;
     t.input.dtype = t.meta.dtype;
     t.input.device = c.device;

@@ -39,6 +39,11 @@ typedef struct {
    * during the enqueue call; ignored for CPU tensors and by mxp_mxnet_enqueue,
    * which takes the engine's stream. */
   void* stream;
+  /* The name ranks negotiate the call under: what the user named it (NULL:
+   * `name`). Ranks that submit different collectives, or groups of
+   * different sizes, under one group name get a mismatch error, not a stall.
+   * Every op of one enqueue call is one group. */
+  const char* group;
 } mxp_op;
 
 typedef struct {

@@ -18,6 +18,7 @@ import shutil
 import numpy as np
 import pytest
 
+from gpu_probe import no_gpu_reason
 from mxplugin import _build_info
 from mxplugin._loader import core_module as core
 from mxplugin.errors import MXPluginError
@@ -78,6 +79,8 @@ gpu = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def cp():
+    if no_gpu_reason():
+        pytest.skip(no_gpu_reason())
     cupy = pytest.importorskip("cupy", reason="the GPU tests drive the kernels with CuPy, which is not installed")
     try:
         devices = cupy.cuda.runtime.getDeviceCount()

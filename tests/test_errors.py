@@ -20,6 +20,17 @@ def test_mismatches_error_everywhere_and_library_recovers(np):
 
 
 @pytest.mark.parametrize("np", [2, 3])
+def test_mistakes_fail_fast_with_default_settings(np):
+    """Grouped calls of different sizes, allreduce against broadcast under one
+    name (fresh and after caching), Sum against Average naming the ops: each
+    fails on every rank within 30 s with the default stall settings; then
+    broadcast_object of None on non-root ranks, allgather_object of mixed
+    types, argument errors that are ValueError and MXNetError at once, and
+    non-integer splits rejected."""
+    assert_spmd_ok("check_mistakes.py", np, timeout=TIMEOUT)
+
+
+@pytest.mark.parametrize("np", [2, 3])
 def test_stalled_names_warn_then_fail(np):
     env = {"MXPLUGIN_STALL_CHECK_TIME_SECONDS": 1, "MXPLUGIN_STALL_SHUTDOWN_TIME_SECONDS": 3}
     out, err = assert_spmd_ok("check_stall.py", np, env=env, timeout=TIMEOUT)

@@ -146,6 +146,23 @@ def test_resnet50_hybridized_trains_at_two_ranks():
     assert losses[-1] < 0.7 * losses[0], out
 
 
+def test_synthetic_validation_uses_batches_it_never_trained_on():
+    import importlib.util
+
+    import mxnet as mx
+
+    spec = importlib.util.spec_from_file_location("imagenet_example", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    args = example.parse_args(["--batch-size", "4", "--image-size", "8", "--num-classes", "10"])
+    data = example.SyntheticData(args, 1, mx.cpu())
+    train = [x.asnumpy() for x, _ in data.train_batches(2)]
+    val = [x.asnumpy() for x, _, _ in data.val_batches(3)]
+    assert len(val) == 3 and all(v.shape == train[0].shape for v in val)
+    assert not any(np.array_equal(v, t) for v in val for t in train)
+    assert not np.array_equal(val[0], val[1])
+
+
 def test_synthetic_smoke_with_options():
     out = run_example(["--model", "resnet18_v1", "--batch-size", 4, "--image-size", 32, "--num-batches", 3,
                        "--num-epochs", 2, "--num-classes", 10, "--hybridize", "--fp16-allreduce",

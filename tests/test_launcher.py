@@ -70,9 +70,33 @@ def test_every_rank_runs_with_launcher_environment():
     result = run_launcher("-np", "2", "--timeline-filename", "/tmp/mxp-timeline.json",
                           "--verbose", sys.executable, "-c", SHOW_ENV, env=env)
     assert result.returncode == 0, result.stderr
+    threads = str(max(1, len(os.sched_getaffinity(0)) // 2))
     assert rank_lines(result.stdout) == [
-        ["rank", rank, "/tmp/mxp-timeline.json", "debug", "1"] for rank in ("0", "1")]
+        ["rank", rank, "/tmp/mxp-timeline.json", "debug", threads] for rank in ("0", "1")]
     assert "mpiexec -n 2 " in result.stderr
+    assert f"OMP_NUM_THREADS={threads}" in result.stderr
+
+
+def test_one_rank_gets_every_core_and_a_user_value_wins():
+    cores = str(len(os.sched_getaffinity(0)))
+    result = run_launcher("-np", "1", "--verbose", sys.executable, "-c", SHOW_ENV,
+                          env=launcher_env(OMP_NUM_THREADS=None))
+    assert result.returncode == 0, result.stderr
+    assert rank_lines(result.stdout) == [["rank", "0", "-", "debug", cores]]
+    assert f"setting MXPLUGIN_LOG_LEVEL=debug OMP_NUM_THREADS={cores}" in result.stderr
+    result = run_launcher("-np", "1", sys.executable, "-c", SHOW_ENV, env=launcher_env(OMP_NUM_THREADS="5"))
+    assert rank_lines(result.stdout) == [["rank", "0", "-", "-", "5"]]
+
+
+def test_threads_per_rank_follow_the_busiest_host():
+    from mxplugin import run
+
+    cores = run.usable_cores()
+    assert run.ranks_per_host(4, []) == 4
+    assert run.ranks_per_host(3, [("a", 2), ("b", 2)]) == 2
+    assert run.ranks_per_host(5, [("a", 1), ("b", 4)]) == 4
+    assert run.threads_per_rank(1, []) == cores
+    assert run.threads_per_rank(4 * cores, []) == 1
 
 
 def test_worst_rank_exit_code_is_returned():
@@ -163,3 +187,44 @@ def test_signal_is_forwarded_to_ranks(tmp_path, sig):
             child.kill()
             child.wait()
     assert child.returncode == 7
+
+
+def test_hostfile_gives_the_hosts(tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text(f"# two local slots\nlocalhost slots=1\n{socket.gethostname()}:1  # same machine\n")
+    result = run_launcher("-np", "2", "--hostfile", str(hostfile), "--verbose", sys.executable, "-c", SHOW_ENV)
+    assert result.returncode == 0, result.stderr
+    assert len(rank_lines(result.stdout)) == 2
+    assert f"-hosts localhost:1,{socket.gethostname()}:1 " in result.stderr
+    bad = tmp_path / "bad"
+    bad.write_text("a cores=4\n")
+    result = run_launcher("-np", "1", "--hostfile", str(bad), sys.executable, "-c", "pass")
+    assert result.returncode == 2
+    assert "line 1: expected 'host slots=N' or 'host:N'" in result.stderr
+
+
+def test_unresolvable_host_fails_fast_naming_it():
+    start = time.time()
+    result = run_launcher("-np", "2", "-H", "localhost:1,nosuchhost.invalid:1", sys.executable, "-c", "pass")
+    assert result.returncode == 2, result.stderr
+    assert "cannot reach nosuchhost.invalid" in result.stderr
+    assert time.time() - start < 30
+
+
+def test_unanswering_host_times_out_and_leaves_nothing_running(tmp_path):
+    """A remote shell that never answers (as ssh to a host that drops
+    packets): the launch fails after --ssh-connect-timeout, naming the host,
+    and the remote shell it started is gone."""
+    marker = f"sleep 300.{os.getpid()}"  # a duration no other process uses, to find it by
+    rsh = tmp_path / "silent_rsh"
+    rsh.write_text(f"#!/bin/sh\nexec {marker}\n")
+    rsh.chmod(0o755)
+    start = time.time()
+    result = run_launcher("-np", "1", "-H", "faraway.invalid:1", "--rsh", str(rsh), "--ssh-connect-timeout", "1",
+                          sys.executable, "-c", "pass")
+    elapsed = time.time() - start
+    assert result.returncode == 2, result.stderr
+    assert "cannot reach faraway.invalid (no answer within 1 s)" in result.stderr
+    assert elapsed < 30
+    left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
+    assert left.stdout.strip() == "", f"left running: {left.stdout}"

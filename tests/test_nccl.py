@@ -7,11 +7,14 @@ The GPU tests need a build with NCCL, CuPy and a GPU per rank; they skip,
 saying which is missing, anywhere else."""
 import pytest
 
+from gpu_probe import no_gpu_reason
 from mpi_harness import assert_spmd_ok
 from mxplugin._loader import core_module as core
 
 
 def gpu_count():
+    if no_gpu_reason():
+        return 0, no_gpu_reason()
     if not core.nccl_built():
         return 0, "mxplugin was built without NCCL (mxplugin-run --check-build says why)"
     try:

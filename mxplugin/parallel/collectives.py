@@ -39,6 +39,7 @@ import mxnet as mx
 
 from mxplugin import basics, ops
 from mxplugin.basics import global_process_set
+from mxplugin.errors import ArgumentError
 
 _name_counters = {}
 
@@ -47,7 +48,7 @@ def _check_set(process_set):
     if not isinstance(process_set, basics.ProcessSet):
         raise TypeError(f"process_set must be a mxplugin.ProcessSet, got {type(process_set).__name__}")
     if process_set.process_set_id is None:
-        raise ValueError(f"{process_set} is not registered; call mxplugin.add_process_set() first")
+        raise ArgumentError(f"{process_set} is not registered; call mxplugin.add_process_set() first")
     return len(process_set.ranks)
 
 
@@ -66,9 +67,9 @@ def _check_array(x):
 
 def _normal_axis(x, axis):
     if x.ndim == 0:
-        raise ValueError("gather/scatter along an axis needs an array with at least one dimension")
+        raise ArgumentError("gather/scatter along an axis needs an array with at least one dimension")
     if not -x.ndim <= axis < x.ndim:
-        raise ValueError(f"axis {axis} is out of range for an array of {x.ndim} dimensions")
+        raise ArgumentError(f"axis {axis} is out of range for an array of {x.ndim} dimensions")
     return axis % x.ndim
 
 
@@ -91,7 +92,7 @@ def gather_axis(x, axis, name, process_set):
 def _my_block(x, axis, process_set):
     n = len(process_set.ranks)
     if x.shape[axis] % n:
-        raise ValueError(f"axis {axis} of size {x.shape[axis]} does not split evenly over {n} ranks")
+        raise ArgumentError(f"axis {axis} of size {x.shape[axis]} does not split evenly over {n} ranks")
     k = x.shape[axis] // n
     me = process_set.rank()
     return mx.nd.slice_axis(x, axis=axis, begin=me * k, end=(me + 1) * k)
@@ -118,7 +119,7 @@ def allreduce(x, op=ops.Average, name=None, process_set=global_process_set):
     _check_array(x)
     n = _check_set(process_set)
     if op not in (ops.Sum, ops.Average):
-        raise ValueError("differentiable allreduce supports op=Sum and op=Average")
+        raise ArgumentError("differentiable allreduce supports op=Sum and op=Average")
     if n == 1:
         return x.copy()
     return _Allreduce(op, next_name(process_set, "allreduce", name), process_set)(x)
@@ -155,7 +156,7 @@ def allgather(x, name=None, process_set=global_process_set):
     _check_array(x)
     n = _check_set(process_set)
     if x.ndim == 0:
-        raise ValueError("allgather needs an array with at least one dimension")
+        raise ArgumentError("allgather needs an array with at least one dimension")
     if n == 1:
         return x.copy()
     return _Allgather(next_name(process_set, "allgather", name), process_set)(x)
@@ -181,7 +182,7 @@ def broadcast(x, root_rank, name=None, process_set=global_process_set):
     _check_array(x)
     n = _check_set(process_set)
     if root_rank not in process_set.ranks:
-        raise ValueError(f"root_rank {root_rank} is not a member of {process_set}")
+        raise ArgumentError(f"root_rank {root_rank} is not a member of {process_set}")
     if n == 1:
         return x.copy()
     return _Broadcast(int(root_rank), next_name(process_set, "broadcast", name), process_set)(x)
@@ -207,9 +208,9 @@ def reducescatter(x, op=ops.Average, name=None, process_set=global_process_set):
     _check_array(x)
     n = _check_set(process_set)
     if op not in (ops.Sum, ops.Average):
-        raise ValueError("differentiable reducescatter supports op=Sum and op=Average")
+        raise ArgumentError("differentiable reducescatter supports op=Sum and op=Average")
     if x.ndim == 0:
-        raise ValueError("reducescatter needs an array with at least one dimension")
+        raise ArgumentError("reducescatter needs an array with at least one dimension")
     if n == 1:
         return x.copy()
     return _Reducescatter(op, next_name(process_set, "reducescatter", name), process_set)(x)
@@ -300,7 +301,7 @@ def scatter_to_group(x, process_set=global_process_set, axis=-1, name=None):
     axis = _normal_axis(x, axis)
     n = _check_set(process_set)
     if x.shape[axis] % n:
-        raise ValueError(f"scatter_to_group: axis {axis} of size {x.shape[axis]} does not split evenly over "
+        raise ArgumentError(f"scatter_to_group: axis {axis} of size {x.shape[axis]} does not split evenly over "
                          f"{n} ranks")
     if n == 1:
         return x

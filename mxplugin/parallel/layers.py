@@ -23,6 +23,7 @@ from mxnet import gluon
 
 from mxplugin.parallel.collectives import (copy_to_group, gather_axis, gather_from_group, next_name,
                                            reduce_from_group, scatter_to_group)
+from mxplugin.errors import ArgumentError
 from mxplugin.parallel.mesh import default_mesh, mark_distributed
 
 
@@ -55,7 +56,7 @@ def _as_ndarray(value, what):
 
 def _check_shape(value, shape, what):
     if tuple(value.shape) != tuple(shape):
-        raise ValueError(f"{what} has shape {tuple(value.shape)}, expected {tuple(shape)}")
+        raise ArgumentError(f"{what} has shape {tuple(value.shape)}, expected {tuple(shape)}")
 
 
 class _ParallelDense(gluon.HybridBlock):
@@ -105,7 +106,7 @@ class _ParallelDense(gluon.HybridBlock):
         self.weight.set_data(weight[self._weight_index])
         if bias is not None:
             if self.bias is None:
-                raise ValueError(f"{self.name} has no bias (use_bias=False)")
+                raise ArgumentError(f"{self.name} has no bias (use_bias=False)")
             bias = _as_ndarray(bias, "bias")
             _check_shape(bias, (self._units,), "bias")
             self.bias.set_data(bias if self._bias_index is None else bias[self._bias_index])
@@ -140,7 +141,7 @@ class ColumnParallelDense(_ParallelDense):
                  flatten=True, dtype="float32", weight_initializer=None, bias_initializer="zeros", **kwargs):
         mesh = mesh if mesh is not None else default_mesh()
         if units % mesh.mp:
-            raise ValueError(f"ColumnParallelDense: units={units} does not split evenly over mp={mesh.mp} ranks")
+            raise ArgumentError(f"ColumnParallelDense: units={units} does not split evenly over mp={mesh.mp} ranks")
         local = units // mesh.mp
         rows = slice(mesh.mp_rank * local, (mesh.mp_rank + 1) * local)
         super().__init__(units, in_units, (local, in_units), (rows,), (local,), (rows,), use_bias, activation,
@@ -186,7 +187,7 @@ class RowParallelDense(_ParallelDense):
                  flatten=True, dtype="float32", weight_initializer=None, bias_initializer="zeros", **kwargs):
         mesh = mesh if mesh is not None else default_mesh()
         if in_units % mesh.mp:
-            raise ValueError(f"RowParallelDense: in_units={in_units} does not split evenly over mp={mesh.mp} "
+            raise ArgumentError(f"RowParallelDense: in_units={in_units} does not split evenly over mp={mesh.mp} "
                              "ranks")
         local = in_units // mesh.mp
         cols = slice(mesh.mp_rank * local, (mesh.mp_rank + 1) * local)

@@ -17,6 +17,7 @@ import mxnet as mx
 
 from mxplugin import basics, ops
 from mxplugin.basics import global_process_set
+from mxplugin.errors import ArgumentError
 
 _sets = {}  # sorted rank tuple -> ProcessSet this module registered or found
 
@@ -73,10 +74,10 @@ class ProcessMesh:
     def __init__(self, dp, mp):
         for label, v in (("dp", dp), ("mp", mp)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"ProcessMesh: {label} must be a positive int, got {v!r}")
+                raise ArgumentError(f"ProcessMesh: {label} must be a positive int, got {v!r}")
         size = basics.size()
         if dp * mp != size:
-            raise ValueError(f"ProcessMesh: dp * mp = {dp} * {mp} = {dp * mp}, but there are {size} ranks")
+            raise ArgumentError(f"ProcessMesh: dp * mp = {dp} * {mp} = {dp * mp}, but there are {size} ranks")
         self._dp, self._mp = dp, mp
         self._rank = basics.rank()
         self._dp_sets = [_process_set(self.dp_group_ranks(j)) for j in range(mp)]

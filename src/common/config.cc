@@ -37,6 +37,7 @@ Config Config::FromEnvironment() {
   c.cycle_time_ms = ReadDouble("CYCLE_TIME", c.cycle_time_ms);
   c.stall_check_seconds = ReadDouble("STALL_CHECK_TIME_SECONDS", c.stall_check_seconds);
   c.stall_shutdown_seconds = ReadDouble("STALL_SHUTDOWN_TIME_SECONDS", c.stall_shutdown_seconds);
+  c.mismatch_grace_seconds = ReadDouble("MISMATCH_GRACE_SECONDS", c.mismatch_grace_seconds);
   c.peer_timeout_seconds = ReadDouble("PEER_TIMEOUT_SECONDS", c.peer_timeout_seconds);
   c.cache_capacity = static_cast<int>(ReadDouble("CACHE_CAPACITY", c.cache_capacity));
   c.num_streams = static_cast<int>(ReadDouble("NUM_STREAMS", c.num_streams));

@@ -17,6 +17,11 @@ struct Config {
   double cycle_time_ms = 1.0;                  // MXPLUGIN_CYCLE_TIME
   double stall_check_seconds = 60.0;           // MXPLUGIN_STALL_CHECK_TIME_SECONDS (0: off)
   double stall_shutdown_seconds = 600.0;       // MXPLUGIN_STALL_SHUTDOWN_TIME_SECONDS (0: off)
+  // How long ranks may disagree on what they submitted under one group name
+  // (another collective, another number of tensors) before the coordinator
+  // calls it a mismatch: long enough for ranks that submit the same calls in
+  // a different order to catch up. MXPLUGIN_MISMATCH_GRACE_SECONDS
+  double mismatch_grace_seconds = 2.0;
   // How long a negotiation round may wait for peers before the core declares
   // them dead. MXPLUGIN_PEER_TIMEOUT_SECONDS
   double peer_timeout_seconds = 120.0;

@@ -8,6 +8,8 @@ namespace {
 constexpr uint64_t kNoUncachedFlag = 1;   // set by a rank with nothing for the coordinator
 constexpr uint64_t kNoShutdownFlag = 2;   // set by a rank that wants to keep going
 constexpr uint64_t kNoFailureFlag = 4;    // set by a rank whose stop, if any, is not a failure
+// Longest a cached request waits before it is sent in full (see RunRound).
+constexpr double kCachedResendSeconds = 10.0;
 
 }  // namespace
 
@@ -34,9 +36,12 @@ Status Controller::RunRound(bool want_shutdown, bool i_failed, std::vector<Respo
                                   static_cast<int64_t>(config_.peer_timeout_seconds * 1e6));
 
   // A cached request waiting too long is sent in full, so the coordinator's
-  // stall detection (which names the missing ranks) sees it.
-  const double resend_after = config_.stall_check_seconds > 0 ? config_.stall_check_seconds
-                                                              : config_.stall_shutdown_seconds;
+  // stall and conflict detection (which name the ranks) see it: a rank that
+  // repeats a cached call while another calls something else under the same
+  // name must get a mismatch within seconds, not after the stall warning.
+  double resend_after = config_.stall_check_seconds > 0 ? config_.stall_check_seconds
+                                                        : config_.stall_shutdown_seconds;
+  if (resend_after <= 0 || resend_after > kCachedResendSeconds) resend_after = kCachedResendSeconds;
   if (resend_after > 0) {
     for (auto it = cached_pending_.begin(); it != cached_pending_.end();) {
       if (std::chrono::duration<double>(now - it->second.since).count() > resend_after) {

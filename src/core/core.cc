@@ -281,6 +281,9 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
     const int set_size = static_cast<int>(set.ranks.size());
     for (auto& op : ops) {
       RequestMeta& m = op.meta;
+      m.requested_op = m.reduce_op;
+      m.group_size = static_cast<int32_t>(ops.size());
+      if (m.group.empty()) m.group = m.name;
       if (m.op == OpType::kBroadcast) {
         auto pos = std::find(set.ranks.begin(), set.ranks.end(), m.root_rank);
         m.root_rank = static_cast<int32_t>(pos - set.ranks.begin());

@@ -44,6 +44,13 @@ std::string Disagreement(const std::vector<RequestMeta>& metas, const std::vecto
   return s.str();
 }
 
+// What a rank submitted under a group name, for conflict messages.
+std::string Submission(const RequestMeta& m) {
+  std::string s = OpTypeName(m.op);
+  if (m.group_size > 1) s += " (a group of " + std::to_string(m.group_size) + " tensors)";
+  return s;
+}
+
 std::string Trailing(const std::vector<int64_t>& shape) {
   if (shape.empty()) return "scalar";
   return "rank-" + std::to_string(shape.size()) + " with trailing dims " +
@@ -60,6 +67,8 @@ void MessageTable::Add(const RequestMeta& meta, Clock::time_point now) {
     e.first_seen = now;
     e.last_warning = now;
     e.arrival = next_arrival_++;
+    e.group = meta.group.empty() ? meta.name : meta.group;
+    groups_[e.group].insert(meta.name);
     it = entries_.emplace(meta.name, std::move(e)).first;
   }
   Entry& e = it->second;
@@ -94,6 +103,8 @@ Response MessageTable::Validate(const std::string& name, const Entry& entry) con
   std::string d;
   if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return std::string(OpTypeName(m.op)); })).empty())
     return fail("operation", d);
+  if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return std::to_string(m.group_size) + " tensor(s) in the call"; })).empty())
+    return fail("group size", d);
   if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) {
          // Ranks use their own GPUs; only CPU against GPU is a disagreement.
          return std::string(m.device == kCpuDevice ? "cpu" : "gpu");
@@ -103,7 +114,10 @@ Response MessageTable::Validate(const std::string& name, const Entry& entry) con
     return fail("dtype", d);
   const OpType op = metas[0].op;
   if (op == OpType::kAllreduce || op == OpType::kReducescatter) {
-    if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return std::string(ReduceOpName(m.reduce_op)); })).empty())
+    // The ops the callers asked for: Average became a Sum with a 1/size
+    // factor in Core::Enqueue, which would otherwise surface as a postscale
+    // factor nobody set.
+    if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return std::string(ReduceOpName(m.requested_op)); })).empty())
       return fail("reduce op", d);
     if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { std::ostringstream s; s.precision(17); s << m.prescale; return s.str(); })).empty())
       return fail("prescale factor", d);
@@ -137,6 +151,83 @@ Response MessageTable::Validate(const std::string& name, const Entry& entry) con
   return resp;
 }
 
+MessageTable::Entries::iterator MessageTable::Erase(Entries::iterator it) {
+  auto g = groups_.find(it->second.group);
+  if (g != groups_.end()) {
+    g->second.erase(it->first);
+    if (g->second.empty()) groups_.erase(g);
+  }
+  return entries_.erase(it);
+}
+
+std::vector<std::pair<std::string, std::string>> MessageTable::FindConflicts(Clock::time_point now) const {
+  std::vector<std::pair<std::string, std::string>> found;
+  for (const auto& kv : groups_) {
+    // What each rank submitted under this group name, and whether some entry
+    // has waited past the grace for a rank that submitted something else.
+    std::vector<std::set<std::string>> submitted(size_);
+    for (const auto& name : kv.second) {
+      const Entry& e = entries_.at(name);
+      for (int r = 0; r < size_; ++r) {
+        if (!e.metas[r].name.empty()) submitted[r].insert(Submission(e.metas[r]));
+      }
+    }
+    bool conflict = false;
+    for (const auto& name : kv.second) {
+      const Entry& e = entries_.at(name);
+      if (std::chrono::duration<double>(now - e.first_seen).count() <= config_.mismatch_grace_seconds) continue;
+      std::string mine;
+      for (const auto& m : e.metas) {
+        if (!m.name.empty()) mine = Submission(m);
+      }
+      for (int r = 0; r < size_ && !conflict; ++r) {
+        conflict = e.metas[r].name.empty() && !submitted[r].empty() && submitted[r].count(mine) == 0;
+      }
+      if (conflict) break;
+    }
+    if (!conflict) continue;
+    std::vector<std::pair<std::string, std::vector<int>>> by_value;
+    for (int r = 0; r < size_; ++r) {
+      std::string v;
+      for (const auto& s : submitted[r]) v += (v.empty() ? "" : " and ") + s;
+      if (v.empty()) v = "nothing yet";
+      auto it = std::find_if(by_value.begin(), by_value.end(), [&](const auto& p) { return p.first == v; });
+      if (it == by_value.end()) {
+        by_value.push_back({v, {world_ranks_[r]}});
+      } else {
+        it->second.push_back(world_ranks_[r]);
+      }
+    }
+    std::ostringstream detail;
+    for (size_t i = 0; i < by_value.size(); ++i) {
+      detail << (i ? "; " : "") << by_value[i].first << " on " << RankList(by_value[i].second);
+    }
+    found.emplace_back(kv.first, "Mismatched collectives under the name '" + kv.first + "': " + detail.str() +
+                                     ". Every rank must submit the same collective, with the same number of "
+                                     "tensors, under one name.");
+  }
+  return found;
+}
+
+void MessageTable::TakeConflicts(Clock::time_point now, std::vector<std::pair<uint64_t, Response>>* ready) {
+  for (const auto& conflict : FindConflicts(now)) {
+    const std::set<std::string> names = groups_[conflict.first];
+    for (const auto& name : names) {
+      auto it = entries_.find(name);
+      Response resp;
+      resp.kind = Response::Kind::kError;
+      resp.name = name;
+      resp.op = it->second.metas[0].op;
+      for (const auto& m : it->second.metas) {
+        if (!m.name.empty()) resp.op = m.op;
+      }
+      resp.error = conflict.second;
+      ready->emplace_back(it->second.arrival, std::move(resp));
+      Erase(it);
+    }
+  }
+}
+
 void MessageTable::TakeReady(Clock::time_point now, std::vector<Response>* out) {
   std::vector<std::pair<uint64_t, Response>> ready;
   for (auto it = entries_.begin(); it != entries_.end();) {
@@ -144,7 +235,7 @@ void MessageTable::TakeReady(Clock::time_point now, std::vector<Response>* out) 
     double age = std::chrono::duration<double>(now - e.first_seen).count();
     if (e.count == size_) {
       ready.emplace_back(e.arrival, Validate(it->first, e));
-      it = entries_.erase(it);
+      it = Erase(it);
       continue;
     }
     if (config_.stall_shutdown_seconds > 0 && age > config_.stall_shutdown_seconds) {
@@ -155,11 +246,12 @@ void MessageTable::TakeReady(Clock::time_point now, std::vector<Response>* out) 
                    " within " + std::to_string(static_cast<int>(config_.stall_shutdown_seconds)) +
                    " s (MXPLUGIN_STALL_SHUTDOWN_TIME_SECONDS); the ranks that submitted it give up.";
       ready.emplace_back(e.arrival, resp);
-      it = entries_.erase(it);
+      it = Erase(it);
       continue;
     }
     ++it;
   }
+  TakeConflicts(now, &ready);
   std::stable_sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) {
     if (a.second.priority != b.second.priority) return a.second.priority > b.second.priority;
     return a.first < b.first;
@@ -183,6 +275,7 @@ void MessageTable::WarnStalls(Clock::time_point now) {
 }
 
 bool MessageTable::NeedsBroadcast(Clock::time_point now) const {
+  if (!FindConflicts(now).empty()) return true;
   if (config_.stall_shutdown_seconds <= 0) return false;
   for (const auto& kv : entries_) {
     if (std::chrono::duration<double>(now - kv.second.first_seen).count() > config_.stall_shutdown_seconds)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -24,8 +25,9 @@ class MessageTable {
   // Logs (on this rank) names incomplete for longer than the stall check
   // time, with the ranks they wait for. Cheap; called every round.
   void WarnStalls(Clock::time_point now);
-  // True when some entry has exceeded the stall shutdown time, i.e. the
-  // coordinator has an error to broadcast even if nobody sent anything new.
+  // True when some entry has exceeded the stall shutdown time or its group
+  // is in conflict, i.e. the coordinator has an error to broadcast even if
+  // nobody sent anything new.
   bool NeedsBroadcast(Clock::time_point now) const;
 
  private:
@@ -35,15 +37,26 @@ class MessageTable {
     Clock::time_point first_seen;
     Clock::time_point last_warning;
     uint64_t arrival = 0;
+    std::string group;  // RequestMeta::group of the first request
   };
+  using Entries = std::map<std::string, Entry>;
   Response Validate(const std::string& name, const Entry& entry) const;
   std::string MissingRanks(const Entry& entry) const;
+  // Fails every waiting entry of a group whose ranks submitted different
+  // things under it (another collective, another number of tensors) for
+  // longer than the mismatch grace: those ranks will never submit what the
+  // others wait for, so this is a mismatch now, not a stall later.
+  void TakeConflicts(Clock::time_point now, std::vector<std::pair<uint64_t, Response>>* ready);
+  // (group name, error message) of every group in conflict now.
+  std::vector<std::pair<std::string, std::string>> FindConflicts(Clock::time_point now) const;
+  Entries::iterator Erase(Entries::iterator it);
 
   int size_;
   const Config& config_;
   const Logger* logger_;
   std::vector<int> world_ranks_;
-  std::map<std::string, Entry> entries_;
+  Entries entries_;
+  std::map<std::string, std::set<std::string>> groups_;  // group name -> names of its waiting entries
   uint64_t next_arrival_ = 0;
 };
 

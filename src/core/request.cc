@@ -7,7 +7,8 @@ namespace mxplugin {
 bool RequestMeta::SameSignature(const RequestMeta& o) const {
   return name == o.name && op == o.op && reduce_op == o.reduce_op && dtype == o.dtype &&
          device == o.device && shape == o.shape && root_rank == o.root_rank &&
-         prescale == o.prescale && postscale == o.postscale && splits == o.splits;
+         prescale == o.prescale && postscale == o.postscale && splits == o.splits &&
+         requested_op == o.requested_op && group == o.group && group_size == o.group_size;
 }
 
 void Completion::Finish(const Status& status) {
@@ -89,6 +90,9 @@ std::string SerializeMetas(const std::vector<RequestMeta>& metas) {
     w.PutInts(m.splits);
     w.Put<int32_t>(m.priority);
     w.Put<int32_t>(m.rank);
+    w.Put<int32_t>(static_cast<int32_t>(m.requested_op));
+    w.PutString(m.group);
+    w.Put<int32_t>(m.group_size);
   }
   return w.Take();
 }
@@ -112,6 +116,9 @@ std::vector<RequestMeta> ParseMetas(const std::string& bytes) {
     m.splits = r.GetInts();
     m.priority = r.Get<int32_t>();
     m.rank = r.Get<int32_t>();
+    m.requested_op = static_cast<ReduceOp>(r.Get<int32_t>());
+    m.group = r.GetString();
+    m.group_size = r.Get<int32_t>();
   }
   return metas;
 }

@@ -29,6 +29,15 @@ struct RequestMeta {
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank
   int32_t priority = 0;
   int32_t rank = 0;  // sender, within the process set
+  // The reduce op the caller asked for: Core::Enqueue turns Average into a
+  // Sum with a 1/size factor, and mismatch messages must name the ops.
+  ReduceOp requested_op = ReduceOp::kSum;
+  // The name the call is negotiated under (the user's name; by default the
+  // op's own) and how many ops its enqueue call held: ranks that disagree
+  // on either under one group name are a mismatch, not a stall
+  // (MessageTable::TakeConflicts).
+  std::string group;
+  int32_t group_size = 1;
 
   // Everything that must agree across ranks for a cached response to be reused.
   bool SameSignature(const RequestMeta& other) const;
