@@ -111,10 +111,24 @@ def init(comm=None, process_sets=None):
         _state.core = core
         _state.topology = topo
         global_process_set.ranks = list(range(topo["size"]))
-    atexit.register(shutdown)
+    atexit.register(_shutdown_at_exit)
     if process_sets is not None and not isinstance(process_sets, str):
         for ps in process_sets:
             add_process_set(ps)
+
+
+def _shutdown_at_exit():
+    """shutdown() as the interpreter exits. When another rank stopped first
+    (it failed, or exited before this rank), the core is already down and
+    says why; that is one line of news, not an 'Exception ignored in atexit
+    callback' traceback."""
+    try:
+        shutdown()
+    except Exception as exc:  # noqa: BLE001 -- nothing may escape an atexit hook
+        import sys
+
+        sys.stderr.write(f"mxplugin: rank {_state.topology['rank'] if _state.topology else '?'} shut down: "
+                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}\n")
 
 
 def shutdown():

@@ -9,7 +9,7 @@ import numpy as np
 
 from mxplugin import basics
 from mxplugin.basics import global_process_set
-from mxplugin.errors import ArgumentError
+from mxplugin.errors import ArgumentError, MismatchError
 
 # Reduce ops, with horovod.mxnet's values.
 Average = 0
@@ -215,12 +215,45 @@ def _exchange_int64(values, name, process_set):
     return out.reshape(n, len(mine))
 
 
+# allgather exchanges, before any data moves, each rank's first dimension and
+# what must agree (dtype, number of dimensions, trailing dimensions), so that a
+# disagreement raises from allgather itself on every rank, as in Horovod.
+_TRAILING_SLOTS = 7
+
+
+def _allgather_signature(dtype, shape):
+    trailing = list(shape[1:])
+    if len(trailing) > _TRAILING_SLOTS:  # keep the vector's length fixed: fold the rest into one number
+        trailing = trailing[:_TRAILING_SLOTS - 1] + [hash(tuple(trailing[_TRAILING_SLOTS - 1:])) & (2 ** 62 - 1)]
+    return [shape[0], dtype, len(shape)] + trailing + [-1] * (_TRAILING_SLOTS - len(trailing))
+
+
+def _check_allgather_rows(rows, name, process_set):
+    ranks = process_set.ranks if process_set.ranks is not None else list(range(len(rows)))
+    names = {code: dtype for dtype, code in _dtype_codes.items()}
+
+    def describe(row):
+        dims = [int(d) for d in row[3:3 + min(int(row[2]) - 1, _TRAILING_SLOTS)]]
+        return f"{names.get(int(row[1]), row[1])}, rank-{int(row[2])} with trailing dims {tuple(dims)}"
+
+    seen = {}
+    for rank, row in zip(ranks, rows):
+        seen.setdefault(tuple(int(v) for v in row[1:]), (describe(row), []))[1].append(rank)
+    if len(seen) > 1:
+        detail = "; ".join(f"{text} on rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
+                           for text, rs in seen.values())
+        raise MismatchError(f"Mismatched allgather for tensor '{name}': {detail}. Every rank must gather "
+                            "tensors of one dtype whose dimensions after the first agree.")
+
+
 def _allgather_output(tensor, name, process_set, index=None):
     what = "tensor" if index is None else f"tensor {index}"
     dtype, device, shape = _describe(tensor, what)
     if not shape:
         raise ArgumentError(f"allgather: {what} must have at least one dimension")
-    firsts = _exchange_int64([shape[0]], name + ".sizes", process_set)[:, 0]
+    rows = _exchange_int64(_allgather_signature(dtype, shape), name + ".sizes", process_set)
+    _check_allgather_rows(rows, name, process_set)
+    firsts = rows[:, 0]
     out_shape = [int(firsts.sum())] + shape[1:]
     output = mx.nd.empty(tuple(out_shape), ctx=tensor.context, dtype=tensor.dtype)
     m = _core_module()

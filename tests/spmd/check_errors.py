@@ -110,12 +110,30 @@ x = hvd.broadcast(mx.nd.ones((3,)), root_rank=1 if odd else 0, name="root")
 expect_mxnet_error(x, mismatch_text("root rank", "broadcast.root", disagreement("root 0", "root 1")), "root rank")
 check_ok("root_rank")
 
-# --- allgather trailing dims (first dims may differ, trailing ones may not)
-x = hvd.allgather(mx.nd.ones((1 + r, 4) if odd else (1 + r, 3)), name="ag")
-expect_mxnet_error(x, mismatch_text("shape", "allgather.ag",
-                                    disagreement("rank-2 with trailing dims (3,)", "rank-2 with trailing dims (4,)")),
-                   "allgather trailing dims")
+# --- allgather trailing dims and dtype (first dims may differ, the rest may not):
+# raised by allgather itself on every rank, as in Horovod, not when read
+def expect_call_error(call, expected, what):
+    try:
+        call()
+    except MismatchError as e:
+        check_message(str(e), expected, what)
+    else:
+        raise AssertionError(f"rank {r}: {what}: the call raised nothing")
+
+
+expect_call_error(lambda: hvd.allgather(mx.nd.ones((1 + r, 4) if odd else (1 + r, 3)), name="ag"),
+                  ["Mismatched allgather for tensor 'allgather.ag'",
+                   disagreement("float32, rank-2 with trailing dims (3,)", "float32, rank-2 with trailing dims (4,)")],
+                  "allgather trailing dims")
 check_ok("allgather")
+expect_call_error(lambda: hvd.allgather(mx.nd.ones((2, 3), dtype="float16" if odd else "float32"), name="agt"),
+                  [disagreement("float32, rank-2 with trailing dims (3,)", "float16, rank-2 with trailing dims (3,)")],
+                  "allgather dtype")
+expect_call_error(lambda: hvd.grouped_allgather([mx.nd.ones((2,)), mx.nd.ones((2, 2) if odd else (2,))], name="agg"),
+                  ["Mismatched allgather for tensor 'allgather.agg_2of2'",
+                   disagreement("float32, rank-1 with trailing dims ()", "float32, rank-2 with trailing dims (2,)")],
+                  "grouped allgather")
+check_ok("allgather dtype")
 
 # --- grouped allreduce: one of 50 tensors mismatches
 shapes = [(3,)] * 50
