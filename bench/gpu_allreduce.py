@@ -67,7 +67,10 @@ def main():
     stream = cp.cuda.Stream(non_blocking=True)
 
     # Reference communicator: its id travels over mxplugin's CPU broadcast.
-    uid = np.array(nccl.get_unique_id() if rank == 0 else [0] * 128, dtype=np.int8)
+    # get_unique_id() returns a tuple of ints in CuPy 13 and bytes in CuPy 14.
+    raw_id = nccl.get_unique_id() if rank == 0 else bytes(128)
+    uid = (np.frombuffer(raw_id, dtype=np.int8).copy() if isinstance(raw_id, (bytes, bytearray))
+           else np.array(raw_id, dtype=np.int8))
     h = core.enqueue([("bench.nccl_id", m.OP_BROADCAST, 0, m.DTYPES["int8"], -1, [uid.size], [uid.size], 0, 1.0,
                        1.0, None, 0, uid.ctypes.data, uid.ctypes.data)], 0)
     h.wait()

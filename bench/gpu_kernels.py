@@ -58,8 +58,8 @@ def load():
 
 
 def tensor_sizes(total, count, rng):
-    """`count` random sizes summing to `total` (odd sizes: most tensors land
-    misaligned in the fusion buffer, as they do in training)."""
+    """`count` random sizes summing to `total` (odd sizes; each tensor is then
+    placed at the executors' aligned offset, see below)."""
     cuts = sorted(int(c) + 1 for c in rng.choice(total - 1, size=count - 1, replace=False))
     edges = [0] + cuts + [total]
     return [b - a for a, b in zip(edges, edges[1:])]
@@ -100,8 +100,16 @@ def main():
             dst = cp.empty_like(src)
             sizes = tensor_sizes(n, args.tensors, rng)
             tensors = [cp.ones(s, np_dtype) for s in sizes]
-            offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
             item = np_dtype.itemsize
+            # The executors' layout: each tensor at a multiple of the fusion
+            # alignment (src/common/codes.h), not back to back.
+            align = core.FUSION_ALIGNMENT_BYTES // item
+            offsets, at = [], 0
+            for size in sizes:
+                offsets.append(at)
+                at += (int(size) + align - 1) // align * align
+            if at > n:  # padding: the buffer holds the aligned layout
+                src = cp.concatenate([src, cp.zeros(at - n, np_dtype)])
             pack = [(src.data.ptr + int(o) * item, t.data.ptr, t.size, 0.5) for t, o in zip(tensors, offsets)]
             unpack = [(t.data.ptr, src.data.ptr + int(o) * item, t.size, 2.0) for t, o in zip(tensors, offsets)]
             s = stream.ptr

@@ -6,12 +6,11 @@ run, timed around the MPI call alone."""
 import numpy as np
 
 import mxplugin as hvd
-
-_DTYPE_CODES = {np.dtype(np.float32): 5, np.dtype(np.float64): 6}
+from mxplugin._loader import core_module
 
 
 class RawAllreduce:
     def __call__(self, buf: np.ndarray):
         """In-place sum over all ranks; returns the MPI call's seconds."""
         assert buf.flags.c_contiguous
-        return hvd.basics._core().reference_allreduce(buf.ctypes.data, buf.size, _DTYPE_CODES[buf.dtype])
+        return hvd.basics._core().reference_allreduce(buf.ctypes.data, buf.size, core_module.DTYPES[buf.dtype.name])

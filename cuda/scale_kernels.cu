@@ -9,12 +9,15 @@
 // scalar tail; any other descriptor is copied element by element.
 #include "scale_kernels.h"
 
+#include "common/saturate.h"
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 #include <string>
 
 namespace mxplugin {
@@ -33,7 +36,14 @@ struct Plain {
   using Storage = T;
   using Compute = C;
   __device__ static C Load(T v) { return static_cast<C>(v); }
-  __device__ static T Store(C v) { return static_cast<T>(v); }
+  // Integers saturate, as on the CPU (common/saturate.h).
+  __device__ static T Store(C v) {
+    if constexpr (std::is_integral<T>::value) {
+      return SaturateToInteger<T>(static_cast<double>(v));
+    } else {
+      return static_cast<T>(v);
+    }
+  }
 };
 
 struct Half {

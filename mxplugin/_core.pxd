@@ -1,6 +1,23 @@
 # Declarations of the C API (src/c_api.h) only.
 from libc.stdint cimport int32_t, int64_t
 
+cdef extern from "common/codes.h":
+    # The one definition of every shared code (src/common/codes.h).
+    ctypedef enum mxp_dtype:
+        MXP_DTYPE_UINT8, MXP_DTYPE_INT8, MXP_DTYPE_INT32, MXP_DTYPE_INT64, MXP_DTYPE_FLOAT16,
+        MXP_DTYPE_FLOAT32, MXP_DTYPE_FLOAT64, MXP_DTYPE_BFLOAT16, MXP_NUM_DTYPES
+    ctypedef enum mxp_reduce_op:
+        MXP_REDUCE_SUM, MXP_REDUCE_AVERAGE, MXP_REDUCE_MIN, MXP_REDUCE_MAX, MXP_REDUCE_PRODUCT
+    ctypedef enum mxp_op_type:
+        MXP_OP_ALLREDUCE, MXP_OP_ALLGATHER, MXP_OP_BROADCAST, MXP_OP_ALLTOALL, MXP_OP_REDUCESCATTER,
+        MXP_OP_BARRIER
+    ctypedef enum mxp_status:
+        MXP_STATUS_OK, MXP_STATUS_INVALID_ARGUMENT, MXP_STATUS_MISMATCH, MXP_STATUS_ABORTED,
+        MXP_STATUS_INTERNAL, MXP_STATUS_NOT_INITIALIZED
+    int MXP_CPU_DEVICE
+    int MXP_FUSION_ALIGNMENT_BYTES
+
+
 cdef extern from "c_api.h" nogil:
     ctypedef struct mxp_core:
         pass

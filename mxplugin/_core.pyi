@@ -13,6 +13,8 @@ REDUCE_MIN: int
 REDUCE_MAX: int
 REDUCE_PRODUCT: int
 DTYPES: Dict[str, int]
+CPU_DEVICE: int
+FUSION_ALIGNMENT_BYTES: int
 FUSED_KINDS: Dict[str, int]
 
 def cuda_built() -> bool: ...

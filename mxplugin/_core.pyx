@@ -8,28 +8,40 @@ from libc.string cimport memset
 from mxplugin.errors import (ArgumentError, MXPluginError, MismatchError, PeerFailureError,
                              NotInitializedError)
 
-# Must match src/common/types.h and src/common/status.h.
-OP_ALLREDUCE, OP_ALLGATHER, OP_BROADCAST, OP_ALLTOALL, OP_REDUCESCATTER, OP_BARRIER = range(6)
-REDUCE_SUM, REDUCE_AVERAGE, REDUCE_MIN, REDUCE_MAX, REDUCE_PRODUCT = range(5)
-DTYPES = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float16": 4,
-          "float32": 5, "float64": 6, "bfloat16": 7}
+# The shared codes, re-exported from their one definition (src/common/codes.h).
+OP_ALLREDUCE = MXP_OP_ALLREDUCE
+OP_ALLGATHER = MXP_OP_ALLGATHER
+OP_BROADCAST = MXP_OP_BROADCAST
+OP_ALLTOALL = MXP_OP_ALLTOALL
+OP_REDUCESCATTER = MXP_OP_REDUCESCATTER
+OP_BARRIER = MXP_OP_BARRIER
+REDUCE_SUM = MXP_REDUCE_SUM
+REDUCE_AVERAGE = MXP_REDUCE_AVERAGE
+REDUCE_MIN = MXP_REDUCE_MIN
+REDUCE_MAX = MXP_REDUCE_MAX
+REDUCE_PRODUCT = MXP_REDUCE_PRODUCT
+DTYPES = {"uint8": MXP_DTYPE_UINT8, "int8": MXP_DTYPE_INT8, "int32": MXP_DTYPE_INT32, "int64": MXP_DTYPE_INT64,
+          "float16": MXP_DTYPE_FLOAT16, "float32": MXP_DTYPE_FLOAT32, "float64": MXP_DTYPE_FLOAT64,
+          "bfloat16": MXP_DTYPE_BFLOAT16}
+CPU_DEVICE = MXP_CPU_DEVICE
+FUSION_ALIGNMENT_BYTES = MXP_FUSION_ALIGNMENT_BYTES
 
 
 cdef _raise(int code):
     message = mxp_last_error().decode("utf-8", "replace")
-    if code == 1:
+    if code == MXP_STATUS_INVALID_ARGUMENT:
         raise ArgumentError(message)
-    if code == 2:
+    if code == MXP_STATUS_MISMATCH:
         raise MismatchError(message)
-    if code == 3:
+    if code == MXP_STATUS_ABORTED:
         raise PeerFailureError(message)
-    if code == 5:
+    if code == MXP_STATUS_NOT_INITIALIZED:
         raise NotInitializedError(message)
     raise MXPluginError(message)
 
 
 cdef inline int _check(int code) except -1:
-    if code != 0:
+    if code != MXP_STATUS_OK:
         _raise(code)
     return 0
 

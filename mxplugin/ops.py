@@ -23,8 +23,24 @@ _op_names = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: 
 
 _core_reduce = None  # filled lazily: horovod value -> core value
 _counters = {}
-_dtype_codes = {"uint8": 0, "int8": 1, "int32": 2, "int64": 3, "float16": 4, "float32": 5, "float64": 6}
-_dtype_by_type = {np.dtype(name).type: code for name, code in _dtype_codes.items()}
+_dtype_by_type = {}  # filled lazily from the core's codes: NumPy scalar type -> dtype code
+
+
+def _dtype_code_of(dtype):
+    """The core's code of an NDArray dtype, None if the core has none. The
+    codes come from the binding (their one definition is src/common/codes.h);
+    NumPy has no bfloat16, so MXNet arrays never carry it here."""
+    if not _dtype_by_type:
+        for name, code in _core_module().DTYPES.items():
+            try:
+                _dtype_by_type[np.dtype(name).type] = code
+            except TypeError:
+                pass
+    return _dtype_by_type.get(dtype)
+
+
+def _dtype_names():
+    return {code: name for name, code in _core_module().DTYPES.items()}
 
 
 def _core_module():
@@ -79,15 +95,16 @@ def _check_array(tensor, what="tensor"):
 def _describe(tensor, what="tensor"):
     """(dtype code, device, shape list) of an NDArray. The device is left to
     the C++ adapter, which reads it from the NDArray's context (the GPU's
-    device id, -1 for host contexts) and checks storage type and that input,
+    device id, CPU_DEVICE for host contexts) and checks storage type and that input,
     output and every tensor of a group share one device (cheaper there: this
     runs per tensor). Whether GPU tensors can run is the core's decision."""
     _check_array(tensor, what)
-    code = _dtype_by_type.get(tensor.dtype)
+    code = _dtype_code_of(tensor.dtype)
     if code is None:
+        supported = sorted(np.dtype(t).name for t in _dtype_by_type)
         raise TypeError(f"{what}: dtype {np.dtype(tensor.dtype).name} is not supported "
-                        f"(use one of {sorted(_dtype_codes)})")
-    return code, -1, list(tensor.shape)
+                        f"(use one of {supported})")
+    return code, _core_module().CPU_DEVICE, list(tensor.shape)
 
 
 def _set_id(process_set):
@@ -209,7 +226,8 @@ def _exchange_int64(values, name, process_set):
     n = len(process_set.ranks)
     out = np.empty(n * len(mine), dtype=np.int64)
     handle = basics._core().enqueue(
-        [(name, m.OP_ALLGATHER, 0, 3, -1, [len(mine)], [len(out)], 0, 1.0, 1.0, None, 0,
+        [(name, m.OP_ALLGATHER, m.REDUCE_SUM, m.DTYPES["int64"], m.CPU_DEVICE, [len(mine)], [len(out)], 0, 1.0,
+          1.0, None, 0,
           mine.ctypes.data, out.ctypes.data)], _set_id(process_set))
     handle.wait()
     return out.reshape(n, len(mine))
@@ -230,7 +248,7 @@ def _allgather_signature(dtype, shape):
 
 def _check_allgather_rows(rows, name, process_set):
     ranks = process_set.ranks if process_set.ranks is not None else list(range(len(rows)))
-    names = {code: dtype for dtype, code in _dtype_codes.items()}
+    names = _dtype_names()
 
     def describe(row):
         dims = [int(d) for d in row[3:3 + min(int(row[2]) - 1, _TRAILING_SLOTS)]]
@@ -257,7 +275,7 @@ def _allgather_output(tensor, name, process_set, index=None):
     out_shape = [int(firsts.sum())] + shape[1:]
     output = mx.nd.empty(tuple(out_shape), ctx=tensor.context, dtype=tensor.dtype)
     m = _core_module()
-    return output, (name, m.OP_ALLGATHER, 0, dtype, device, shape, out_shape, 0, 1.0, 1.0, None, tensor, output)
+    return output, (name, m.OP_ALLGATHER, m.REDUCE_SUM, dtype, device, shape, out_shape, 0, 1.0, 1.0, None, tensor, output)
 
 
 def allgather(tensor, name=None, priority=0, process_set=global_process_set):
@@ -290,7 +308,7 @@ def _broadcast_entry(tensor, output, root_rank, base):
         raise ArgumentError(f"root_rank {root_rank} is out of range for {basics.size()} ranks")
     dtype, device, shape = _describe(tensor)
     m = _core_module()
-    return (base, m.OP_BROADCAST, 0, dtype, device, shape, shape, int(root_rank), 1.0, 1.0, None, tensor, output)
+    return (base, m.OP_BROADCAST, m.REDUCE_SUM, dtype, device, shape, shape, int(root_rank), 1.0, 1.0, None, tensor, output)
 
 
 def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
@@ -337,7 +355,7 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     out_shape = [int(received.sum())] + shape[1:]
     output = mx.nd.empty(tuple(out_shape), ctx=tensor.context, dtype=tensor.dtype)
     m = _core_module()
-    _push([(base, m.OP_ALLTOALL, 0, dtype, device, shape, out_shape, 0, 1.0, 1.0, split_list, tensor, output)],
+    _push([(base, m.OP_ALLTOALL, m.REDUCE_SUM, dtype, device, shape, out_shape, 0, 1.0, 1.0, split_list, tensor, output)],
           process_set, priority, _group_key(base, name))
     if splits is None:
         return output
@@ -415,7 +433,8 @@ def barrier(process_set=global_process_set):
     """Blocks until every rank of the set has reached this call."""
     m = _core_module()
     handle = basics._core().enqueue(
-        [(_base_name("barrier", None), m.OP_BARRIER, 0, 5, -1, [], [], 0, 1.0, 1.0, None, 0, 0, 0)],
+        [(_base_name("barrier", None), m.OP_BARRIER, m.REDUCE_SUM, m.DTYPES["float32"], m.CPU_DEVICE, [], [], 0,
+          1.0, 1.0, None, 0, 0, 0)],
         _set_id(process_set))
     handle.wait()
 

@@ -1,10 +1,12 @@
 /* The C surface of the core, used by the Cython binding. Every function
- * returns 0 on success or a StatusCode; mxp_last_error() then holds the
- * message (per thread). */
+ * returns MXP_STATUS_OK (0) on success or another mxp_status;
+ * mxp_last_error() then holds the message (per thread). */
 #ifndef MXPLUGIN_C_API_H_
 #define MXPLUGIN_C_API_H_
 
 #include <stdint.h>
+
+#include "common/codes.h" /* mxp_dtype, mxp_reduce_op, mxp_op_type, mxp_status */
 
 #ifdef __cplusplus
 extern "C" {
@@ -17,10 +19,10 @@ typedef struct mxp_handle mxp_handle;
  * pointers; for mxp_mxnet_enqueue they are NDArrayHandles. */
 typedef struct {
   const char* name;
-  int32_t op_type;   /* OpType */
-  int32_t reduce_op; /* ReduceOp */
-  int32_t dtype;     /* DataType */
-  int32_t device;    /* -1: CPU */
+  int32_t op_type;   /* mxp_op_type */
+  int32_t reduce_op; /* mxp_reduce_op */
+  int32_t dtype;     /* mxp_dtype */
+  int32_t device;    /* MXP_CPU_DEVICE, or a CUDA device id */
   int32_t ndim;
   const int64_t* shape;
   int32_t out_ndim;

@@ -2,23 +2,35 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include "common/half.h"
 #include "common/half_vector.h"
+#include "common/saturate.h"
 #include "common/status.h"
 
 namespace mxplugin {
 namespace {
 
+// Floating-point results convert as usual; integers saturate (common/saturate.h).
+template <typename T, typename Compute>
+inline T Store(Compute v) {
+  if constexpr (std::is_integral_v<T>) {
+    return SaturateToInteger<T>(v);
+  } else {
+    return static_cast<T>(v);
+  }
+}
+
 template <typename T, typename Compute>
 void ScaleLoop(T* __restrict__ dst, const T* __restrict__ src, int64_t n, Compute factor) {
-  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(static_cast<Compute>(src[i]) * factor);
+  for (int64_t i = 0; i < n; ++i) dst[i] = Store<T>(static_cast<Compute>(src[i]) * factor);
 }
 
 // In-place variant without __restrict__ so aliasing stays legal.
 template <typename T, typename Compute>
 void ScaleLoopInPlace(T* data, int64_t n, Compute factor) {
-  for (int64_t i = 0; i < n; ++i) data[i] = static_cast<T>(static_cast<Compute>(data[i]) * factor);
+  for (int64_t i = 0; i < n; ++i) data[i] = Store<T>(static_cast<Compute>(data[i]) * factor);
 }
 
 template <typename T, typename Compute>

@@ -1,6 +1,7 @@
 // CPU prescale/postscale: one vectorised pass per buffer, fused into a copy
 // where a copy happens anyway. float16/bfloat16 are scaled in float32;
-// integers are scaled in double and truncated toward zero.
+// integers are scaled in double, truncated toward zero and saturated to the
+// type's range (common/saturate.h), as on the GPU.
 #pragma once
 
 #include <cstdint>

@@ -153,10 +153,23 @@ def cpu_arithmetic(dtype, values, scale):
     return values * np.float64(scale)
 
 
+def saturated(dtype, values):
+    """Integers scale in float64, truncated toward zero and saturated to the
+    type's range, NaN giving 0 (src/common/saturate.h: CPU and GPU alike)."""
+    info = np.iinfo(dtype)
+    v = np.trunc(np.asarray(values, dtype=np.float64))
+    out = np.zeros(v.shape, dtype=dtype)
+    out[v <= info.min] = info.min
+    out[v >= float(info.max)] = info.max
+    inside = (v > info.min) & (v < float(info.max))
+    out[inside] = v[inside].astype(dtype)
+    return out
+
+
 def check_result(dtype, got, source, scale, what):
     ref = as_float64(dtype, source) * scale
     if dtype not in FLOATS:
-        np.testing.assert_array_equal(got, np.trunc(ref).astype(dtype), err_msg=what)
+        np.testing.assert_array_equal(got, saturated(dtype, ref), err_msg=what)
         return
     err = np.abs(as_float64(dtype, got) - ref)
     bound = REL[dtype] * np.abs(ref) + ABS[dtype]
@@ -283,3 +296,19 @@ def test_argument_errors(cp):
     core.cuda_scale(x.data.ptr, 0, "float32", 2.0)  # nothing to do
     core.cuda_batched_copy([], "float32")
     core.cuda_synchronize()
+
+
+@gpu
+@pytest.mark.parametrize("dtype", ["uint8", "int8", "int32", "int64"])
+def test_integer_scaling_saturates_at_the_limits(cp, stream, dtype):
+    """The same values and factors as the CPU path's check (check_raw_core.py):
+    products beyond the type's range clamp to it, NaN gives 0."""
+    info = np.iinfo(dtype)
+    values = np.array([info.max, info.min, info.max // 2, (info.min // 2) if info.min else 3, 5, 0, 1], dtype=dtype)
+    for factor in (4.0, -3.5, 0.5, float("nan")):
+        src = cp.asarray(values)
+        dst = cp.zeros_like(src)
+        core.cuda_copy_and_scale(dst.data.ptr, src.data.ptr, values.size, dtype, factor, stream.ptr)
+        stream.synchronize()
+        np.testing.assert_array_equal(dst.get(), saturated(dtype, values.astype(np.float64) * factor),
+                                      err_msg=f"{dtype} x {factor}")

@@ -7,15 +7,18 @@
 #include <string>
 #include <utility>
 
+#include "common/codes.h"
+
 namespace mxplugin {
 
+// The C API's codes (common/codes.h), as C++.
 enum class StatusCode : int {
-  kOk = 0,
-  kInvalidArgument = 1,   // user error found locally (bad shape, unknown op, ...)
-  kMismatch = 2,          // ranks disagreed during negotiation
-  kAborted = 3,           // shut down, or a peer died / timed out
-  kInternal = 4,          // MPI/CUDA failure or a bug
-  kNotInitialized = 5,
+  kOk = MXP_STATUS_OK,
+  kInvalidArgument = MXP_STATUS_INVALID_ARGUMENT,
+  kMismatch = MXP_STATUS_MISMATCH,
+  kAborted = MXP_STATUS_ABORTED,
+  kInternal = MXP_STATUS_INTERNAL,
+  kNotInitialized = MXP_STATUS_NOT_INITIALIZED,
 };
 
 class Status {

@@ -2,6 +2,8 @@
 // that one collective call moves them all.
 #pragma once
 
+#include "common/codes.h"
+
 #include <cstdint>
 #include <cstdlib>
 
@@ -22,8 +24,13 @@ class FusionBuffer {
   int64_t capacity_ = 0;
 };
 
-// Offset of the next tensor in a fused buffer: 64-byte aligned so each
-// tensor's scale loop starts on a cache line.
-inline int64_t AlignFusionOffset(int64_t offset) { return (offset + 63) & ~int64_t{63}; }
+// Offset of the next tensor in a fused buffer: MXP_FUSION_ALIGNMENT_BYTES
+// (64) aligned, so each tensor's scale loop starts on a cache line and the
+// GPU kernels take their 16-byte vector path.
+inline int64_t AlignFusionOffset(int64_t offset) {
+  constexpr int64_t kAlign = MXP_FUSION_ALIGNMENT_BYTES;
+  static_assert((kAlign & (kAlign - 1)) == 0, "a power of two");
+  return (offset + kAlign - 1) & ~(kAlign - 1);
+}
 
 }  // namespace mxplugin

@@ -16,9 +16,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend/mpi/mpi_context.h"
+#include "common/half.h"
 #include "core/gpu_executor.h"
 #include "host_gpu.h"
 
@@ -178,6 +180,28 @@ void CheckCollectives(Fixture& f, int size) {
   sum.meta.postscale = 1.0 / size;
   f.exec->RunOne(std::move(sum), Response{});
   names.push_back("one.sum");
+  // Scaled direct sums of 200,003 float16 and float64 elements (prescale 0.5,
+  // postscale 3), out of place and in place: sizes for which NCCL's one-rank
+  // pre-multiplied sum leaves the last 3 elements unwritten (the lane
+  // stand-in models it). Every element must come out right at every size.
+  constexpr int kOdd = 200003;
+  std::vector<double> f64_odd(kOdd), f64_odd_out(kOdd, 0.0), f64_odd_inplace(kOdd);
+  std::vector<uint16_t> f16_odd(kOdd), f16_odd_out(kOdd, 0);
+  for (int i = 0; i < kOdd; ++i) {
+    f64_odd[i] = f64_odd_inplace[i] = Value(me, 11, i);
+    f16_odd[i] = FloatToHalf(static_cast<float>(i % 7 + me));
+  }
+  for (auto& c : std::vector<std::tuple<std::string, DataType, void*, void*>>{
+           {"one.f64.out", DataType::kFloat64, f64_odd.data(), f64_odd_out.data()},
+           {"one.f64.in", DataType::kFloat64, f64_odd_inplace.data(), f64_odd_inplace.data()},
+           {"one.f16.out", DataType::kFloat16, f16_odd.data(), f16_odd_out.data()}}) {
+    Request r = MakeRequest(std::get<0>(c), OpType::kAllreduce, std::get<1>(c), std::get<2>(c), std::get<3>(c),
+                            {kOdd}, {kOdd});
+    r.meta.prescale = 0.5;
+    r.meta.postscale = 3.0;
+    f.exec->RunOne(std::move(r), Response{});
+    names.push_back(std::get<0>(c));
+  }
   // int32 min, postscale 2 (integers: a separate pass)
   std::vector<int32_t> ints(9), ints_out(9);
   for (int i = 0; i < 9; ++i) ints[i] = (me + 1) * 10 - i;
@@ -244,6 +268,22 @@ void CheckCollectives(Fixture& f, int size) {
     for (int r = 0; r < size; ++r) want += Value(r, 7, static_cast<int>(i)) * 0.5;
     want /= size;
     EXPECT(std::fabs(big_out[i] - want) <= 1e-5 * std::fabs(want) + 1e-6, "scaled direct sum");
+  }
+  for (int i = 0; i < kOdd; ++i) {
+    double want = 0, want16 = 0;
+    for (int r = 0; r < size; ++r) {
+      want += Value(r, 11, i) * 1.5;
+      want16 += (i % 7 + r) * 1.5;
+    }
+    if (std::fabs(f64_odd_out[i] - want) > 1e-12 * std::fabs(want) + 1e-12 ||
+        std::fabs(f64_odd_inplace[i] - want) > 1e-12 * std::fabs(want) + 1e-12 ||
+        HalfToFloat(f16_odd_out[i]) != static_cast<float>(want16)) {
+      EXPECT(false, "scaled direct sum of 200,003 elements, element " + std::to_string(i) + ": float64 out " +
+                        std::to_string(f64_odd_out[i]) + ", in place " + std::to_string(f64_odd_inplace[i]) +
+                        ", float16 " + std::to_string(HalfToFloat(f16_odd_out[i])) + ", want " +
+                        std::to_string(want) + " / " + std::to_string(want16));
+      break;
+    }
   }
   for (int i = 0; i < 9; ++i) EXPECT(ints_out[i] == (10 - i) * 2, "int32 min with postscale");
   int row = 0;

@@ -214,10 +214,24 @@ class HostComm : public LaneComm {
   const std::vector<int>& global_ranks() const override { return mpi_->global_ranks(); }
   void* stream() const override { return stream_; }
   bool ScaledSumSupported(DataType dtype) const override {
-    return dtype == DataType::kFloat32 || dtype == DataType::kFloat64;
+    return dtype == DataType::kFloat16 || dtype == DataType::kFloat32 || dtype == DataType::kFloat64;
   }
   Status ScaledSum(const void* send, void* recv, int64_t count, DataType dtype, double factor) override {
     Note("scaled_sum", count);
+    if (mpi_->size() == 1) {
+      // As NCCL's one-rank pre-multiplied sum (oneRankReduce, measured on an
+      // H100 with NCCL 2.28): min(32, ceil(bytes / 16 KiB)) blocks of
+      // alignUp(count / blocks, 16 / element size) elements each, so when
+      // count / blocks is already a multiple of the pack width the last
+      // count % blocks elements are never written. The executor must not
+      // call this at one rank (Note [One rank needs no collective]).
+      const int64_t esz = static_cast<int64_t>(DataTypeSize(dtype));
+      const int64_t blocks = std::min<int64_t>(32, (count * esz + (16 << 10) - 1) / (16 << 10));
+      const int64_t pack = 16 / esz;
+      const int64_t per_block = (count / blocks + pack - 1) / pack * pack;
+      CopyAndScale(recv, send, std::min(count, blocks * per_block), dtype, factor);
+      return Status::Ok();
+    }
     CopyAndScale(recv, send, count, dtype, factor);
     return Guard([&] { return mpi_->Allreduce(recv, recv, count, dtype, ReduceOp::kSum); });
   }

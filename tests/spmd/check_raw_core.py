@@ -96,6 +96,30 @@ for name, out, total, dtype in expect[::2]:
     check("single " + name, out, total, dtype)
 del keep, ops, expect, handles
 
+# --- integer scaling saturates at the type's limits (src/common/saturate.h), as on
+# the GPU: the product is taken in float64, truncated toward zero and clamped
+# (NaN gives 0). Postscale acts after the sum, so each rank sends values whose
+# sum fits and the scaled result saturates.
+def saturated(values, dtype):
+    info = np.iinfo(dtype)
+    v = np.trunc(np.asarray(values, dtype=np.float64))
+    out = np.where(v <= info.min, info.min, np.where(v >= float(info.max), info.max, 0)).astype(dtype)
+    inside = (v > info.min) & (v < float(info.max))
+    out[inside] = v[inside].astype(dtype)
+    return out
+
+
+for dtype, post in (("int32", 4.0), ("int32", -3.5), ("int64", 8.0), ("int8", 3.0), ("uint8", 2.5),
+                    ("int32", 0.5), ("int64", float("nan"))):
+    info = np.iinfo(dtype)
+    share = [info.max // (2 * size), info.min // (2 * size) if info.min else 7, 5, -5 if info.min else 9, 1, 0]
+    inp = np.array(share, dtype=dtype)
+    out = np.zeros_like(inp)
+    run([op(f"sat.{dtype}.{post}", m.OP_ALLREDUCE, dtype, inp, out, post=post)])
+    total = np.array(share, dtype=np.float64) * size
+    check(f"{dtype} postscale {post} saturates", out, saturated(total * post, dtype), dtype)
+barrier("after.saturation")
+
 # --- allgather: rank r contributes r+1 rows
 for dtype in ("float32", "int32", "float16"):
     per = [data((r + 1, 3), r, dtype, seed=50) for r in range(size)]

@@ -1,0 +1,56 @@
+/* Every numeric code shared across languages, defined once, in C: the C
+ * API exposes them (c_api.h includes this file), the C++ enums of
+ * common/types.h and common/status.h take their values from them, and the
+ * Cython binding declares them (_core.pxd) and re-exports them to Python. */
+#ifndef MXPLUGIN_COMMON_CODES_H_
+#define MXPLUGIN_COMMON_CODES_H_
+
+typedef enum {
+  MXP_DTYPE_UINT8 = 0,
+  MXP_DTYPE_INT8 = 1,
+  MXP_DTYPE_INT32 = 2,
+  MXP_DTYPE_INT64 = 3,
+  MXP_DTYPE_FLOAT16 = 4,
+  MXP_DTYPE_FLOAT32 = 5,
+  MXP_DTYPE_FLOAT64 = 6,
+  MXP_DTYPE_BFLOAT16 = 7,
+  MXP_NUM_DTYPES = 8
+} mxp_dtype;
+
+typedef enum {
+  MXP_REDUCE_SUM = 0,
+  MXP_REDUCE_AVERAGE = 1, /* the core turns it into a Sum with postscale 1/size */
+  MXP_REDUCE_MIN = 2,
+  MXP_REDUCE_MAX = 3,
+  MXP_REDUCE_PRODUCT = 4
+} mxp_reduce_op;
+
+typedef enum {
+  MXP_OP_ALLREDUCE = 0,
+  MXP_OP_ALLGATHER = 1,
+  MXP_OP_BROADCAST = 2,
+  MXP_OP_ALLTOALL = 3,
+  MXP_OP_REDUCESCATTER = 4,
+  MXP_OP_BARRIER = 5
+} mxp_op_type;
+
+/* What every C API function returns (0: success). */
+typedef enum {
+  MXP_STATUS_OK = 0,
+  MXP_STATUS_INVALID_ARGUMENT = 1, /* user error found locally (bad shape, unknown op, ...) */
+  MXP_STATUS_MISMATCH = 2,         /* ranks disagreed during negotiation */
+  MXP_STATUS_ABORTED = 3,          /* shut down, or a peer died / timed out */
+  MXP_STATUS_INTERNAL = 4,         /* MPI/CUDA failure or a bug */
+  MXP_STATUS_NOT_INITIALIZED = 5
+} mxp_status;
+
+/* The device of a host tensor (GPU tensors carry their CUDA device id). */
+#define MXP_CPU_DEVICE (-1)
+
+/* Every tensor's offset in a fusion buffer (CPU and GPU) is a multiple of
+ * this many bytes: a cache line, and a multiple of the GPU kernels' 16-byte
+ * vectors. Benchmarks lay out their buffers with it to measure the layout
+ * the executors really produce. */
+#define MXP_FUSION_ALIGNMENT_BYTES 64
+
+#endif /* MXPLUGIN_COMMON_CODES_H_ */
