@@ -14,6 +14,13 @@ std::string Describe(cudaError_t err) {
 
 }  // namespace
 
+Status CudaStatus(int err, const std::string& what) {
+  const auto code = static_cast<cudaError_t>(err);
+  if (code == cudaSuccess) return Status::Ok();
+  cudaGetLastError();
+  return Status::Internal(what + " failed: " + Describe(code));
+}
+
 int DeviceCount(std::string* reason) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);

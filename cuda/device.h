@@ -24,5 +24,11 @@ Status CheckDevicePointer(const void* ptr, const char* role, int* device = nullp
 // Waits for the work queued on `stream`; returns the first error of that work.
 Status SynchronizeStream(void* stream);
 
+// The one conversion of a CUDA runtime error code (a cudaError_t) into a
+// Status: Ok for cudaSuccess, else Internal "<what> failed: <name>: <text>".
+// Clears the thread's last error, so a non-sticky failure is not reported
+// again by a later, unrelated check.
+Status CudaStatus(int err, const std::string& what);
+
 }  // namespace cuda
 }  // namespace mxplugin

@@ -10,6 +10,7 @@
 #include "scale_kernels.h"
 
 #include "common/saturate.h"
+#include "device.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -179,8 +180,7 @@ __global__ void __launch_bounds__(kThreads) CopyAndScaleKernel(const __grid_cons
 }
 
 Status LaunchError(cudaError_t err, const char* what) {
-  return Status::Internal(std::string("CUDA ") + what + " kernel launch failed: " + cudaGetErrorName(err) + ": " +
-                          cudaGetErrorString(err));
+  return CudaStatus(err, std::string("CUDA ") + what + " kernel launch");
 }
 
 template <typename T>

@@ -3,7 +3,7 @@
 
 #ifdef MXPLUGIN_WITH_NCCL
 #include "backend/nccl/nccl_communicator.h"
-#include "core/gpu/cuda_runtime.h"
+#include "core/gpu/cuda_device_runtime.h"
 #endif
 
 namespace mxplugin {

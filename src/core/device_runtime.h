@@ -1,5 +1,5 @@
 // The device calls of the Core and its GPU executor, behind one interface:
-// CudaRuntime (core/gpu/cuda_runtime.cc, NCCL builds) makes them with the
+// CudaRuntime (core/gpu/cuda_device_runtime.cc, NCCL builds) makes them with the
 // CUDA runtime; the host tests (tests/native/) run the same code on host
 // memory with a stand-in. Streams, events and buffers are opaque pointers.
 #pragma once

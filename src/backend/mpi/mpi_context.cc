@@ -49,14 +49,24 @@ void HalfOp(void* in, void* inout, int* len, MPI_Datatype*) {
   }
 }
 
+// Set-up calls must succeed: a failure here would otherwise surface later as
+// a wrong topology or a collective on an invalid handle.
+void CheckSetup(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  std::string reason = MPI_Error_string(rc, text, &len) == MPI_SUCCESS ? std::string(text, len) : "unknown error";
+  throw Error(Status::Internal(std::string(call) + " failed during MPI set-up: " + reason));
+}
+
 template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
 void CreateOps(MPI_Op* ops) {
   // Index by ReduceOp value; Average is reduced as Sum.
-  MPI_Op_create(&HalfOp<ToFloat, FromFloat, Sum>, 1, &ops[0]);
+  CheckSetup(MPI_Op_create(&HalfOp<ToFloat, FromFloat, Sum>, 1, &ops[0]), "MPI_Op_create");
   ops[1] = ops[0];
-  MPI_Op_create(&HalfOp<ToFloat, FromFloat, Min>, 1, &ops[2]);
-  MPI_Op_create(&HalfOp<ToFloat, FromFloat, Max>, 1, &ops[3]);
-  MPI_Op_create(&HalfOp<ToFloat, FromFloat, Prod>, 1, &ops[4]);
+  CheckSetup(MPI_Op_create(&HalfOp<ToFloat, FromFloat, Min>, 1, &ops[2]), "MPI_Op_create");
+  CheckSetup(MPI_Op_create(&HalfOp<ToFloat, FromFloat, Max>, 1, &ops[3]), "MPI_Op_create");
+  CheckSetup(MPI_Op_create(&HalfOp<ToFloat, FromFloat, Prod>, 1, &ops[4]), "MPI_Op_create");
 }
 
 void FreeOps(MPI_Op* ops) {
@@ -69,7 +79,7 @@ void FreeOps(MPI_Op* ops) {
 
 MpiContext::MpiContext(bool thread_multiple) {
   int initialized = 0;
-  MPI_Initialized(&initialized);
+  CheckSetup(MPI_Initialized(&initialized), "MPI_Initialized");
   int provided = MPI_THREAD_SINGLE;
   if (!initialized) {
     // Note [MPI thread level]: only this (the background) thread calls MPI,
@@ -87,36 +97,37 @@ MpiContext::MpiContext(bool thread_multiple) {
     }
     owns_mpi_ = true;
   } else {
-    MPI_Query_thread(&provided);
+    CheckSetup(MPI_Query_thread(&provided), "MPI_Query_thread");
     if (provided < MPI_THREAD_MULTIPLE) {
       throw Error(Status::InvalidArgument(
           "MPI was initialised by the program with a thread level below MPI_THREAD_MULTIPLE; mxplugin calls "
           "MPI from its own thread, so initialise MPI with MPI_THREAD_MULTIPLE, or let mxplugin initialise it"));
     }
   }
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  CheckSetup(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
 
   auto ops = std::make_shared<MpiHalfOps>();
-  MPI_Type_contiguous(2, MPI_BYTE, &ops->half_type);
-  MPI_Type_commit(&ops->half_type);
+  CheckSetup(MPI_Type_contiguous(2, MPI_BYTE, &ops->half_type), "MPI_Type_contiguous");
+  CheckSetup(MPI_Type_commit(&ops->half_type), "MPI_Type_commit");
   CreateOps<HalfToFloat, FloatToHalf>(ops->float16);
   CreateOps<BFloat16ToFloat, FloatToBFloat16>(ops->bfloat16);
   half_ops_ = ops;
 
   Topology& t = topology_;
   t.threads_multiple = provided >= MPI_THREAD_MULTIPLE;
-  MPI_Comm_rank(MPI_COMM_WORLD, &t.rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &t.size);
+  CheckSetup(MPI_Comm_rank(MPI_COMM_WORLD, &t.rank), "MPI_Comm_rank");
+  CheckSetup(MPI_Comm_size(MPI_COMM_WORLD, &t.size), "MPI_Comm_size");
   MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &local);
-  MPI_Comm_rank(local, &t.local_rank);
-  MPI_Comm_size(local, &t.local_size);
+  CheckSetup(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, t.rank, MPI_INFO_NULL, &local),
+             "MPI_Comm_split_type");
+  CheckSetup(MPI_Comm_rank(local, &t.local_rank), "MPI_Comm_rank");
+  CheckSetup(MPI_Comm_size(local, &t.local_size), "MPI_Comm_size");
   MPI_Comm cross;
-  MPI_Comm_split(MPI_COMM_WORLD, t.local_rank, t.rank, &cross);
-  MPI_Comm_rank(cross, &t.cross_rank);
-  MPI_Comm_size(cross, &t.cross_size);
-  MPI_Comm_free(&local);
-  MPI_Comm_free(&cross);
+  CheckSetup(MPI_Comm_split(MPI_COMM_WORLD, t.local_rank, t.rank, &cross), "MPI_Comm_split");
+  CheckSetup(MPI_Comm_rank(cross, &t.cross_rank), "MPI_Comm_rank");
+  CheckSetup(MPI_Comm_size(cross, &t.cross_size), "MPI_Comm_size");
+  CheckSetup(MPI_Comm_free(&local), "MPI_Comm_free");
+  CheckSetup(MPI_Comm_free(&cross), "MPI_Comm_free");
 }
 
 MpiContext::~MpiContext() {

@@ -8,6 +8,7 @@
 
 #include "backend/nccl/nccl_communicator.h"
 #include "backend/nccl/nccl_describe.h"
+#include "cuda/device.h"
 
 namespace mxplugin {
 
@@ -17,11 +18,7 @@ Status NcclCommunicator::CreateMany(Communicator* bootstrap, int device, const s
   const size_t count = streams.size();
   Status local = local_error;
   if (local.ok()) {
-    const cudaError_t err = cudaSetDevice(device);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      local = Status::Internal(std::string("cudaSetDevice failed: ") + cudaGetErrorString(err));
-    }
+    local = cuda::CudaStatus(cudaSetDevice(device), "cudaSetDevice");
   }
   // Rank 0 always broadcasts, with no ids when its own set-up failed, so the
   // ranks' MPI calls stay matched whatever happens.

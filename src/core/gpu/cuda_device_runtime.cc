@@ -1,4 +1,4 @@
-#include "core/gpu/cuda_runtime.h"
+#include "core/gpu/cuda_device_runtime.h"
 
 #include <cuda_runtime.h>
 
@@ -10,11 +10,7 @@ namespace mxplugin {
 namespace gpu {
 namespace {
 
-Status CudaStatus(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return Status::Ok();
-  cudaGetLastError();
-  return Status::Internal(std::string(what) + " failed: " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
-}
+using cuda::CudaStatus;
 
 cudaStream_t AsStream(void* s) { return static_cast<cudaStream_t>(s); }
 
