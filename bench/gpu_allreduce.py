@@ -71,8 +71,8 @@ def main():
     raw_id = nccl.get_unique_id() if rank == 0 else bytes(128)
     uid = (np.frombuffer(raw_id, dtype=np.int8).copy() if isinstance(raw_id, (bytes, bytearray))
            else np.array(raw_id, dtype=np.int8))
-    h = core.enqueue([("bench.nccl_id", m.OP_BROADCAST, 0, m.DTYPES["int8"], -1, [uid.size], [uid.size], 0, 1.0,
-                       1.0, None, 0, uid.ctypes.data, uid.ctypes.data)], 0)
+    h = core.enqueue([m.Op("bench.nccl_id", m.OP_BROADCAST, m.DTYPES["int8"], [uid.size], uid.ctypes.data,
+                           uid.ctypes.data)], 0)
     h.wait()
     raw = nccl.NcclCommunicator(size, tuple(int(b) for b in uid), rank)
 
@@ -82,8 +82,8 @@ def main():
     stream.synchronize()
 
     def op(name, g):
-        return (name, m.OP_ALLREDUCE, m.REDUCE_AVERAGE, m.DTYPES["float32"], dev, [g.size], [g.size], 0, 1.0, 1.0,
-                None, 0, g.data.ptr, g.data.ptr, stream.ptr)
+        return m.Op(name, m.OP_ALLREDUCE, m.DTYPES["float32"], [g.size], g.data.ptr, g.data.ptr,
+                    reduce_op=m.REDUCE_AVERAGE, device=dev, stream=stream.ptr)
 
     def reference():
         raw.allReduce(flat.data.ptr, flat.data.ptr, total, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, stream.ptr)

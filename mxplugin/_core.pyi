@@ -25,6 +25,27 @@ class Handle:
     def done(self) -> bool: ...
     def wait(self) -> None: ...
 
+class Op:
+    name: str
+    op_type: int
+    dtype: int
+    shape: List[int]
+    input: int
+    output: int
+    out_shape: List[int]
+    reduce_op: int
+    device: int
+    root_rank: int
+    prescale: float
+    postscale: float
+    splits: Optional[List[int]]
+    priority: int
+    stream: int
+    def __init__(self, name: str, op_type: int, dtype: int, shape: Sequence[int], input: int, output: int, *,
+                 out_shape: Optional[Sequence[int]] = ..., reduce_op: int = ..., device: int = ...,
+                 root_rank: int = ..., prescale: float = ..., postscale: float = ...,
+                 splits: Optional[Sequence[int]] = ..., priority: int = ..., stream: int = ...) -> None: ...
+
 class Core:
     def __init__(self) -> None: ...
     def shutdown(self) -> None: ...
@@ -36,8 +57,8 @@ class Core:
     def reference_allreduce(self, data: int, count: int, dtype: int) -> float: ...
     def start_timeline(self, path: str, mark_cycles: bool = ...) -> None: ...
     def stop_timeline(self) -> None: ...
-    def enqueue(self, ops: List[Tuple[Any, ...]], process_set_id: int, mxnet: bool = ...,
-                priority: int = ...) -> Optional[Handle]: ...
+    def enqueue(self, ops: List[Op], process_set_id: int, mxnet: bool = ..., priority: int = ...,
+                group: Optional[str] = ...) -> Optional[Handle]: ...
 
 def fused_num_states(kind: str) -> int: ...
 def fused_update(kind: str, weight: Any, grad: Any, states: Any, params: Dict[str, Any],

@@ -54,6 +54,42 @@ def nccl_built():
     return int(mxp_nccl_built())
 
 
+cdef class Op:
+    """One tensor of a collective, as it crosses into the C API (mxp_op).
+    input/output: data pointers (raw entry) or NDArrayHandles (MXNet entry),
+    as integers. root_rank: the broadcast root as a global rank (the core
+    finds its rank within the process set). stream: for GPU tensors on the
+    raw entry, the cudaStream_t the input was produced on (0: the legacy
+    default stream)."""
+    cdef public object name, shape, out_shape, splits
+    cdef public int op_type, dtype, reduce_op, device, root_rank, priority
+    cdef public double prescale, postscale
+    cdef public uintptr_t input, output, stream
+
+    def __init__(self, name, int op_type, int dtype, shape, uintptr_t input, uintptr_t output, *, out_shape=None,
+                 int reduce_op=MXP_REDUCE_SUM, int device=MXP_CPU_DEVICE, int root_rank=0, double prescale=1.0,
+                 double postscale=1.0, splits=None, int priority=0, uintptr_t stream=0):
+        self.name = name
+        self.op_type = op_type
+        self.dtype = dtype
+        self.shape = list(shape)
+        self.input = input
+        self.output = output
+        self.out_shape = self.shape if out_shape is None else list(out_shape)
+        self.reduce_op = reduce_op
+        self.device = device
+        self.root_rank = root_rank
+        self.prescale = prescale
+        self.postscale = postscale
+        self.splits = None if splits is None else list(splits)
+        self.priority = priority
+        self.stream = stream
+
+    def __repr__(self):
+        return (f"Op({self.name!r}, op_type={self.op_type}, dtype={self.dtype}, shape={self.shape}, "
+                f"out_shape={self.out_shape}, reduce_op={self.reduce_op}, device={self.device})")
+
+
 cdef class _OpBatch:
     """C structs for a group of ops, kept alive for the duration of one call."""
     cdef mxp_op* ops
@@ -80,33 +116,33 @@ cdef class _OpBatch:
         self.keep.append(buf)
         return p
 
-    cdef set(self, int i, bytes name, int op_type, int reduce_op, int dtype, int device,
-             shape, out_shape, int root_rank, double prescale, double postscale, splits,
-             int priority, uintptr_t inp, uintptr_t out, uintptr_t stream=0):
+    cdef set(self, int i, Op op, const char* group):
         cdef mxp_op* o = &self.ops[i]
+        cdef bytes name = op.name.encode() if isinstance(op.name, str) else op.name
         self.keep.append(name)
         o.name = name
-        o.op_type = op_type
-        o.reduce_op = reduce_op
-        o.dtype = dtype
-        o.device = device
-        o.ndim = len(shape)
-        o.shape = self._ints(shape)
-        o.out_ndim = len(out_shape)
-        o.out_shape = self._ints(out_shape)
-        o.root_rank = root_rank
-        o.prescale = prescale
-        o.postscale = postscale
-        if splits is None:
+        o.op_type = op.op_type
+        o.reduce_op = op.reduce_op
+        o.dtype = op.dtype
+        o.device = op.device
+        o.ndim = len(op.shape)
+        o.shape = self._ints(op.shape)
+        o.out_ndim = len(op.out_shape)
+        o.out_shape = self._ints(op.out_shape)
+        o.root_rank = op.root_rank
+        o.prescale = op.prescale
+        o.postscale = op.postscale
+        if op.splits is None:
             o.nsplits = 0
             o.splits = NULL
         else:
-            o.nsplits = len(splits)
-            o.splits = self._ints(splits)
-        o.priority = priority
-        o.input = <void*>inp
-        o.output = <void*>out
-        o.stream = <void*>stream
+            o.nsplits = len(op.splits)
+            o.splits = self._ints(op.splits)
+        o.priority = op.priority
+        o.input = <void*>op.input
+        o.output = <void*>op.output
+        o.stream = <void*>op.stream
+        o.group = group
 
 
 cdef class Handle:
@@ -211,13 +247,10 @@ cdef class Core:
         _check(mxp_stop_timeline(self.c))
 
     def enqueue(self, list ops, int process_set_id, bint mxnet=False, int priority=0, group=None):
-        """ops: tuples (name, op_type, reduce_op, dtype, device, shape, out_shape,
-        root_rank, prescale, postscale, splits, priority, input, output[, stream])
-        where input/output are data pointers (raw) or NDArrayHandles
-        (mxnet=True), and stream (GPU tensors, raw only) is the cudaStream_t
-        the input was produced on (0: the legacy default stream). group: the
-        name the call is negotiated under (the user's name; None: each op's
-        own name), so that ranks calling different collectives or groups of
+        """ops: Op records, one call's group (input/output are data pointers
+        for the raw entry, NDArrayHandles with mxnet=True). group: the name
+        the call is negotiated under (the user's name; None: each op's own
+        name), so that ranks calling different collectives or groups of
         different sizes under one name get a mismatch, not a stall.
         Returns a Handle for raw ops, None for MXNet ops (the engine tracks them)."""
         cdef int n = len(ops)
@@ -231,11 +264,9 @@ cdef class Core:
             batch.keep.append(group_bytes)
             group_ptr = group_bytes
         for i in range(n):
-            t = ops[i]
-            batch.set(i, t[0].encode() if isinstance(t[0], str) else t[0], t[1], t[2], t[3], t[4],
-                      t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13],
-                      t[14] if len(t) > 14 else 0)
-            batch.ops[i].group = group_ptr
+            if not isinstance(ops[i], Op):
+                raise TypeError(f"enqueue takes Op records, got {type(ops[i]).__name__} at position {i}")
+            batch.set(i, <Op>ops[i], group_ptr)
         if mxnet:
             _check(mxp_mxnet_enqueue(self.c, batch.ops, n, process_set_id, priority))
             return None

@@ -180,6 +180,8 @@ class Layout:
         # Every bucket member, flat, for the per-step check (Note [Static
         # graphs keep their gradients]).
         self._members = [(p, w, g) for b in self.buckets for (_, p), w, g in zip(b.entries, b.weights, b._grads)]
+        self._member_weights = [w for _, w, _ in self._members]
+        self._member_views = [g for _, _, g in self._members]
         self.copied = 0  # member gradients copied into buckets because backward wrote elsewhere
         released = release_cached_graphs([p for p, _, _ in self._members], static_shape_only=True)
         if released:
@@ -214,10 +216,10 @@ class Layout:
         members had to be copied (0: every bucket is written in place)."""
         if not self._members:
             return 0
-        bound = core_module.grads_bound([w for _, w, _ in self._members], [g for _, _, g in self._members])
-        stray = [m for m, ok in zip(self._members, bound) if not ok]
-        if not stray:
+        bound = core_module.grads_bound(self._member_weights, self._member_views)
+        if all(bound):
             return 0
+        stray = [m for m, ok in zip(self._members, bound) if not ok]
         for p, w, view in stray:
             written = w.grad
             if written is not None:

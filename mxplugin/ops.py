@@ -116,14 +116,21 @@ def _set_id(process_set):
     return process_set.process_set_id
 
 
-def _push(entries, process_set, priority, group=None):
-    """entries: (name, op_type, reduce, dtype, device, shape, out_shape, root,
-    prescale, postscale, splits, input NDArray, output NDArray). group: the
-    user's name for the call (None: auto-named), which the core negotiates
-    across kinds and group sizes, so that ranks calling different collectives
-    or groups of different sizes under one name get a mismatch, not a stall."""
+def _record(name, op_type, tensor, output, dtype, device, shape, **fields):
+    """The binding's Op record for NDArrays `tensor` -> `output` (handles;
+    the C++ adapter takes its own references during the enqueue call)."""
+    return _core_module().Op(name, op_type, dtype, shape, tensor.handle.value, output.handle.value, device=device,
+                             **fields)
+
+
+def _push(ops, process_set, priority, group=None):
+    """Enqueues one call's Op records. group: the user's name for the call
+    (None: auto-named), which the core negotiates across kinds and group
+    sizes, so that ranks calling different collectives or groups of different
+    sizes under one name get a mismatch, not a stall."""
     core = basics._core()
-    ops = [e[:11] + (priority, e[11].handle.value, e[12].handle.value) for e in entries]
+    for op in ops:
+        op.priority = priority
     core.enqueue(ops, _set_id(process_set), True, priority, group)
 
 
@@ -149,7 +156,8 @@ def _allreduce_entries(tensors, outputs, base, op, prescale_factor, postscale_fa
     entries = []
     for i, (t, o) in enumerate(zip(tensors, outputs)):
         dtype, device, shape = _describe(t, f"tensor {i}" if len(tensors) > 1 else "tensor")
-        entries.append((names[i], m.OP_ALLREDUCE, reduce, dtype, device, shape, shape, 0, pre, post, None, t, o))
+        entries.append(_record(names[i], m.OP_ALLREDUCE, t, o, dtype, device, shape, reduce_op=reduce, prescale=pre,
+                               postscale=post))
     return entries
 
 
@@ -226,9 +234,8 @@ def _exchange_int64(values, name, process_set):
     n = len(process_set.ranks)
     out = np.empty(n * len(mine), dtype=np.int64)
     handle = basics._core().enqueue(
-        [(name, m.OP_ALLGATHER, m.REDUCE_SUM, m.DTYPES["int64"], m.CPU_DEVICE, [len(mine)], [len(out)], 0, 1.0,
-          1.0, None, 0,
-          mine.ctypes.data, out.ctypes.data)], _set_id(process_set))
+        [m.Op(name, m.OP_ALLGATHER, m.DTYPES["int64"], [len(mine)], mine.ctypes.data, out.ctypes.data,
+              out_shape=[len(out)])], _set_id(process_set))
     handle.wait()
     return out.reshape(n, len(mine))
 
@@ -275,7 +282,7 @@ def _allgather_output(tensor, name, process_set, index=None):
     out_shape = [int(firsts.sum())] + shape[1:]
     output = mx.nd.empty(tuple(out_shape), ctx=tensor.context, dtype=tensor.dtype)
     m = _core_module()
-    return output, (name, m.OP_ALLGATHER, m.REDUCE_SUM, dtype, device, shape, out_shape, 0, 1.0, 1.0, None, tensor, output)
+    return output, _record(name, m.OP_ALLGATHER, tensor, output, dtype, device, shape, out_shape=out_shape)
 
 
 def allgather(tensor, name=None, priority=0, process_set=global_process_set):
@@ -308,7 +315,7 @@ def _broadcast_entry(tensor, output, root_rank, base):
         raise ArgumentError(f"root_rank {root_rank} is out of range for {basics.size()} ranks")
     dtype, device, shape = _describe(tensor)
     m = _core_module()
-    return (base, m.OP_BROADCAST, m.REDUCE_SUM, dtype, device, shape, shape, int(root_rank), 1.0, 1.0, None, tensor, output)
+    return _record(base, m.OP_BROADCAST, tensor, output, dtype, device, shape, root_rank=int(root_rank))
 
 
 def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
@@ -355,7 +362,8 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     out_shape = [int(received.sum())] + shape[1:]
     output = mx.nd.empty(tuple(out_shape), ctx=tensor.context, dtype=tensor.dtype)
     m = _core_module()
-    _push([(base, m.OP_ALLTOALL, m.REDUCE_SUM, dtype, device, shape, out_shape, 0, 1.0, 1.0, split_list, tensor, output)],
+    _push([_record(base, m.OP_ALLTOALL, tensor, output, dtype, device, shape, out_shape=out_shape,
+                   splits=split_list)],
           process_set, priority, _group_key(base, name))
     if splits is None:
         return output
@@ -392,8 +400,8 @@ def _reducescatter_entry(tensor, name, op, pre, post, process_set, index=None):
     out_shape = [rows] + shape[1:]
     output = mx.nd.empty(tuple(out_shape), ctx=tensor.context, dtype=tensor.dtype)
     m = _core_module()
-    return output, (name, m.OP_REDUCESCATTER, _reduce_code(op), dtype, device, shape, out_shape, 0, pre, post,
-                    None, tensor, output)
+    return output, _record(name, m.OP_REDUCESCATTER, tensor, output, dtype, device, shape, out_shape=out_shape,
+                           reduce_op=_reduce_code(op), prescale=pre, postscale=post)
 
 
 def _check_reducescatter_op(op):
@@ -432,10 +440,8 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0, process_se
 def barrier(process_set=global_process_set):
     """Blocks until every rank of the set has reached this call."""
     m = _core_module()
-    handle = basics._core().enqueue(
-        [(_base_name("barrier", None), m.OP_BARRIER, m.REDUCE_SUM, m.DTYPES["float32"], m.CPU_DEVICE, [], [], 0,
-          1.0, 1.0, None, 0, 0, 0)],
-        _set_id(process_set))
+    handle = basics._core().enqueue([m.Op(_base_name("barrier", None), m.OP_BARRIER, m.DTYPES["float32"], [], 0, 0)],
+                                    _set_id(process_set))
     handle.wait()
 
 

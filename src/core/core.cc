@@ -286,7 +286,7 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
       if (m.group.empty()) m.group = m.name;
       if (m.op == OpType::kBroadcast) {
         auto pos = std::find(set.ranks.begin(), set.ranks.end(), m.root_rank);
-        m.root_rank = static_cast<int32_t>(pos - set.ranks.begin());
+        m.set_root = static_cast<int32_t>(pos - set.ranks.begin());
       }
       // Average is a Sum whose postscale carries 1/size: done here, in C++,
       // so callers never need to know a process set's size.

@@ -226,10 +226,10 @@ Status Executor::RunBroadcast(Request& req) {
   const int64_t n = req.input.num_elements();
   if (n == 0) return Status::Ok();
   auto t0 = Clock::now();
-  if (comm_->rank() == req.meta.root_rank && req.output.data != req.input.data) {
+  if (comm_->rank() == req.meta.set_root && req.output.data != req.input.data) {
     std::memcpy(req.output.data, req.input.data, static_cast<size_t>(req.input.num_bytes()));
   }
-  Status st = comm_->Broadcast(req.output.data, n, req.meta.dtype, req.meta.root_rank);
+  Status st = comm_->Broadcast(req.output.data, n, req.meta.dtype, req.meta.set_root);
   Trace(req, "BROADCAST", t0, Clock::now());
   return st;
 }

@@ -151,11 +151,11 @@ Status GpuExecutor::LaunchOne(Lane& lane, Request& req, const Response& resp, co
       *phase = "NCCL_BROADCAST";
       const int64_t n = req.input.num_elements();
       if (n == 0) return Status::Ok();
-      if (comm.rank() == req.meta.root_rank && req.output.data != req.input.data) {
+      if (comm.rank() == req.meta.set_root && req.output.data != req.input.data) {
         st = Scale(lane, req.output.data, req.input.data, n, req.meta.dtype, 1.0);
         if (!st.ok()) return st;
       }
-      return comm.Broadcast(req.output.data, n, req.meta.dtype, req.meta.root_rank);
+      return comm.Broadcast(req.output.data, n, req.meta.dtype, req.meta.set_root);
     }
     case OpType::kAlltoall: {
       *phase = "NCCL_ALLTOALL";

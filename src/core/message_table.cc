@@ -125,7 +125,7 @@ Response MessageTable::Validate(const std::string& name, const Entry& entry) con
       return fail("postscale factor", d);
   }
   if (op == OpType::kBroadcast) {
-    if (!(d = Disagreement(metas, world_ranks_, [&](const RequestMeta& m) { return "root " + std::to_string(world_ranks_[m.root_rank]); })).empty())
+    if (!(d = Disagreement(metas, world_ranks_, [&](const RequestMeta& m) { return "root " + std::to_string(m.root_rank); })).empty())
       return fail("root rank", d);
   }
   if (op == OpType::kAllgather || op == OpType::kAlltoall) {

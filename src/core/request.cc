@@ -85,6 +85,7 @@ std::string SerializeMetas(const std::vector<RequestMeta>& metas) {
     w.Put<int32_t>(m.device);
     w.PutInts(m.shape);
     w.Put<int32_t>(m.root_rank);
+    w.Put<int32_t>(m.set_root);
     w.Put<double>(m.prescale);
     w.Put<double>(m.postscale);
     w.PutInts(m.splits);
@@ -111,6 +112,7 @@ std::vector<RequestMeta> ParseMetas(const std::string& bytes) {
     m.device = r.Get<int32_t>();
     m.shape = r.GetInts();
     m.root_rank = r.Get<int32_t>();
+    m.set_root = r.Get<int32_t>();
     m.prescale = r.Get<double>();
     m.postscale = r.Get<double>();
     m.splits = r.GetInts();

@@ -23,7 +23,8 @@ struct RequestMeta {
   DataType dtype = DataType::kFloat32;
   int32_t device = kCpuDevice;
   std::vector<int64_t> shape;
-  int32_t root_rank = 0;  // rank within the process set
+  int32_t root_rank = 0;  // broadcast root, a global rank as the caller gave it
+  int32_t set_root = 0;   // the same root's rank within the process set (Core::Enqueue)
   double prescale = 1.0;
   double postscale = 1.0;
   std::vector<int64_t> splits;  // alltoall: rows sent to each rank

@@ -229,7 +229,7 @@ void CheckCollectives(Fixture& f, int size) {
   for (int i = 0; i < 11; ++i) bc_in[i] = me * 1000 + i;
   Request bc = MakeRequest("one.broadcast", OpType::kBroadcast, DataType::kFloat64, bc_in.data(), bc_out.data(), {11},
                            {11});
-  bc.meta.root_rank = size - 1;
+  bc.meta.root_rank = bc.meta.set_root = size - 1;  // the world is the set
   f.exec->RunOne(std::move(bc), Response{});
   names.push_back("one.broadcast");
   // alltoall: rank r sends (r + d) % 3 rows of 2 to rank d

@@ -68,9 +68,8 @@ def mismatch_text(what, tensor, detail):
 
 
 def raw_op(name, op_type, inp, out, reduce_op=m.REDUCE_SUM, root=0):
-    shape = list(inp.shape)
-    return (name, op_type, reduce_op, m.DTYPES[inp.dtype.name], -1, shape, list(out.shape), root, 1.0, 1.0, None,
-            0, inp.ctypes.data, out.ctypes.data)
+    return m.Op(name, op_type, m.DTYPES[inp.dtype.name], list(inp.shape), inp.ctypes.data, out.ctypes.data,
+                out_shape=list(out.shape), reduce_op=reduce_op, root_rank=root)
 
 
 odd = r == ODD

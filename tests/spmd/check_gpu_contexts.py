@@ -48,8 +48,7 @@ raises_value_error(lambda: hvd.grouped_allreduce_([gpu0, host], name="mixed"),
 core = hvd.basics._core()
 for inp, out, fragment in [(host, gpu0, "input is on cpu(0) but output on gpu(0)"),
                            (gpu0, host, "input is on gpu(0) but output on cpu(0)")]:
-    op = ("allreduce.split", m.OP_ALLREDUCE, m.REDUCE_SUM, m.DTYPES["float32"], -1, [4], [4], 0, 1.0, 1.0, None,
-          0, inp.handle.value, out.handle.value)
+    op = m.Op("allreduce.split", m.OP_ALLREDUCE, m.DTYPES["float32"], [4], inp.handle.value, out.handle.value)
     raises_value_error(lambda: core.enqueue([op], 0, True, 0), "allreduce 'allreduce.split'", fragment)
 
 # Host contexts are one device: cpu and cpu_pinned mix freely.

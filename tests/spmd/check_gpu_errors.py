@@ -21,8 +21,8 @@ devices = m.cuda_device_count() if m.cuda_built() else 0
 def enqueue(name, device, out_device=None, op_type=None):
     # The C API takes one device per op; a mixed op is made by the MXNet and
     # Python layers, so here the core sees the one device it is given.
-    return core.enqueue([(name, m.OP_ALLREDUCE if op_type is None else op_type, 0, m.DTYPES["float32"], device,
-                          [16], [16], 0, 1.0, 1.0, None, 0, host.ctypes.data, host.ctypes.data, 0)], 0)
+    return core.enqueue([m.Op(name, m.OP_ALLREDUCE if op_type is None else op_type, m.DTYPES["float32"], [16],
+                              host.ctypes.data, host.ctypes.data, device=device)], 0)
 
 
 def expect_error(name, device, *fragments):
@@ -47,8 +47,7 @@ sys.stdout.write(f"rank {rank}: {text}\n")
 
 # The rejected op left nothing behind: the name is free and CPU ops still run.
 out = np.zeros_like(host)
-h = core.enqueue([("gpu.op", m.OP_ALLREDUCE, 0, m.DTYPES["float32"], -1, [16], [16], 0, 1.0, 1.0, None, 0,
-                   host.ctypes.data, out.ctypes.data, 0)], 0)
+h = core.enqueue([m.Op("gpu.op", m.OP_ALLREDUCE, m.DTYPES["float32"], [16], host.ctypes.data, out.ctypes.data)], 0)
 h.wait()
 np.testing.assert_array_equal(out, host * core.topology()["size"])
 core.shutdown()

@@ -22,8 +22,8 @@ if rank == 0:
 else:
     data = np.ones(8, dtype="float32")
     device, ptr, stream = -1, data.ctypes.data, 0
-handle = core.enqueue([("grad.w", m.OP_ALLREDUCE, 0, m.DTYPES["float32"], device, [8], [8], 0, 1.0, 1.0, None, 0,
-                        ptr, ptr, stream)], 0)
+handle = core.enqueue([m.Op("grad.w", m.OP_ALLREDUCE, m.DTYPES["float32"], [8], ptr, ptr, device=device,
+                             stream=stream)], 0)
 try:
     handle.wait()
     raise AssertionError("CPU against GPU was accepted")

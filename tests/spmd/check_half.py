@@ -24,8 +24,8 @@ def main():
             mine = values(n, rank)
             out = np.zeros_like(mine)
             name = f"half.{n}.{pre}.{post}"
-            core.enqueue([(name, m.OP_ALLREDUCE, m.REDUCE_SUM, m.DTYPES["float16"], m.CPU_DEVICE, [n], [n], 0, pre, post, None, 0,
-                           mine.ctypes.data, out.ctypes.data)], 0).wait()
+            core.enqueue([m.Op(name, m.OP_ALLREDUCE, m.DTYPES["float16"], [n], mine.ctypes.data, out.ctypes.data,
+                               prescale=pre, postscale=post)], 0).wait()
             # reference: each rank's prescale rounded to half, sums rounded pairwise in rank order
             # (MPI's order may differ for 3+ ranks; compare with a tolerance of one half ulp per add)
             scaled = [(values(n, r).astype(np.float32) * np.float32(pre)).astype(np.float16) for r in range(size)]

@@ -54,8 +54,9 @@ def zeros_like(a):
 
 def op(name, op_type, dtype, inp, out, reduce_op=m.REDUCE_SUM, root=0, pre=1.0, post=1.0, splits=None,
        device=None):
-    return (name, op_type, reduce_op, DT[dtype], dev if device is None else device, list(inp.shape),
-            list(out.shape), root, pre, post, splits, 0, inp.data.ptr, out.data.ptr, stream.ptr)
+    return m.Op(name, op_type, DT[dtype], list(inp.shape), inp.data.ptr, out.data.ptr, out_shape=list(out.shape),
+                reduce_op=reduce_op, device=dev if device is None else device, root_rank=root, prescale=pre,
+                postscale=post, splits=splits, stream=stream.ptr)
 
 
 def run(ops):
@@ -175,8 +176,8 @@ say(f"rank {rank}: allgather, broadcast, alltoall, reducescatter ok")
 # --- errors found before anything runs, on this rank
 host = np.zeros(16, dtype="float32")
 try:
-    core.enqueue([("host.as.gpu", m.OP_ALLREDUCE, 0, DT["float32"], dev, [16], [16], 0, 1.0, 1.0, None, 0,
-                   host.ctypes.data, host.ctypes.data, 0)], 0)
+    core.enqueue([m.Op("host.as.gpu", m.OP_ALLREDUCE, DT["float32"], [16], host.ctypes.data, host.ctypes.data,
+                       device=dev)], 0)
     raise AssertionError("a host pointer passed as GPU memory was accepted")
 except ValueError as e:
     assert "host memory" in str(e) or "not a CUDA pointer" in str(e), e

@@ -31,9 +31,9 @@ def data(shape, r, dtype, seed=0):
 
 def op(name, op_type, dtype, inp, out, reduce_op=m.REDUCE_SUM, root=0, pre=1.0, post=1.0, splits=None,
        shape=None, out_shape=None, priority=0):
-    return (name, op_type, reduce_op, DT[dtype], -1, list(inp.shape if shape is None else shape),
-            list(out.shape if out_shape is None else out_shape), root, pre, post, splits, priority,
-            inp.ctypes.data, out.ctypes.data)
+    return m.Op(name, op_type, DT[dtype], list(inp.shape if shape is None else shape), inp.ctypes.data,
+                out.ctypes.data, out_shape=list(out.shape if out_shape is None else out_shape), reduce_op=reduce_op,
+                root_rank=root, prescale=pre, postscale=post, splits=splits, priority=priority)
 
 
 def run(ops, set_id=0):
@@ -51,7 +51,7 @@ def check(what, actual, expected, dtype):
 
 
 def barrier(name):
-    run([(name, m.OP_BARRIER, 0, DT["float32"], -1, [], [], 0, 1.0, 1.0, None, 0, 0, 0)])
+    run([m.Op(name, m.OP_BARRIER, DT["float32"], [], 0, 0)])
 
 
 # --- allreduce: Sum and Average, float32/float16/int32, scaled, in and out of place
@@ -89,7 +89,8 @@ handles = []
 for (name, out, total, dtype), o in zip(expect, ops):
     out[...] = 0
 for o in ops[::2]:  # out-of-place ones, one handle each, all in flight together
-    handles.append(core.enqueue([("single." + o[0],) + o[1:]], 0))
+    o.name = "single." + o.name
+    handles.append(core.enqueue([o], 0))
 for h in handles:
     h.wait()
 for name, out, total, dtype in expect[::2]:
