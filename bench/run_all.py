@@ -262,7 +262,12 @@ def report():
                   "One process, one thread (OMP_NUM_THREADS=1).", "",
                   "| | median | vs bandwidth floor |", "|---|---|---|",
                   f"| `gluon.Trainer.step` | {m['gluon'] * 1e3:.2f} ms | {upd['gluon_vs_floor']:.2f}x |",
-                  f"| `DistributedTrainer.step` | {m['mxplugin'] * 1e3:.2f} ms | {upd['mxplugin_vs_floor']:.2f}x |",
+                  f"| `DistributedTrainer.step` | {m['mxplugin'] * 1e3:.2f} ms | {upd['mxplugin_vs_floor']:.2f}x |"]
+        if "mxnet_multi_ops" in m:
+            lines.append(f"| `DistributedTrainer.step`, `fused_update=False`: MXNet's multi-tensor ops "
+                         f"(chunks of {upd['aggregate_num']}), the GPU buckets' path | {m['mxnet_multi_ops'] * 1e3:.2f} ms | "
+                         f"{upd['mxnet_multi_ops_vs_floor']:.2f}x |")
+        lines += [
                   f"| floor: {upd['bytes_moved'] / 1e6:.0f} MB at the `a += b` rate "
                   f"({upd['stream_bandwidth_Bps'] / 1e9:.1f} GB/s) | {upd['floor_s'] * 1e3:.2f} ms | 1.00x |", "",
                   f"Ratio DistributedTrainer / gluon.Trainer: **{upd['ratio_vs_gluon']:.3f}**.", ""]

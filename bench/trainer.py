@@ -74,15 +74,19 @@ def fill_grads(params):
 
 def bench_update(iters, warmup):
     hvd.init()
-    ref_net, net = resnet(), resnet()
+    ref_net, net, multi_net = resnet(), resnet(), resnet()
     ref = gluon.Trainer(ref_net.collect_params(), "sgd", dict(SGD), kvstore=None)
     ours = hvd.DistributedTrainer(net.collect_params(), "sgd", dict(SGD))
+    # The path GPU buckets take: MXNet's multi-tensor ops (multi_sgd_mom_update),
+    # aggregated as gluon does, over the same bucket layout.
+    multi = hvd.DistributedTrainer(multi_net.collect_params(), "sgd", dict(SGD), fused_update=False)
     n = sum(p.data().size for p in net.collect_params().values() if p.grad_req != "null")
     moved = 5 * 4 * n  # read weight, grad, momentum; write weight, momentum
-    times = {"gluon": [], "mxplugin": []}
+    times = {"gluon": [], "mxplugin": [], "mxnet_multi_ops": []}
     for it in range(warmup + iters):
         for key, trainer, params in (("gluon", ref, ref_net.collect_params()),
-                                     ("mxplugin", ours, net.collect_params())):
+                                     ("mxplugin", ours, net.collect_params()),
+                                     ("mxnet_multi_ops", multi, multi_net.collect_params())):
             fill_grads(params)
             mx.nd.waitall()
             t = time.perf_counter()
@@ -95,11 +99,15 @@ def bench_update(iters, warmup):
     floor = moved / bw
     result = {"values": n, "bytes_moved": moved, "stream_bandwidth_Bps": bw, "floor_s": floor,
               "times_s": times, "median_s": med, "ratio_vs_gluon": med["mxplugin"] / med["gluon"],
-              "gluon_vs_floor": med["gluon"] / floor, "mxplugin_vs_floor": med["mxplugin"] / floor}
+              "gluon_vs_floor": med["gluon"] / floor, "mxplugin_vs_floor": med["mxplugin"] / floor,
+              "mxnet_multi_ops_vs_floor": med["mxnet_multi_ops"] / floor,
+              "aggregate_num": int(getattr(multi._optimizer, "aggregate_num", 0) or 0)}
     print(f"resnet50_v1 update, {n} values, SGD momentum + wd, 1 process")
     print(f"  gluon.Trainer.step        median {med['gluon'] * 1e3:8.2f} ms  ({result['gluon_vs_floor']:.2f}x floor)")
     print(f"  DistributedTrainer.step   median {med['mxplugin'] * 1e3:8.2f} ms  ({result['mxplugin_vs_floor']:.2f}x floor)"
           f"  ratio {result['ratio_vs_gluon']:.3f}")
+    print(f"  same buckets, MXNet multi-tensor ops median {med['mxnet_multi_ops'] * 1e3:8.2f} ms  "
+          f"({result['mxnet_multi_ops_vs_floor']:.2f}x floor)")
     print(f"  bandwidth floor           {floor * 1e3:8.2f} ms  ({moved / 1e6:.0f} MB at {bw / 1e9:.1f} GB/s, a += b)")
     return result
 

@@ -82,6 +82,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._local_rescale = None
         self.num_reductions = 0  # gradient or parameter reductions run (one per bucket set)
         self._layout_agreed = False  # ranks' parameters compared (at the first reduction)
+        self.aggregated_updates = 0  # multi-tensor MXNet optimizer calls made (see _update_with_mxnet_ops)
 
     # -- layout -----------------------------------------------------------------
     def _ensure_layout(self):
@@ -255,14 +256,38 @@ class DistributedTrainer(mx.gluon.Trainer):
                 single.extend((index, p, bucket) for (index, p), f in zip(bucket.entries, fresh) if f)
             for _, p in bucket.entries:
                 p.data()._fresh_grad = False
-        for index, p, bucket in sorted(single, key=lambda e: e[0]):
-            opt.update_multi_precision(index, p.data(), p.grad(), bucket.param_states[index])
+        self._update_with_mxnet_ops(sorted(single, key=lambda e: e[0]))
         self._update_local(layout, ignore_stale_grad)
         for index, p in layout.excluded:
             for arr, grad in zip(p.list_data(), p.list_grad()):
                 if not ignore_stale_grad or arr._fresh_grad:
                     self._updaters[0]([index], [grad], [arr])
                     arr._fresh_grad = False
+
+    def _update_with_mxnet_ops(self, entries):
+        """Parameters the core's kernels do not update (GPU buckets, other
+        optimizers, fused_update=False), through the optimizer's own MXNet
+        ops, aggregated as gluon.Trainer's updater aggregates them: runs of up
+        to `aggregate_num` parameters of one dtype (and here one context, as
+        one multi-tensor op runs on one device) go to one multi-tensor op
+        (multi_sgd_update, multi_sgd_mom_update, multi_mp_sgd_*,
+        multi_lamb_update, ...); optimizers without one update one by one."""
+        opt = self._optimizer
+        chunk = int(getattr(opt, "aggregate_num", 0) or 0)
+        if chunk <= 1:
+            for index, p, bucket in entries:
+                opt.update_multi_precision(index, p.data(), p.grad(), bucket.param_states[index])
+            return
+        runs = OrderedDict()
+        for index, p, bucket in entries:
+            data = p.data()
+            runs.setdefault((str(data.dtype), str(data.context)), []).append((index, data, p.grad(),
+                                                                             bucket.param_states[index]))
+        for run in runs.values():
+            for start in range(0, len(run), chunk):
+                indices, weights, grads, states = zip(*run[start:start + chunk])
+                opt.update_multi_precision(list(indices), list(weights), list(grads), list(states))
+        self.aggregated_updates += sum((len(r) + chunk - 1) // chunk for r in runs.values())
 
     def _multi_precision_weights(self, layout):
         return getattr(self._optimizer, "multi_precision", False) and any(

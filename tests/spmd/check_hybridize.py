@@ -80,14 +80,14 @@ def compare(case, ref_net, net):
         assert_close(have, want, rtol=2e-4, atol=2e-5, what=f"{case}: {name}")
 
 
-def run_pair(case, rank, size, optimizer, setup, between=None, dist_between=None):
+def run_pair(case, rank, size, optimizer, setup, between=None, dist_between=None, **trainer_options):
     """Trains a reference (gluon.Trainer, whole batch) and a DistributedTrainer
     (this rank's shard) the same way; returns the distributed trainer."""
     ref_net, net = build_net(), build_net()
     setup(ref_net)
     setup(net)
     ref_trainer = gluon.Trainer(ref_net.collect_params(), optimizer, dict(OPTIMIZERS[optimizer]), kvstore=None)
-    trainer = hvd.DistributedTrainer(net.collect_params(), optimizer, dict(OPTIMIZERS[optimizer]))
+    trainer = hvd.DistributedTrainer(net.collect_params(), optimizer, dict(OPTIMIZERS[optimizer]), **trainer_options)
     train(ref_net, ref_trainer, lambda s: shards(s, size), STEPS,
           between=(lambda s: between(ref_net, ref_trainer, s)) if between else None)
     hook = dist_between or between
@@ -149,12 +149,25 @@ def check_copy_path(rank, size):
         f"copy path: expected one copy of each of {members} members, got {trainer._layout.copied}")
 
 
+def check_mxnet_multi_tensor_ops(rank, size):
+    """The update path of GPU buckets, proven on CPU: with fused_update=False
+    every bucket is updated by the optimizer's MXNet ops, aggregated into
+    multi-tensor calls (multi_sgd_mom_update, multi_lamb_update) as
+    gluon.Trainer does, and the weights match gluon.Trainer's."""
+    for optimizer in ("sgd", "lamb"):
+        trainer = run_pair(f"MXNet multi-tensor ops/{optimizer}", rank, size, optimizer,
+                           lambda n: hybridize(n, "static_shape"), fused_update=False)
+        assert trainer.aggregated_updates >= STEPS, (
+            f"{optimizer}: {trainer.aggregated_updates} multi-tensor calls in {STEPS} steps")
+
+
 CASES = {f"{m}/{o}": (lambda m=m, o=o: lambda r, s: check_mode(m, o, r, s))() for m in MODES for o in OPTIMIZERS}
 CASES.update({
     "rehybridize": check_rehybridize_mid_training,
     "after_trainer": check_hybridized_after_trainer,
     "rebuilt": check_layout_rebuilt_mid_training,
     "copy_path": check_copy_path,
+    "mxnet_ops": check_mxnet_multi_tensor_ops,
 })
 
 
