@@ -34,6 +34,8 @@ Config Config::FromEnvironment() {
       static_cast<int64_t>(ReadDouble("FUSION_THRESHOLD", static_cast<double>(c.fusion_threshold_bytes)));
   c.direct_threshold_bytes =
       static_cast<int64_t>(ReadDouble("DIRECT_THRESHOLD", static_cast<double>(c.direct_threshold_bytes)));
+  c.gpu_direct_threshold_bytes = static_cast<int64_t>(
+      ReadDouble("GPU_DIRECT_THRESHOLD", static_cast<double>(c.gpu_direct_threshold_bytes)));
   c.cycle_time_ms = ReadDouble("CYCLE_TIME", c.cycle_time_ms);
   c.stall_check_seconds = ReadDouble("STALL_CHECK_TIME_SECONDS", c.stall_check_seconds);
   c.stall_shutdown_seconds = ReadDouble("STALL_SHUTDOWN_TIME_SECONDS", c.stall_shutdown_seconds);

@@ -136,8 +136,8 @@ void Core::Loop() {
 // decides which NCCL communicator carries an op) come from rank 0,
 // whatever each rank's environment says.
 void Core::AgreeOnConfig() {
-  int64_t values[4] = {config_.fusion_threshold_bytes, config_.direct_threshold_bytes, config_.cache_capacity,
-                       config_.num_streams};
+  int64_t values[5] = {config_.fusion_threshold_bytes, config_.direct_threshold_bytes, config_.cache_capacity,
+                       config_.num_streams, config_.gpu_direct_threshold_bytes};
   std::string bytes(reinterpret_cast<const char*>(values), sizeof(values));
   auto deadline = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(config_.peer_timeout_seconds * 1e6));
   ThrowIfError(world_->BroadcastBytes(&bytes, deadline));
@@ -147,6 +147,7 @@ void Core::AgreeOnConfig() {
   config_.direct_threshold_bytes = values[1];
   config_.cache_capacity = static_cast<int>(values[2]);
   config_.num_streams = static_cast<int>(values[3]);
+  config_.gpu_direct_threshold_bytes = values[4];
 }
 
 void Core::RunCycle(bool* stop) {

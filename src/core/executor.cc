@@ -25,9 +25,19 @@ void Executor::Trace(const Request& req, const char* phase, Clock::time_point be
   if (timeline_->active()) timeline_->Record(req.meta.name, phase, begin, end);
 }
 
+// The planner's per-device policy: which allreduces are fused. On the CPU a
+// tensor of direct_threshold bytes or more is reduced where it lies (a copy
+// costs as much as the transfer saves); on a GPU, below
+// gpu_direct_threshold_bytes (by default the fusion threshold: everything
+// that fits), since another collective call costs far more than a device copy.
 bool Executor::Fusable(const Request& req) const {
-  return req.meta.op == OpType::kAllreduce && req.input.num_bytes() < config_.direct_threshold_bytes &&
-         req.input.num_bytes() > 0 && req.input.num_bytes() <= config_.fusion_threshold_bytes;
+  const int64_t bytes = req.input.num_bytes();
+  int64_t direct = config_.direct_threshold_bytes;
+  if (req.meta.device != kCpuDevice) {
+    direct = config_.gpu_direct_threshold_bytes < 0 ? config_.fusion_threshold_bytes + 1
+                                                    : config_.gpu_direct_threshold_bytes;
+  }
+  return req.meta.op == OpType::kAllreduce && bytes < direct && bytes > 0 && bytes <= config_.fusion_threshold_bytes;
 }
 
 Executor::Plan Executor::MakePlan(const std::vector<std::pair<Request*, const Response*>>& items) const {

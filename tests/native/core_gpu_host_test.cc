@@ -148,28 +148,37 @@ int main(int argc, char** argv) {
   config.num_streams = 2;
   config.fusion_threshold_bytes = 64 << 20;
   config.direct_threshold_bytes = 256 << 10;
+  config.gpu_direct_threshold_bytes = -1;  // the GPU policy's default: fuse everything that fits
   config.cache_capacity = 1024;
   auto runtime = std::make_shared<HostRuntime>(true);
   GpuBackend backend;
   backend.runtime = runtime;
-  backend.make_comms = [](Communicator* bootstrap, int, const std::vector<void*>& streams, const Status& local_error,
-                          Clock::time_point, Clock::duration,
-                          std::vector<std::unique_ptr<GpuCommunicator>>* out) -> Status {
+  auto lanes = std::make_shared<std::vector<HostComm*>>();  // owned by the Core's executor
+  backend.make_comms = [lanes](Communicator* bootstrap, int, const std::vector<void*>& streams,
+                               const Status& local_error, Clock::time_point, Clock::duration,
+                               std::vector<std::unique_ptr<GpuCommunicator>>* out) -> Status {
     if (!local_error.ok()) return local_error;
     for (void* s : streams) {
       std::unique_ptr<Communicator> sub;
       Status st = bootstrap->CreateSubgroup(bootstrap->global_ranks(), &sub);
       if (!st.ok()) return st;
-      out->push_back(std::make_unique<HostComm>(std::move(sub), s));
+      auto lane = std::make_unique<HostComm>(std::move(sub), s);
+      lanes->push_back(lane.get());
+      out->push_back(std::move(lane));
     }
     return Status::Ok();
+  };
+  auto reductions = [lanes] {
+    int n = 0;
+    for (HostComm* lane : *lanes) n += lane->reductions.load();
+    return n;
   };
   Core core(config, std::move(backend));
   const int rank = core.topology().rank, size = core.topology().size;
   g_rank = rank;
 
-  {  // GPU and CPU tensors in one grouped call: small GPU ones fused, a large
-     // one direct, all averaged; a GPU broadcast from the last rank
+  {  // GPU and CPU tensors in one grouped call: the GPU ones fused, the large
+     // one too (the GPU policy), all averaged; a GPU broadcast from the last rank
     std::vector<std::vector<float>> in(8), out(8);
     std::vector<TensorOp> ops;
     for (int t = 0; t < 8; ++t) {
@@ -197,6 +206,8 @@ int main(int argc, char** argv) {
       }
     }
     for (int i = 0; i < 6; ++i) EXPECT(root_out[i] == (size - 1) * 10 + i, "broadcast");
+    EXPECT(reductions() == 1, "7 GPU allreduces, one of 280 KB, should be one fused call, not " +
+                                  std::to_string(reductions()));
     // the same names again: the second round comes from the response cache
     std::vector<TensorOp> again;
     for (int t = 0; t < 8; ++t) {
@@ -209,6 +220,24 @@ int main(int argc, char** argv) {
     double want = 0;
     for (int r = 0; r < size; ++r) want += Value(r, 6, 3);
     EXPECT(std::fabs(in[6][3] - want) <= 1e-5 * want, "cached GPU allreduce in place");
+  }
+  {  // 20 GPU tensors of 4 MB (80 MB): fused into as few calls as the 64 MB
+     // fusion threshold allows (2), not one call per large tensor
+    const int before = reductions();
+    std::vector<std::vector<float>> big(20, std::vector<float>(1 << 20));
+    std::vector<TensorOp> ops;
+    for (int t = 0; t < 20; ++t) {
+      for (size_t i = 0; i < big[t].size(); i += 4096) big[t][i] = static_cast<float>(rank + t);
+      ops.push_back(Op("big." + std::to_string(t), OpType::kAllreduce, DataType::kFloat32, 0, big[t].data(),
+                       big[t].data(), {1 << 20}, {1 << 20}));
+    }
+    Status st = Wait(Submit(core, std::move(ops)));
+    EXPECT(st.ok(), st.reason());
+    EXPECT(reductions() - before == 2,
+           "80 MB of GPU allreduces took " + std::to_string(reductions() - before) + " calls, want 2");
+    for (int t = 0; t < 20; ++t) {
+      EXPECT(big[t][4096] == static_cast<float>(size * t + size * (size - 1) / 2), "big fused sum");
+    }
   }
   if (size > 1) {  // CPU on rank 0, GPU elsewhere: a mismatch for everyone, naming the device
     std::vector<float> x(4, 1.0f);

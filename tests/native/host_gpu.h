@@ -218,6 +218,7 @@ class HostComm : public LaneComm {
   }
   Status ScaledSum(const void* send, void* recv, int64_t count, DataType dtype, double factor) override {
     Note("scaled_sum", count);
+    ++reductions;
     if (mpi_->size() == 1) {
       // As NCCL's one-rank pre-multiplied sum (oneRankReduce, measured on an
       // H100 with NCCL 2.28): min(32, ceil(bytes / 16 KiB)) blocks of
@@ -237,8 +238,12 @@ class HostComm : public LaneComm {
   }
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) override {
     Note("allreduce", count);
+    ++reductions;
     return Guard([&] { return mpi_->Allreduce(send, recv, count, dtype, op); });
   }
+
+  // Allreduce calls of either kind this lane made (the planner's fusion decides how many).
+  std::atomic<int> reductions{0};
   Status Allgatherv(const void* send, int64_t send_count, void* recv, const std::vector<int64_t>& counts,
                     const std::vector<int64_t>& displs, DataType dtype) override {
     int64_t total = 0;  // the same on every rank, unlike send_count
