@@ -206,8 +206,9 @@ int main(int argc, char** argv) {
       }
     }
     for (int i = 0; i < 6; ++i) EXPECT(root_out[i] == (size - 1) * 10 + i, "broadcast");
-    EXPECT(reductions() == 1, "7 GPU allreduces, one of 280 KB, should be one fused call, not " +
-                                  std::to_string(reductions()));
+    // (at one rank no call at all: Note [One rank needs no collective])
+    EXPECT(reductions() == (size == 1 ? 0 : 1), "7 GPU allreduces, one of 280 KB, should be one fused call, not " +
+                                                    std::to_string(reductions()));
     // the same names again: the second round comes from the response cache
     std::vector<TensorOp> again;
     for (int t = 0; t < 8; ++t) {
@@ -233,8 +234,8 @@ int main(int argc, char** argv) {
     }
     Status st = Wait(Submit(core, std::move(ops)));
     EXPECT(st.ok(), st.reason());
-    EXPECT(reductions() - before == 2,
-           "80 MB of GPU allreduces took " + std::to_string(reductions() - before) + " calls, want 2");
+    EXPECT(reductions() - before == (size == 1 ? 0 : 2),
+           "80 MB of GPU allreduces took " + std::to_string(reductions() - before) + " calls, want 2 (0 at one rank)");
     for (int t = 0; t < 20; ++t) {
       EXPECT(big[t][4096] == static_cast<float>(size * t + size * (size - 1) / 2), "big fused sum");
     }
