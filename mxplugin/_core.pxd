@@ -85,6 +85,8 @@ cdef extern from "c_api_optim.h" nogil:
     int mxp_optim_default_params(int32_t kind, mxp_optim_params* out)
     int mxp_optim_set_param(mxp_optim_params* params, const char* name, double value)
     int mxp_optim_num_states(int32_t kind, int32_t* out)
+    int mxp_optim_num_kinds(int32_t* out)
+    int mxp_optim_kind_name(int32_t kind, const char** out)
     int mxp_optim_update_raw(const mxp_optim_params* params, const mxp_optim_buffers* buffers)
     int mxp_optim_update_mxnet_multi(const mxp_optim_params* params, void* const* weights, int32_t num_weights,
                                      const mxp_optim_buffers* buffers, int32_t priority)

@@ -7,11 +7,21 @@
 
 import numpy as _np
 
-# Must match src/optim/update.h (OptimizerKind). States, in order:
-# sgd: none; sgd_mom, nag_mom: mom; adam, lamb: mean, var; rmsprop: n;
-# rmspropalex: n, g, delta; adagrad: history.
-FUSED_KINDS = {"sgd": 0, "sgd_mom": 1, "nag_mom": 2, "adam": 3, "rmsprop": 4,
-               "rmspropalex": 5, "adagrad": 6, "lamb": 7}
+cdef dict _fused_kinds():
+    """name -> OptimizerKind, from the core's one table (src/optim/update.h)."""
+    cdef int32_t n = 0
+    cdef const char* name = NULL
+    _check(mxp_optim_num_kinds(&n))
+    kinds = {}
+    for k in range(n):
+        _check(mxp_optim_kind_name(k, &name))
+        kinds[name.decode()] = k
+    return kinds
+
+
+# The fused optimizers by name; each one's states are described by the core
+# (fused_num_states; the order is the MXNet op's, src/optim/params.h).
+FUSED_KINDS = _fused_kinds()
 # Parameters where None means "off" (MXNet's -1).
 _FUSED_OFF_WHEN_NONE = ("clip_gradient", "clip_weights", "lower_bound", "upper_bound")
 

@@ -169,6 +169,14 @@ int mxp_optim_num_states(int32_t kind, int32_t* out) {
   return Guard([&] { *out = optim::NumStates(KindFromC(kind)); });
 }
 
+int mxp_optim_num_kinds(int32_t* out) {
+  return Guard([&] { *out = optim::kNumOptimizerKinds; });
+}
+
+int mxp_optim_kind_name(int32_t kind, const char** out) {
+  return Guard([&] { *out = optim::KindName(KindFromC(kind)); });
+}
+
 int mxp_optim_update_raw(const mxp_optim_params* params, const mxp_optim_buffers* buffers) {
   return Guard([&] {
     const optim::OptimizerParams typed = ParamsFromC(*params);

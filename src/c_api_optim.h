@@ -14,8 +14,7 @@ extern "C" {
  * (src/optim/params.h documents them). Start from mxp_optim_default_params
  * and change fields with mxp_optim_set_param. */
 typedef struct {
-  int32_t kind; /* OptimizerKind: 0 sgd, 1 sgd_mom, 2 nag_mom, 3 adam, 4 rmsprop,
-                   5 rmspropalex, 6 adagrad, 7 lamb */
+  int32_t kind; /* OptimizerKind, 0 .. mxp_optim_num_kinds() - 1 (mxp_optim_kind_name) */
   float lr, wd, rescale_grad, clip_gradient;
   float momentum;                 /* sgd_mom, nag_mom */
   float beta1, beta2;             /* adam, lamb */
@@ -47,6 +46,10 @@ int mxp_optim_default_params(int32_t kind, mxp_optim_params* out);
 int mxp_optim_set_param(mxp_optim_params* params, const char* name, double value);
 /* Number of state buffers of `kind`. */
 int mxp_optim_num_states(int32_t kind, int32_t* out);
+/* How many fused optimizers there are, and the name of each ("sgd_mom", ...):
+ * the binding builds its table from these, so no list is kept by hand. */
+int mxp_optim_num_kinds(int32_t* out);
+int mxp_optim_kind_name(int32_t kind, const char** out);
 
 /* Runs the update now, on the calling thread. */
 int mxp_optim_update_raw(const mxp_optim_params* params, const mxp_optim_buffers* buffers);

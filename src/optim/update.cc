@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "common/status.h"
 
@@ -64,46 +65,40 @@ bool IsValidOptimizerKind(int32_t v) { return v >= 0 && v < kNumOptimizerKinds; 
 
 OptimizerKind KindOf(const OptimizerParams& params) { return static_cast<OptimizerKind>(params.index()); }
 
+// Each alternative's position is its OptimizerKind value (the C API's codes).
+static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(OptimizerKind::kSgd), OptimizerParams>,
+                             SgdParams> &&
+              std::is_same_v<std::variant_alternative_t<static_cast<size_t>(OptimizerKind::kSgdMom), OptimizerParams>,
+                             SgdMomParams> &&
+              std::is_same_v<std::variant_alternative_t<static_cast<size_t>(OptimizerKind::kNagMom), OptimizerParams>,
+                             NagMomParams> &&
+              std::is_same_v<std::variant_alternative_t<static_cast<size_t>(OptimizerKind::kAdam), OptimizerParams>,
+                             AdamParams> &&
+              std::is_same_v<std::variant_alternative_t<static_cast<size_t>(OptimizerKind::kRmsProp), OptimizerParams>,
+                             RmsPropParams> &&
+              std::is_same_v<
+                  std::variant_alternative_t<static_cast<size_t>(OptimizerKind::kRmsPropAlex), OptimizerParams>,
+                  RmsPropAlexParams> &&
+              std::is_same_v<std::variant_alternative_t<static_cast<size_t>(OptimizerKind::kAdaGrad), OptimizerParams>,
+                             AdaGradParams> &&
+              std::is_same_v<std::variant_alternative_t<static_cast<size_t>(OptimizerKind::kLamb), OptimizerParams>,
+                             LambParams>,
+              "OptimizerKind values must be the indices of OptimizerParams' alternatives");
+
 const char* OptimizerName(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd: return "sgd_update";
-    case OptimizerKind::kSgdMom: return "sgd_mom_update";
-    case OptimizerKind::kNagMom: return "nag_mom_update";
-    case OptimizerKind::kAdam: return "adam_update";
-    case OptimizerKind::kRmsProp: return "rmsprop_update";
-    case OptimizerKind::kRmsPropAlex: return "rmspropalex_update";
-    case OptimizerKind::kAdaGrad: return "adagrad";
-    case OptimizerKind::kLamb: return "lamb_update";
-  }
-  return "unknown optimizer";
+  return std::visit([](const auto& p) { return std::decay_t<decltype(p)>::kOpName; }, DefaultParams(kind));
+}
+
+const char* KindName(OptimizerKind kind) {
+  return std::visit([](const auto& p) { return std::decay_t<decltype(p)>::kKind; }, DefaultParams(kind));
 }
 
 int NumStates(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd: return 0;
-    case OptimizerKind::kSgdMom:
-    case OptimizerKind::kNagMom:
-    case OptimizerKind::kRmsProp:
-    case OptimizerKind::kAdaGrad: return 1;
-    case OptimizerKind::kAdam:
-    case OptimizerKind::kLamb: return 2;
-    case OptimizerKind::kRmsPropAlex: return 3;
-  }
-  throw Error(Status::InvalidArgument("unknown optimizer kind " + std::to_string(static_cast<int>(kind))));
+  return std::visit([](const auto& p) { return std::decay_t<decltype(p)>::kNumStates; }, DefaultParams(kind));
 }
 
 const char* StateNames(OptimizerKind kind) {
-  switch (kind) {
-    case OptimizerKind::kSgd: return "";
-    case OptimizerKind::kSgdMom:
-    case OptimizerKind::kNagMom: return "mom";
-    case OptimizerKind::kAdam:
-    case OptimizerKind::kLamb: return "mean, var";
-    case OptimizerKind::kRmsProp: return "n";
-    case OptimizerKind::kRmsPropAlex: return "n, g, delta";
-    case OptimizerKind::kAdaGrad: return "history";
-  }
-  return "";
+  return std::visit([](const auto& p) { return std::decay_t<decltype(p)>::kStateNames; }, DefaultParams(kind));
 }
 
 OptimizerParams DefaultParams(OptimizerKind kind) { return DefaultAt(static_cast<size_t>(kind)); }

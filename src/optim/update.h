@@ -12,7 +12,7 @@ namespace mxplugin {
 namespace optim {
 
 // Integer values are part of the C API (src/c_api_optim.h) and equal the
-// index of the alternative in OptimizerParams.
+// index of the alternative in OptimizerParams (checked in update.cc).
 enum class OptimizerKind : int32_t {
   kSgd = 0,
   kSgdMom = 1,
@@ -23,15 +23,19 @@ enum class OptimizerKind : int32_t {
   kAdaGrad = 6,
   kLamb = 7,
 };
-constexpr int kNumOptimizerKinds = 8;
 
+// The one table of fused optimizers: alternative i is OptimizerKind i, and
+// each struct describes itself (params.h).
 using OptimizerParams = std::variant<SgdParams, SgdMomParams, NagMomParams, AdamParams, RmsPropParams,
                                      RmsPropAlexParams, AdaGradParams, LambParams>;
+constexpr int kNumOptimizerKinds = static_cast<int>(std::variant_size_v<OptimizerParams>);
 
 bool IsValidOptimizerKind(int32_t v);
 OptimizerKind KindOf(const OptimizerParams& params);
 // The MXNet op name ("sgd_mom_update", ...; "adagrad" for the Python optimizer).
 const char* OptimizerName(OptimizerKind kind);
+// The name Python uses for `kind` ("sgd_mom", ...).
+const char* KindName(OptimizerKind kind);
 // How many state buffers the update reads and writes (FlatBuffers::states).
 int NumStates(OptimizerKind kind);
 // Their names in the op's argument order ("mean, var"; "" for none).
