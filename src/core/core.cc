@@ -1,12 +1,12 @@
 #include "core/core.h"
 
-#include "core/ranks_text.h"
-
-
 #include <algorithm>
 #include <cstring>
 #include <future>
+#include <limits>
 #include <sstream>
+
+#include "core/ranks_text.h"
 
 namespace mxplugin {
 Core::Core(Config config, GpuBackend gpu)
@@ -220,7 +220,34 @@ void Core::RunCycle(bool* stop) {
   }
 }
 
+namespace {
+
+// Note [Failed outputs read as NaN]: MXNet raises a failed engine op's error
+// once, at the first read of any of its outputs, and a grouped call is one
+// engine op; the other outputs of a failed call would then read as whatever
+// their fresh memory held. So a failed request's host output of a floating
+// type, when it is not its input (in place, the caller's data stays as it
+// was), is filled with NaN: never plausible numbers. Integers have no NaN
+// and keep their contents; GPU outputs are left to the device.
+void FillFailedOutput(const Request& req) {
+  const TensorRef& out = req.output;
+  if (out.data == nullptr || out.data == req.input.data || out.device != kCpuDevice || req.control) return;
+  const int64_t n = out.num_elements();
+  switch (out.dtype) {
+    case DataType::kFloat32: std::fill_n(static_cast<float*>(out.data), n, std::numeric_limits<float>::quiet_NaN()); break;
+    case DataType::kFloat64:
+      std::fill_n(static_cast<double*>(out.data), n, std::numeric_limits<double>::quiet_NaN());
+      break;
+    case DataType::kFloat16: std::fill_n(static_cast<uint16_t*>(out.data), n, uint16_t{0x7E00}); break;
+    case DataType::kBFloat16: std::fill_n(static_cast<uint16_t*>(out.data), n, uint16_t{0x7FC0}); break;
+    default: break;
+  }
+}
+
+}  // namespace
+
 void Core::Finish(Request& req, const Status& status) {
+  if (!status.ok()) FillFailedOutput(req);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto key = std::make_pair(req.process_set_id, req.meta.name);
