@@ -14,6 +14,19 @@ except ImportError:  # a core-only build, on a machine without MXNet
         """Stands in for mxnet.base.MXNetError where MXNet is not installed."""
 
 
+def values_by_rank(ranks, keys, texts):
+    """"A on ranks 0, 2; B on rank 1": ranks grouped by key (each group
+    shown by the text of its first rank), the core's format for mismatches;
+    "" when every rank has the same key."""
+    groups = {}
+    for rank, key, text in zip(ranks, keys, texts):
+        groups.setdefault(key, (text, []))[1].append(rank)
+    if len(groups) <= 1:
+        return ""
+    return "; ".join(f"{text} on rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
+                     for text, rs in groups.values())
+
+
 class MXPluginError(RuntimeError):
     """An error reported by the mxplugin core."""
 

@@ -7,9 +7,9 @@ import warnings
 import mxnet as mx
 import numpy as np
 
-from mxplugin import basics
+from mxplugin import basics, exchange
 from mxplugin.basics import global_process_set
-from mxplugin.errors import ArgumentError, MismatchError
+from mxplugin.errors import ArgumentError
 
 # Reduce ops, with horovod.mxnet's values.
 Average = 0
@@ -37,10 +37,6 @@ def _dtype_code_of(dtype):
             except TypeError:
                 pass
     return _dtype_by_type.get(dtype)
-
-
-def _dtype_names():
-    return {code: name for name, code in _core_module().DTYPES.items()}
 
 
 def _core_module():
@@ -226,58 +222,14 @@ def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_fa
     return tensors
 
 
-def _exchange_int64(values, name, process_set):
-    """Blocking allgather of a small int64 vector from every rank of the set
-    (used to learn output shapes before the data moves asynchronously)."""
-    m = _core_module()
-    mine = np.ascontiguousarray(values, dtype=np.int64)
-    n = len(process_set.ranks)
-    out = np.empty(n * len(mine), dtype=np.int64)
-    handle = basics._core().enqueue(
-        [m.Op(name, m.OP_ALLGATHER, m.DTYPES["int64"], [len(mine)], mine.ctypes.data, out.ctypes.data,
-              out_shape=[len(out)])], _set_id(process_set))
-    handle.wait()
-    return out.reshape(n, len(mine))
-
-
-# allgather exchanges, before any data moves, each rank's first dimension and
-# what must agree (dtype, number of dimensions, trailing dimensions), so that a
-# disagreement raises from allgather itself on every rank, as in Horovod.
-_TRAILING_SLOTS = 7
-
-
-def _allgather_signature(dtype, shape):
-    trailing = list(shape[1:])
-    if len(trailing) > _TRAILING_SLOTS:  # keep the vector's length fixed: fold the rest into one number
-        trailing = trailing[:_TRAILING_SLOTS - 1] + [hash(tuple(trailing[_TRAILING_SLOTS - 1:])) & (2 ** 62 - 1)]
-    return [shape[0], dtype, len(shape)] + trailing + [-1] * (_TRAILING_SLOTS - len(trailing))
-
-
-def _check_allgather_rows(rows, name, process_set):
-    ranks = process_set.ranks if process_set.ranks is not None else list(range(len(rows)))
-    names = _dtype_names()
-
-    def describe(row):
-        dims = [int(d) for d in row[3:3 + min(int(row[2]) - 1, _TRAILING_SLOTS)]]
-        return f"{names.get(int(row[1]), row[1])}, rank-{int(row[2])} with trailing dims {tuple(dims)}"
-
-    seen = {}
-    for rank, row in zip(ranks, rows):
-        seen.setdefault(tuple(int(v) for v in row[1:]), (describe(row), []))[1].append(rank)
-    if len(seen) > 1:
-        detail = "; ".join(f"{text} on rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
-                           for text, rs in seen.values())
-        raise MismatchError(f"Mismatched allgather for tensor '{name}': {detail}. Every rank must gather "
-                            "tensors of one dtype whose dimensions after the first agree.")
-
-
 def _allgather_output(tensor, name, process_set, index=None):
     what = "tensor" if index is None else f"tensor {index}"
     dtype, device, shape = _describe(tensor, what)
     if not shape:
         raise ArgumentError(f"allgather: {what} must have at least one dimension")
-    rows = _exchange_int64(_allgather_signature(dtype, shape), name + ".sizes", process_set)
-    _check_allgather_rows(rows, name, process_set)
+    rows = exchange.exchange_int64(exchange.allgather_signature(dtype, shape), name + ".sizes", process_set,
+                                   _set_id(process_set))
+    exchange.check_allgather_rows(rows, name, process_set)
     firsts = rows[:, 0]
     out_shape = [int(firsts.sum())] + shape[1:]
     output = mx.nd.empty(tuple(out_shape), ctx=tensor.context, dtype=tensor.dtype)
@@ -349,14 +301,14 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
             raise ArgumentError(f"alltoall: first dimension {shape[0]} is not divisible by {n} ranks; pass splits")
         split_list = [shape[0] // n] * n
     else:
-        split_list = _integer_splits(splits)
+        split_list = exchange.integer_splits(splits)
         if len(split_list) != n:
             raise ArgumentError(f"alltoall: {len(split_list)} splits given for a process set of {n} ranks")
         if any(s < 0 for s in split_list) or sum(split_list) != shape[0]:
             raise ArgumentError(f"alltoall: splits {split_list} must be non-negative and sum to the first "
                              f"dimension {shape[0]}")
     base = _base_name("alltoall", name)
-    matrix = _exchange_int64(split_list, base + ".splits", process_set)
+    matrix = exchange.exchange_int64(split_list, base + ".splits", process_set, _set_id(process_set))
     me = process_set.rank()
     received = matrix[:, me]
     out_shape = [int(received.sum())] + shape[1:]
@@ -368,25 +320,6 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     if splits is None:
         return output
     return output, mx.nd.array(received, ctx=mx.cpu(), dtype=np.int32)
-
-
-def _integer_splits(splits):
-    """splits as a list of ints: an int32/int64 NDArray or NumPy array, or a
-    list or tuple of Python ints. Anything else (floats above all, which
-    would be truncated into a silently wrong exchange) is an ArgumentError."""
-    if isinstance(splits, mx.nd.NDArray):
-        splits = splits.asnumpy()
-    if isinstance(splits, np.ndarray):
-        if splits.dtype not in (np.int32, np.int64):
-            raise ArgumentError(f"alltoall: splits must be int32 or int64, got an array of {splits.dtype}")
-        return [int(v) for v in splits.reshape(-1)]
-    if isinstance(splits, (list, tuple)):
-        bad = [v for v in splits if not isinstance(v, (int, np.integer)) or isinstance(v, bool)]
-        if bad:
-            raise ArgumentError(f"alltoall: splits must be integers, got {bad[0]!r} ({type(bad[0]).__name__})")
-        return [int(v) for v in splits]
-    raise ArgumentError(f"alltoall: splits must be an int32/int64 NDArray or a list or tuple of ints, "
-                        f"got {type(splits).__name__}")
 
 
 def _reducescatter_entry(tensor, name, op, pre, post, process_set, index=None):

@@ -9,10 +9,11 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
-import time
+
+from mxplugin.hosts import (UsageError, check_hosts_reachable, check_slots, parse_hostfile, parse_hosts,
+                            threads_per_rank)
 
 PROG = "mxplugin-run"
 EXIT_USAGE = 2
@@ -28,10 +29,6 @@ examples:
 Everything from the first word that is not a launcher option onwards is the
 command each rank runs. Use "--" to end the launcher options explicitly.
 """
-
-
-class UsageError(Exception):
-    """A request that cannot be launched; the message is shown to the user."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,112 +93,11 @@ def parse_args(argv):
 
 # ---------------------------------------------------------------- validation
 
-def parse_hosts(spec):
-    """'a:2,b:4' -> [('a', 2), ('b', 4)]; raises UsageError when malformed."""
-    hosts = []
-    for entry in spec.split(","):
-        name, sep, slots = entry.strip().partition(":")
-        if not name:
-            raise UsageError(f"bad host list {spec!r}: empty host name in entry {entry!r}")
-        if not sep or not slots:
-            raise UsageError(f"bad host list {spec!r}: {entry!r} needs a slot count, as in {name}:2")
-        if not slots.isdigit() or int(slots) < 1:
-            raise UsageError(f"bad host list {spec!r}: slot count in {entry!r} must be an integer >= 1")
-        hosts.append((name, int(slots)))
-    return hosts
-
-
-def parse_hostfile(path):
-    """Lines 'host slots=N', 'host:N' or 'host' -> [(host, slots)]."""
-    try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-    except OSError as exc:
-        raise UsageError(f"--hostfile {path}: {exc.strerror}") from exc
-    hosts = []
-    for number, line in enumerate(lines, 1):
-        text = line.split("#", 1)[0].strip()
-        if not text:
-            continue
-        fields = text.split()
-        name, slots = fields[0], "1"
-        if ":" in name:
-            name, _, slots = name.partition(":")
-        for extra in fields[1:]:
-            key, _, value = extra.partition("=")
-            if key not in ("slots", "max_slots") or not value:
-                raise UsageError(f"--hostfile {path}, line {number}: expected 'host slots=N' or 'host:N', "
-                                 f"got {line.strip()!r}")
-            if key == "slots":
-                slots = value
-        if not name or not slots.isdigit() or int(slots) < 1:
-            raise UsageError(f"--hostfile {path}, line {number}: bad host or slot count in {line.strip()!r}")
-        hosts.append((name, int(slots)))
-    if not hosts:
-        raise UsageError(f"--hostfile {path} lists no hosts")
-    return hosts
-
-
-def is_local_host(name):
-    """Hosts mpiexec starts ranks on without the remote shell."""
-    if name in ("localhost", "127.0.0.1", "::1", socket.gethostname(), socket.getfqdn()):
-        return True
-    try:
-        return socket.gethostbyname(name) in socket.gethostbyname_ex(socket.gethostname())[2] + ["127.0.0.1"]
-    except OSError:
-        return False
-
-
-def reach_command(rsh, host, timeout):
-    cmd = shlex.split(rsh)
-    if os.path.basename(cmd[0]) == "ssh":
-        # BatchMode: fail instead of prompting for a password nobody will type.
-        cmd += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(round(timeout)))}"]
-    return cmd + [host, "true"]
-
-
-def check_hosts_reachable(hosts, rsh, timeout):
-    """Every remote host must run `true` through the remote shell within
-    `timeout` seconds (all tried at once); else a UsageError naming the hosts.
-    Each try runs in a process session of its own, killed whole on timeout,
-    so nothing is left running."""
-    remote = [name for name, _ in hosts if not is_local_host(name)]
-    tries = {}
-    for host in remote:
-        try:
-            tries[host] = subprocess.Popen(reach_command(rsh, host, timeout), stdin=subprocess.DEVNULL,
-                                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                           start_new_session=True)
-        except OSError as exc:
-            raise UsageError(f"cannot run the remote shell {rsh!r}: {exc.strerror}") from exc
-    deadline = time.monotonic() + timeout + 2  # ssh's own ConnectTimeout, plus a margin
-    failures = []
-    for host, proc in tries.items():
-        try:
-            _, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            if proc.returncode != 0:
-                said = (err or "").strip().splitlines()
-                failures.append(f"{host} ({said[-1] if said else f'exit {proc.returncode}'})")
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            failures.append(f"{host} (no answer within {timeout:g} s)")
-    if failures:
-        raise UsageError(f"cannot reach {', '.join(failures)} with {rsh!r}; -H needs passwordless ssh to every "
-                         "host and the same Python and mxplugin paths there (README, 'Using it')")
-
-
 def check_num_proc(num_proc):
     if num_proc is None:
         raise UsageError("-np N is required (the number of processes to start)")
     if num_proc < 1:
         raise UsageError(f"-np must be at least 1, got {num_proc}")
-
-
-def check_slots(hosts, num_proc):
-    total = sum(slots for _, slots in hosts)
-    if total < num_proc:
-        raise UsageError(f"-np {num_proc} asks for more ranks than the host list has slots ({total})")
 
 
 def check_program(command, env):
@@ -278,31 +174,6 @@ def rank_environment(args, base_env, hosts=()):
         added["OMP_NUM_THREADS"] = str(threads_per_rank(args.num_proc, hosts))
     env.update(added)
     return env, added
-
-
-def usable_cores():
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def ranks_per_host(num_proc, hosts):
-    """The most ranks any one host gets: hosts fill in order, each up to its
-    slots (how mpiexec places them); all on this machine without -H."""
-    if not hosts:
-        return num_proc
-    most, left = 0, num_proc
-    for _, slots in hosts:
-        placed = min(slots, left)
-        most, left = max(most, placed), left - placed
-    return max(most, 1)
-
-
-def threads_per_rank(num_proc, hosts):
-    """This machine's cores divided by the ranks on the busiest host, at
-    least 1 (hosts of a -H list are taken to have as many cores as this one)."""
-    return max(1, usable_cores() // ranks_per_host(num_proc, hosts))
 
 
 def names_to_export(env):
@@ -413,104 +284,6 @@ def launch(args):
     return run_child(command, env)
 
 
-# --------------------------------------------------------------- check-build
-
-def package_version():
-    try:
-        import mxplugin
-        version = getattr(mxplugin, "__version__", None)
-        if version:
-            return version
-        from importlib import metadata
-        return metadata.version("mxplugin")
-    except Exception:
-        return "(version unknown)"
-
-
-def load_core():
-    """(core module, None) or (None, reason it could not be loaded)."""
-    try:
-        from mxplugin._loader import core_module
-    except Exception as exc:  # a missing .so, libmpi or mxnet all land here
-        return None, f"{type(exc).__name__}: {exc}"
-    return core_module, None
-
-
-def mpi_line(info):
-    """The MPI the ranks will really use: the launcher's mpiexec and the libmpi
-    the core loaded (an isolated pip build records no paths of its own)."""
-    if info is None:
-        return "MPI: unknown (no build info)"
-    try:
-        mpiexec = find_mpiexec()
-    except UsageError as exc:
-        mpiexec = f"not found ({exc})"
-    try:
-        from mxplugin._loader import MPI_LIBRARY as library
-    except Exception as exc:  # reported again by the core line
-        library = f"not loadable ({type(exc).__name__})"
-    return f"MPI: yes (mpiexec: {mpiexec}, library: {library or 'from the linker search path'})"
-
-
-def cuda_line(info, core):
-    built = core.cuda_built() if core is not None else getattr(info, "CUDA_BUILT", None)
-    source = "" if core is not None else " (from build info)"
-    if built is None:
-        return "CUDA: unknown"
-    if not built:
-        return f"CUDA: no{source}"
-    archs = getattr(info, "CUDA_ARCHS", "")
-    return f"CUDA: yes (archs {archs.replace(';', ', ') or 'unknown'}){source}"
-
-
-def nccl_line(info, core):
-    """NCCL's version and the libnccl loaded (or recorded), or why not built."""
-    recorded = getattr(info, "NCCL_BUILT", None)
-    code = core.nccl_built() if core is not None else recorded
-    source = "" if core is not None else " (from build info)"
-    if code is None:
-        return "NCCL: unknown"
-    if not code:
-        reason = getattr(info, "NCCL_NOT_BUILT_REASON", "")
-        return f"NCCL: no ({reason}){source}" if reason else f"NCCL: no{source}"
-    library = None
-    if core is not None:
-        from mxplugin._loader import NCCL_LIBRARY as library
-    library = library or getattr(info, "NCCL_LIBRARY", "") or "from the linker search path"
-    version = getattr(info, "NCCL_VERSION", "") if recorded == code else ""
-    line = f"NCCL: yes ({version or f'version code {code}'}, {library}){source}"
-    if recorded is not None and recorded != code:
-        line += f"; the build info says {recorded or 'no NCCL'}: rebuild mxplugin"
-    return line
-
-
-def mxnet_line(info):
-    if info is not None and not getattr(info, "MXNET_BUILT", True):
-        return "MXNet: no (core-only build)"
-    built = getattr(info, "MXNET_VERSION", None)
-    # _loader imports mxnet; report a mismatch with what is installed now.
-    running = getattr(sys.modules.get("mxnet"), "__version__", None)
-    if built and running and built != running:
-        return f"MXNet: yes (built against {built}, installed {running})"
-    return f"MXNet: yes ({built or running or 'version unknown'})"
-
-
-def check_build():
-    info = load_build_info()
-    core, core_error = load_core()
-    lines = [
-        f"mxplugin {package_version()}",
-        mpi_line(info),
-        cuda_line(info, core),
-        nccl_line(info, core),
-        mxnet_line(info),
-    ]
-    if core_error:
-        lines.append(f"core: not loadable ({core_error})")
-    print("\n".join(lines))
-    return 0
-
-
 def main(argv=None):
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -521,6 +294,8 @@ def main(argv=None):
         return EXIT_USAGE
     try:
         if args.check_build:
+            from mxplugin.build_report import check_build  # imports this module back
+
             return check_build()
         return launch(args)
     except UsageError as exc:

@@ -11,7 +11,7 @@ import mxnet as mx
 
 from mxplugin import basics, native_update
 from mxplugin.compression import Compression
-from mxplugin.errors import ArgumentError, MismatchError
+from mxplugin.errors import ArgumentError, MismatchError, values_by_rank
 from mxplugin.buckets import Layout
 from mxplugin.ops import Average, Sum, allreduce_, grouped_allreduce_
 
@@ -162,14 +162,11 @@ class DistributedTrainer(mx.gluon.Trainer):
         ranks = self._process_set.ranks or list(range(len(everyone)))
         longest = max(len(x) for x in everyone)
         for i in range(longest):
-            seen = {}
-            for rank, theirs in zip(ranks, everyone):
-                entry = theirs[i] if i < len(theirs) else None
-                text = "nothing" if entry is None else f"'{entry[0]}' of shape {entry[1]} and dtype {entry[2]}"
-                seen.setdefault(text if entry is None else (entry[1], entry[2]), (text, []))[1].append(rank)
-            if len(seen) > 1:
-                detail = "; ".join(f"{text} on rank{'s' if len(rs) > 1 else ''} {', '.join(map(str, rs))}"
-                                   for text, rs in seen.values())
+            entries = [theirs[i] if i < len(theirs) else None for theirs in everyone]
+            detail = values_by_rank(ranks, [None if e is None else e[1:] for e in entries],
+                                    ["nothing" if e is None else f"'{e[0]}' of shape {e[1]} and dtype {e[2]}"
+                                     for e in entries])
+            if detail:
                 raise MismatchError(f"DistributedTrainer '{self._prefix}': the trainable parameters differ across "
                                     f"ranks; the first difference, at position {i} in reduction order (last layers "
                                     f"first): {detail}. Every rank must build the same model.")

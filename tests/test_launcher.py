@@ -89,14 +89,14 @@ def test_one_rank_gets_every_core_and_a_user_value_wins():
 
 
 def test_threads_per_rank_follow_the_busiest_host():
-    from mxplugin import run
+    from mxplugin import hosts
 
-    cores = run.usable_cores()
-    assert run.ranks_per_host(4, []) == 4
-    assert run.ranks_per_host(3, [("a", 2), ("b", 2)]) == 2
-    assert run.ranks_per_host(5, [("a", 1), ("b", 4)]) == 4
-    assert run.threads_per_rank(1, []) == cores
-    assert run.threads_per_rank(4 * cores, []) == 1
+    cores = hosts.usable_cores()
+    assert hosts.ranks_per_host(4, []) == 4
+    assert hosts.ranks_per_host(3, [("a", 2), ("b", 2)]) == 2
+    assert hosts.ranks_per_host(5, [("a", 1), ("b", 4)]) == 4
+    assert hosts.threads_per_rank(1, []) == cores
+    assert hosts.threads_per_rank(4 * cores, []) == 1
 
 
 def test_worst_rank_exit_code_is_returned():

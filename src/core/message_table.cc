@@ -22,16 +22,14 @@ std::string RankList(const std::vector<int>& ranks) {
   return s.str();
 }
 
-// "float32 on ranks 0, 2; float16 on rank 1" or "" when all values agree.
-template <typename Describe>
-std::string Disagreement(const std::vector<RequestMeta>& metas, const std::vector<int>& global_ranks,
-                         Describe describe) {
+// "float32 on ranks 0, 2; float16 on rank 1" (values[r] is rank r's, in
+// order of first appearance), or "" when all values agree.
+std::string ValuesByRank(const std::vector<std::string>& values, const std::vector<int>& global_ranks) {
   std::vector<std::pair<std::string, std::vector<int>>> by_value;
-  for (size_t r = 0; r < metas.size(); ++r) {
-    std::string v = describe(metas[r]);
-    auto it = std::find_if(by_value.begin(), by_value.end(), [&](const auto& g) { return g.first == v; });
+  for (size_t r = 0; r < values.size(); ++r) {
+    auto it = std::find_if(by_value.begin(), by_value.end(), [&](const auto& g) { return g.first == values[r]; });
     if (it == by_value.end()) {
-      by_value.push_back({v, {global_ranks[r]}});
+      by_value.push_back({values[r], {global_ranks[r]}});
     } else {
       it->second.push_back(global_ranks[r]);
     }
@@ -42,6 +40,14 @@ std::string Disagreement(const std::vector<RequestMeta>& metas, const std::vecto
     s << (i ? "; " : "") << by_value[i].first << " on " << RankList(by_value[i].second);
   }
   return s.str();
+}
+
+template <typename Describe>
+std::string Disagreement(const std::vector<RequestMeta>& metas, const std::vector<int>& global_ranks,
+                         Describe describe) {
+  std::vector<std::string> values;
+  for (const auto& m : metas) values.push_back(describe(m));
+  return ValuesByRank(values, global_ranks);
 }
 
 // What a rank submitted under a group name, for conflict messages.
@@ -163,8 +169,16 @@ MessageTable::Entries::iterator MessageTable::Erase(Entries::iterator it) {
 std::vector<std::pair<std::string, std::string>> MessageTable::FindConflicts(Clock::time_point now) const {
   std::vector<std::pair<std::string, std::string>> found;
   for (const auto& kv : groups_) {
-    // What each rank submitted under this group name, and whether some entry
-    // has waited past the grace for a rank that submitted something else.
+    // Only a group with an entry waiting past the grace can be in conflict
+    // (this runs every round, so the cheap test comes first).
+    bool aged = false;
+    for (const auto& name : kv.second) {
+      aged = aged || std::chrono::duration<double>(now - entries_.at(name).first_seen).count() >
+                         config_.mismatch_grace_seconds;
+    }
+    if (!aged) continue;
+    // What each rank submitted under this group name, and whether an aged
+    // entry waits for a rank that submitted something else instead.
     std::vector<std::set<std::string>> submitted(size_);
     for (const auto& name : kv.second) {
       const Entry& e = entries_.at(name);
@@ -186,23 +200,14 @@ std::vector<std::pair<std::string, std::string>> MessageTable::FindConflicts(Clo
       if (conflict) break;
     }
     if (!conflict) continue;
-    std::vector<std::pair<std::string, std::vector<int>>> by_value;
-    for (int r = 0; r < size_; ++r) {
+    std::vector<std::string> per_rank;
+    for (const auto& mine : submitted) {
       std::string v;
-      for (const auto& s : submitted[r]) v += (v.empty() ? "" : " and ") + s;
-      if (v.empty()) v = "nothing yet";
-      auto it = std::find_if(by_value.begin(), by_value.end(), [&](const auto& p) { return p.first == v; });
-      if (it == by_value.end()) {
-        by_value.push_back({v, {world_ranks_[r]}});
-      } else {
-        it->second.push_back(world_ranks_[r]);
-      }
+      for (const auto& s : mine) v += (v.empty() ? "" : " and ") + s;
+      per_rank.push_back(v.empty() ? "nothing yet" : v);
     }
-    std::ostringstream detail;
-    for (size_t i = 0; i < by_value.size(); ++i) {
-      detail << (i ? "; " : "") << by_value[i].first << " on " << RankList(by_value[i].second);
-    }
-    found.emplace_back(kv.first, "Mismatched collectives under the name '" + kv.first + "': " + detail.str() +
+    found.emplace_back(kv.first, "Mismatched collectives under the name '" + kv.first + "': " +
+                                     ValuesByRank(per_rank, world_ranks_) +
                                      ". Every rank must submit the same collective, with the same number of "
                                      "tensors, under one name.");
   }
