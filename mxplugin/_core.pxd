@@ -23,6 +23,8 @@ cdef extern from "c_api.h" nogil:
         pass
     ctypedef struct mxp_handle:
         pass
+    ctypedef struct mxp_memory_job:
+        pass
     ctypedef struct mxp_op:
         const char* name
         int32_t op_type
@@ -48,6 +50,11 @@ cdef extern from "c_api.h" nogil:
 
     const char* mxp_last_error()
     int mxp_core_create(mxp_core** out)
+    int mxp_memory_job_create(int32_t size, int32_t ranks_per_host, mxp_memory_job** out)
+    int mxp_memory_job_kill(mxp_memory_job* job, int32_t rank)
+    int mxp_memory_job_counts(mxp_memory_job* job, int64_t* rounds, int64_t* full_rounds)
+    void mxp_memory_job_destroy(mxp_memory_job* job)
+    int mxp_core_create_in_memory(mxp_memory_job* job, int32_t rank, mxp_core** out)
     int mxp_core_shutdown(mxp_core* core)
     void mxp_core_destroy(mxp_core* core)
     int mxp_core_topology(mxp_core* core, mxp_topology* out)

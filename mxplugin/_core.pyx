@@ -166,14 +166,48 @@ cdef class Handle:
         _check(rc)
 
 
+cdef class MemoryJob:
+    """Tests: `size` ranks as threads of this process, meeting in memory
+    (src/backend/memory); `ranks_per_host` ranks per pretend host (0: one host).
+    Make each rank's Core(job=..., rank=...) from its own thread."""
+    cdef mxp_memory_job* j
+    cdef readonly int size
+
+    def __cinit__(self, int size, int ranks_per_host=0):
+        _check(mxp_memory_job_create(size, ranks_per_host, &self.j))
+        self.size = size
+
+    def __dealloc__(self):
+        if self.j != NULL:
+            mxp_memory_job_destroy(self.j)
+
+    def negotiation_counts(self):
+        """(rounds, full_rounds): negotiation rounds of every process set so
+        far, and those that gathered full requests (not all cached)."""
+        cdef int64_t rounds = 0, full = 0
+        _check(mxp_memory_job_counts(self.j, &rounds, &full))
+        return rounds, full
+
+    def kill(self, int rank):
+        """The rank acts as a dead process from now on."""
+        _check(mxp_memory_job_kill(self.j, rank))
+
+
 cdef class Core:
-    """Owns the C++ core (one per process in practice; tests may build more)."""
+    """Owns the C++ core: this process's rank of the MPI job, or with `job`,
+    rank `rank` of an in-memory job (tests; several per process)."""
     cdef mxp_core* c
 
-    def __cinit__(self):
+    def __cinit__(self, MemoryJob job=None, int rank=0):
         cdef int rc
-        with nogil:
-            rc = mxp_core_create(&self.c)
+        cdef mxp_memory_job* j = NULL
+        if job is None:
+            with nogil:
+                rc = mxp_core_create(&self.c)
+        else:
+            j = job.j
+            with nogil:
+                rc = mxp_core_create_in_memory(j, rank, &self.c)
         _check(rc)
 
     def __dealloc__(self):

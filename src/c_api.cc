@@ -8,7 +8,9 @@
 #include <string>
 
 #include "c_api_guard.h"
+#include "backend/memory/memory_world.h"
 #include "core/core.h"
+#include "defaults.h"
 #ifdef MXPLUGIN_WITH_MXNET
 #include "mxnet/engine_op.h"
 #include "mxnet/grad_binding.h"
@@ -22,6 +24,10 @@ using mxplugin::TensorOp;
 
 struct mxp_core {
   std::unique_ptr<Core> core;
+};
+
+struct mxp_memory_job {
+  std::shared_ptr<mxplugin::memory::MemoryJob> job;
 };
 
 struct mxp_handle {
@@ -94,7 +100,46 @@ int mxp_set_last_error(int code, const char* message) {
 int mxp_core_create(mxp_core** out) {
   return Guard([&] {
     auto c = std::make_unique<mxp_core>();
-    c->core = std::make_unique<Core>(mxplugin::Config::FromEnvironment());
+    c->core = std::make_unique<Core>(mxplugin::Config::FromEnvironment(), mxplugin::DefaultWorld(),
+                                     mxplugin::DefaultGpuBackend());
+    *out = c.release();
+  });
+}
+
+int mxp_memory_job_create(int32_t size, int32_t ranks_per_host, mxp_memory_job** out) {
+  return Guard([&] {
+    auto j = std::make_unique<mxp_memory_job>();
+    j->job = std::make_shared<mxplugin::memory::MemoryJob>(size, ranks_per_host);
+    *out = j.release();
+  });
+}
+
+int mxp_memory_job_kill(mxp_memory_job* job, int32_t rank) {
+  return Guard([&] {
+    if (rank < 0 || rank >= job->job->size()) {
+      throw Error(Status::InvalidArgument("no rank " + std::to_string(rank) + " in this in-memory job"));
+    }
+    job->job->Kill(rank);
+  });
+}
+
+int mxp_memory_job_counts(mxp_memory_job* job, int64_t* rounds, int64_t* full_rounds) {
+  return Guard([&] {
+    *rounds = job->job->counts()->bit_allreduces.load();
+    *full_rounds = job->job->counts()->gathers.load();
+  });
+}
+
+void mxp_memory_job_destroy(mxp_memory_job* job) { delete job; }
+
+int mxp_core_create_in_memory(mxp_memory_job* job, int32_t rank, mxp_core** out) {
+  return Guard([&] {
+    auto shared = job->job;
+    auto c = std::make_unique<mxp_core>();
+    c->core = std::make_unique<Core>(
+        mxplugin::Config::FromEnvironment(),
+        [shared, rank](const mxplugin::Config&) { return mxplugin::memory::MakeMemoryWorld(shared, rank); },
+        mxplugin::DefaultGpuBackend());
     *out = c.release();
   });
 }

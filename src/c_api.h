@@ -14,6 +14,7 @@ extern "C" {
 
 typedef struct mxp_core mxp_core;
 typedef struct mxp_handle mxp_handle;
+typedef struct mxp_memory_job mxp_memory_job;
 
 /* One tensor of a collective. For mxp_enqueue_raw, input/output are data
  * pointers; for mxp_mxnet_enqueue they are NDArrayHandles. */
@@ -57,7 +58,22 @@ const char* mxp_last_error(void);
  * how the other C API files (c_api_optim.cc) report errors. */
 int mxp_set_last_error(int code, const char* message);
 
+/* This process's rank of the job mxplugin-run (mpiexec) started (MPI). */
 int mxp_core_create(mxp_core** out);
+
+/* Tests: `size` ranks as threads of this process, meeting in memory
+ * (src/backend/memory). ranks_per_host <= 0 puts them all on one host.
+ * mxp_core_create_in_memory makes rank `rank`'s core; it returns once every
+ * rank's core is being made, so call it for each rank from its own thread.
+ * mxp_memory_job_kill makes a rank act as a dead process. The job may be
+ * destroyed while its cores live. */
+int mxp_memory_job_create(int32_t size, int32_t ranks_per_host, mxp_memory_job** out);
+int mxp_memory_job_kill(mxp_memory_job* job, int32_t rank);
+/* Negotiation so far: rounds (bit allreduces) and rounds that gathered full
+ * requests at the coordinator (those whose requests were not all cached). */
+int mxp_memory_job_counts(mxp_memory_job* job, int64_t* rounds, int64_t* full_rounds);
+void mxp_memory_job_destroy(mxp_memory_job* job);
+int mxp_core_create_in_memory(mxp_memory_job* job, int32_t rank, mxp_core** out);
 int mxp_core_shutdown(mxp_core* core);
 void mxp_core_destroy(mxp_core* core);
 int mxp_core_topology(mxp_core* core, mxp_topology* out);
@@ -68,8 +84,8 @@ int mxp_remove_process_set(mxp_core* core, int32_t id, int32_t* removed);
 int mxp_process_set_ranks(mxp_core* core, int32_t id, int32_t* ranks, int32_t capacity, int32_t* n);
 int mxp_process_set_rank(mxp_core* core, int32_t id, int32_t* rank);
 
-/* Benchmark reference: plain in-place MPI sum on the background thread;
- * *seconds: the MPI call's duration. Collective. */
+/* Benchmark reference: plain in-place sum of the world's data plane (MPI)
+ * on the background thread; *seconds: the call's duration. Collective. */
 int mxp_reference_allreduce(mxp_core* core, void* data, int64_t count, int32_t dtype, double* seconds);
 
 int mxp_start_timeline(mxp_core* core, const char* path, int32_t mark_cycles);

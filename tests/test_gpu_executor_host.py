@@ -28,7 +28,8 @@ import pytest
 from mpi_harness import REPO, run_program
 
 COMMON = ["src/core/timeline.cc", "src/common/types.cc", "src/common/half_vector.cc", "src/common/logging.cc",
-          "src/backend/mpi/mpi_communicator.cc", "src/backend/mpi/mpi_context.cc", "src/scale.cc"]
+          "src/backend/mpi/mpi_communicator.cc", "src/backend/mpi/mpi_world.cc", "src/backend/mpi/mpi_comm.cc",
+          "src/backend/mpi/mpi_control_plane.cc", "src/scale.cc"]
 PROGRAMS = {
     "gpu_executor_host_test": ["tests/native/gpu_executor_host_test.cc", "src/core/gpu_executor.cc",
                                "src/core/gpu_launch.cc"] + COMMON,

@@ -1,23 +1,17 @@
-// The one interface the core uses to move bytes between ranks. Backends (MPI,
-// NCCL) implement it and include nothing from core/.
-//
-// Data-plane calls block until done. Control-plane calls (used by negotiation)
-// take a deadline: if peers do not take part in time they return kAborted, so a
-// dead rank turns into an error instead of a hang.
+// The data plane: the one interface the core uses to move tensors between
+// ranks. Backends (MPI, NCCL, in memory) implement it and include nothing
+// from core/. Calls block until done (NCCL's only until queued on its stream:
+// backend/gpu_communicator.h). Negotiation uses ControlPlane instead.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
-#include <memory>
-#include <string>
 #include <vector>
 
+#include "backend/control_plane.h"  // Clock
 #include "common/status.h"
 #include "common/types.h"
 
 namespace mxplugin {
-
-using Clock = std::chrono::steady_clock;
 
 class Communicator {
  public:
@@ -43,20 +37,6 @@ class Communicator {
   // Reduces send (sum of recv_counts elements) and leaves block `rank` in recv.
   virtual Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                                DataType dtype, ReduceOp op) = 0;
-  virtual Status Barrier() = 0;
-
-  // Control plane, bounded by `deadline`.
-  virtual Status AllreduceBitwiseAnd(std::vector<uint64_t>* bits, Clock::time_point deadline) = 0;
-  // Rank 0 receives every rank's bytes (in rank order); others get nothing.
-  virtual Status GatherBytes(const std::string& mine, std::vector<std::string>* gathered,
-                             Clock::time_point deadline) = 0;
-  // Rank 0's bytes replace everyone's.
-  virtual Status BroadcastBytes(std::string* bytes, Clock::time_point deadline) = 0;
-
-  // Collective over this communicator: a communicator of `members` (global
-  // ranks, all of which must belong to this one), or null on non-members.
-  virtual Status CreateSubgroup(const std::vector<int>& members,
-                                std::unique_ptr<Communicator>* out) = 0;
 };
 
 }  // namespace mxplugin

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/communicator.h"
+#include "backend/control_plane.h"
 
 namespace mxplugin {
 
@@ -26,12 +27,13 @@ class GpuCommunicator : public Communicator {
   virtual void Abort() = 0;
 };
 
-// Builds one communicator per stream of `streams` over `bootstrap`'s members:
+// Builds one communicator per stream of `streams` over `bootstrap`'s members
+// (the process set's control plane, which carries the set-up exchanges):
 // collective over them, and every rank fails if one does (`local_error` makes
 // this rank fail while still taking part). Set-up must finish by `deadline`;
 // one call may then stay in progress for `call_timeout`.
 using GpuCommunicatorFactory = std::function<Status(
-    Communicator* bootstrap, int device, const std::vector<void*>& streams, const Status& local_error,
+    ControlPlane* bootstrap, int device, const std::vector<void*>& streams, const Status& local_error,
     Clock::time_point deadline, Clock::duration call_timeout, std::vector<std::unique_ptr<GpuCommunicator>>* out)>;
 
 }  // namespace mxplugin

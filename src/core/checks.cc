@@ -97,7 +97,7 @@ const Core::ProcessSet& Core::CheckLocked(int process_set_id, const std::vector<
     throw Error(Status::InvalidArgument("unknown process set id " + std::to_string(process_set_id)));
   }
   const ProcessSet& set = *it->second;
-  if (!set.comm) {
+  if (!set.group.data) {
     throw Error(Status::InvalidArgument("this process (rank " + std::to_string(topology_.rank) +
                                         ") is not a member of process set " + std::to_string(process_set_id) +
                                         " " + RanksText(set.ranks)));

@@ -13,7 +13,7 @@ constexpr double kCachedResendSeconds = 10.0;
 
 }  // namespace
 
-Controller::Controller(Communicator* comm, const Config& config, const Logger* logger)
+Controller::Controller(ControlPlane* comm, const Config& config, const Logger* logger)
     : comm_(comm), config_(config), logger_(logger), cache_(config.cache_capacity) {
   if (comm_->rank() == 0) {
     table_ = std::make_unique<MessageTable>(comm_->size(), config_, logger_, comm_->global_ranks());

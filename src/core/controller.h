@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "backend/communicator.h"
+#include "backend/control_plane.h"
 #include "common/config.h"
 #include "common/logging.h"
 #include "core/message_table.h"
@@ -24,7 +24,7 @@ namespace mxplugin {
 
 class Controller {
  public:
-  Controller(Communicator* comm, const Config& config, const Logger* logger);
+  Controller(ControlPlane* comm, const Config& config, const Logger* logger);
 
   // Metadata of a request this rank just enqueued.
   void Submit(const RequestMeta& meta, Clock::time_point now);
@@ -40,7 +40,7 @@ class Controller {
     Clock::time_point since;
   };
 
-  Communicator* comm_;
+  ControlPlane* comm_;
   const Config& config_;
   const Logger* logger_;
   ResponseCache cache_;

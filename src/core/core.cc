@@ -9,8 +9,10 @@
 #include "core/ranks_text.h"
 
 namespace mxplugin {
-Core::Core(Config config, GpuBackend gpu)
-    : config_(std::move(config)), gpu_(std::move(gpu)), logger_(config_.log_level) {
+Core::Core(Config config, WorldFactory make_world, GpuBackend gpu)
+    : config_(std::move(config)), make_world_(std::move(make_world)), gpu_(std::move(gpu)),
+      logger_(config_.log_level) {
+  if (!make_world_) throw Error(Status::InvalidArgument("the Core needs a world factory"));
   if (gpu_.runtime && !gpu_.make_comms) {
     throw Error(Status::InvalidArgument("a GPU backend needs a communicator factory"));
   }
@@ -47,14 +49,14 @@ void Core::RequestStop(const Status& why) {
   wake_.notify_all();
 }
 
-std::unique_ptr<Core::ProcessSet> Core::MakeProcessSet(std::vector<int> ranks, std::unique_ptr<Communicator> comm) {
+std::unique_ptr<Core::ProcessSet> Core::MakeProcessSet(std::vector<int> ranks, Group group) {
   auto set = std::make_unique<ProcessSet>();
   set->ranks = std::move(ranks);
-  set->comm = std::move(comm);
-  if (set->comm) {
-    set->controller = std::make_unique<Controller>(set->comm.get(), config_, &logger_);
+  set->group = std::move(group);
+  if (set->group.data) {
+    set->controller = std::make_unique<Controller>(set->group.control.get(), config_, &logger_);
     set->executor = std::make_unique<Executor>(
-        set->comm.get(), config_, &timeline_, [this](Request& r, const Status& s) { Finish(r, s); },
+        set->group.data.get(), set->group.control.get(), config_, &timeline_, [this](Request& r, const Status& s) { Finish(r, s); },
         [this](const Status& why) { RequestStop(why); }, &gpu_);
   }
   return set;
@@ -62,16 +64,15 @@ std::unique_ptr<Core::ProcessSet> Core::MakeProcessSet(std::vector<int> ranks, s
 
 void Core::Loop() {
   try {
-    mpi_ = std::make_unique<MpiContext>(config_.mpi_thread_multiple);
-    world_ = mpi_->CreateWorld();
+    world_ = make_world_(config_);
     AgreeOnConfig();
-    std::unique_ptr<Communicator> world_copy;
-    Status st = world_->CreateSubgroup(world_->global_ranks(), &world_copy);
-    ThrowIfError(st);
+    const std::vector<int> everyone = world_->control().global_ranks();
+    Group group;
+    ThrowIfError(world_->CreateGroup(everyone, &group));
     std::lock_guard<std::mutex> lock(mutex_);
-    topology_ = mpi_->topology();
+    topology_ = world_->topology();
     logger_.set_rank(topology_.rank);
-    sets_[0] = MakeProcessSet(world_->global_ranks(), std::move(world_copy));
+    sets_[0] = MakeProcessSet(everyone, std::move(group));
     started_done_ = true;
   } catch (const Error& e) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -108,9 +109,10 @@ void Core::Loop() {
     stopped_ = true;
   }
   FailEverything(stop_status_);
-  // MPI_Finalize is skipped only when MPI itself may be unusable (a lost
-  // peer, an exception from the loop); a stop asked for by shutdown() or a
-  // GPU failure leaves MPI healthy on every rank, so all ranks finalise.
+  // The world skips its collective shutdown (MPI_Finalize) only when it may
+  // be unusable (a lost peer, an exception from the loop); a stop asked for
+  // by shutdown() or a GPU failure leaves it healthy on every rank, so all
+  // ranks finalise.
   const bool broken = lost_peers_ || !failure.ok();
   // GPU work finishes its requests from another thread, through Finish(),
   // which takes the lock: wait for it, and destroy the sets, without it.
@@ -126,9 +128,8 @@ void Core::Loop() {
     sets.swap(sets_);
   }
   sets.clear();
+  if (broken) world_->MarkBroken();
   world_.reset();
-  if (broken) mpi_->set_skip_finalize();
-  mpi_.reset();
 }
 
 // Settings that must be equal on every rank (fusion decides message sizes;
@@ -140,7 +141,7 @@ void Core::AgreeOnConfig() {
                        config_.num_streams, config_.gpu_direct_threshold_bytes};
   std::string bytes(reinterpret_cast<const char*>(values), sizeof(values));
   auto deadline = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(config_.peer_timeout_seconds * 1e6));
-  ThrowIfError(world_->BroadcastBytes(&bytes, deadline));
+  ThrowIfError(world_->control().BroadcastBytes(&bytes, deadline));
   if (bytes.size() != sizeof(values)) throw Error(Status::Internal("bad configuration broadcast"));
   std::memcpy(values, bytes.data(), sizeof(values));
   config_.fusion_threshold_bytes = values[0];
@@ -169,7 +170,7 @@ void Core::RunCycle(bool* stop) {
       loop_device_set_ = gpu_.runtime->UseDevice(req.meta.device).ok();
     }
     auto it = sets_.find(req.process_set_id);
-    if (it == sets_.end() || !it->second->comm) {
+    if (it == sets_.end() || !it->second->group.data) {
       Finish(req, Status::InvalidArgument("process set " + std::to_string(req.process_set_id) +
                                           " was removed before '" + req.meta.name + "' ran"));
       continue;
@@ -183,7 +184,7 @@ void Core::RunCycle(bool* stop) {
   for (const auto& kv : sets_) ids.push_back(kv.first);
   for (int id : ids) {
     auto it = sets_.find(id);
-    if (it == sets_.end() || !it->second->comm) continue;
+    if (it == sets_.end() || !it->second->group.data) continue;
     ProcessSet& set = *it->second;
     std::vector<Response> responses;
     bool shutdown = false;
@@ -328,7 +329,7 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
           m.postscale /= set_size;
         }
       }
-      m.rank = set.comm->rank();
+      m.rank = set.group.data->rank();
     }
     for (size_t i = 0; i < ops.size(); ++i) {
       TensorOp& op = ops[i];

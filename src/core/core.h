@@ -1,5 +1,7 @@
-// The Core: one background thread that owns MPI, a request queue fed by any
-// thread, and per-process-set negotiation and execution.
+// The Core: one background thread that owns the world (MPI by default), a
+// request queue fed by any thread, and per-process-set negotiation and
+// execution. It sees its world and GPU backend only through interfaces
+// (backend/world.h, core/gpu_backend.h); src/defaults.h picks the real ones.
 //
 // Note [Why one thread owns MPI]: MPI implementations are fastest (and many
 // are only correct) when a single thread makes every call. Framework threads
@@ -18,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "backend/mpi/mpi_context.h"
+#include "backend/world.h"
 #include "common/config.h"
 #include "common/logging.h"
 #include "core/controller.h"
@@ -38,9 +40,10 @@ struct TensorOp {
 
 class Core {
  public:
-  // Starts the background thread and waits for MPI to come up; throws Error
-  // on failure. `gpu` runs GPU tensors (tests pass host stand-ins).
-  explicit Core(Config config, GpuBackend gpu = DefaultGpuBackend());
+  // Starts the background thread, which builds this rank's world with
+  // `make_world`, and waits for it to come up; throws Error on failure.
+  // `gpu` runs GPU tensors (tests pass host stand-ins).
+  Core(Config config, WorldFactory make_world, GpuBackend gpu);
   ~Core();
   Core(const Core&) = delete;
   Core& operator=(const Core&) = delete;
@@ -64,7 +67,7 @@ class Core {
   int ProcessSetRank(int id) const;
   std::vector<int> ProcessSetIds() const;
 
-  // Benchmark reference: one plain MPI allreduce (sum, in place) of `count`
+  // Benchmark reference: one plain allreduce of the world's data plane (sum, in place) of `count`
   // elements at `data` over all ranks, run by the background thread with no
   // fusion or scaling; returns the seconds the MPI call itself took.
   // Collective: every rank calls it in the same order.
@@ -84,7 +87,7 @@ class Core {
  private:
   struct ProcessSet {
     std::vector<int> ranks;  // global ranks
-    std::unique_ptr<Communicator> comm;  // null on non-members
+    Group group;  // both planes null on non-members
     std::unique_ptr<Controller> controller;
     std::unique_ptr<Executor> executor;
     PendingRequests pending;
@@ -98,19 +101,19 @@ class Core {
   void RunCycle(bool* stop);
   void Finish(Request& req, const Status& status);
   void FailEverything(const Status& status);
-  std::unique_ptr<ProcessSet> MakeProcessSet(std::vector<int> ranks, std::unique_ptr<Communicator> comm);
+  std::unique_ptr<ProcessSet> MakeProcessSet(std::vector<int> ranks, Group group);
   Status RunControl(int process_set_id, const std::string& name, std::vector<int64_t> shape,
                     std::function<Status()> action);
 
   Config config_;
+  WorldFactory make_world_;
   GpuBackend gpu_;
   Logger logger_;
   Timeline timeline_;
   Topology topology_;
 
   std::thread thread_;
-  std::unique_ptr<MpiContext> mpi_;            // background thread only
-  std::unique_ptr<Communicator> world_;        // background thread only
+  std::unique_ptr<World> world_;               // background thread only
   std::map<int, std::unique_ptr<ProcessSet>> sets_;  // structure guarded by mutex_
   int next_set_id_ = 1;                        // background thread only
   int control_counter_ = 0;                    // guarded by mutex_

@@ -125,7 +125,7 @@ void Executor::ExecuteGpu(const Plan& plan) {
     return;
   }
   if (!gpu_) {
-    gpu_ = std::make_unique<gpu::GpuExecutor>(comm_, config_, timeline_, finish_, stop_, gpu_backend_->runtime.get(),
+    gpu_ = std::make_unique<gpu::GpuExecutor>(control_, config_, timeline_, finish_, stop_, gpu_backend_->runtime.get(),
                                               gpu_backend_->make_comms);
   }
   for (const auto& group : plan.fused) {
@@ -195,7 +195,10 @@ Status Executor::RunOne(Request& req, const Response& resp) {
     case OpType::kReducescatter: return RunReducescatter(req);
     case OpType::kBarrier: {
       auto t0 = Clock::now();
-      Status st = comm_->Barrier();
+      // Negotiation already found every rank at the barrier; this waits
+      // for the last of them to learn it, bounded like negotiation.
+      Status st = control_->Barrier(Clock::now() + std::chrono::microseconds(
+                                                      static_cast<int64_t>(config_.peer_timeout_seconds * 1e6)));
       Trace(req, "BARRIER", t0, Clock::now());
       return st;
     }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend/communicator.h"
+#include "backend/control_plane.h"
 #include "common/config.h"
 #include "common/logging.h"
 #include "core/fusion_buffer.h"
@@ -30,9 +31,10 @@ class Executor {
   // `stop` asks the Core to stop all ranks (a GPU failure, Note [GPU
   // failures are fatal]); it may be called from the GPU completion thread.
   // `gpu` (outliving this) runs GPU tensors.
-  Executor(Communicator* comm, const Config& config, Timeline* timeline, FinishFn finish,
+  // `comm` moves the data; `control` runs barriers and bootstraps GPU lanes.
+  Executor(Communicator* comm, ControlPlane* control, const Config& config, Timeline* timeline, FinishFn finish,
            std::function<void(const Status&)> stop, const GpuBackend* gpu)
-      : comm_(comm), config_(config), timeline_(timeline), finish_(std::move(finish)), stop_(std::move(stop)),
+      : comm_(comm), control_(control), config_(config), timeline_(timeline), finish_(std::move(finish)), stop_(std::move(stop)),
         gpu_backend_(gpu) {}
 
   // Runs the responses' requests: CPU ones before returning, GPU ones (moved
@@ -63,6 +65,7 @@ class Executor {
   bool Fusable(const Request& req) const;
 
   Communicator* comm_;
+  ControlPlane* control_;
   const Config& config_;
   Timeline* timeline_;
   FinishFn finish_;

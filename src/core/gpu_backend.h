@@ -1,6 +1,7 @@
 // What the Core needs to run GPU tensors: a DeviceRuntime and a factory of
-// lane communicators. DefaultGpuBackend() is CUDA and NCCL in builds with
-// MXPLUGIN_WITH_NCCL, and none otherwise; tests pass host stand-ins.
+// lane communicators. DefaultGpuBackend() (src/defaults.h) is CUDA and NCCL
+// in builds with MXPLUGIN_WITH_NCCL, and none otherwise; tests pass host
+// stand-ins.
 #pragma once
 
 #include <memory>
@@ -16,7 +17,5 @@ struct GpuBackend {
   GpuCommunicatorFactory make_comms;
   std::string missing;
 };
-
-GpuBackend DefaultGpuBackend();
 
 }  // namespace mxplugin

@@ -19,7 +19,7 @@ constexpr std::chrono::seconds kDrainGrace(10);
 
 }  // namespace
 
-GpuExecutor::GpuExecutor(Communicator* bootstrap, const Config& config, Timeline* timeline, FinishFn finish,
+GpuExecutor::GpuExecutor(ControlPlane* bootstrap, const Config& config, Timeline* timeline, FinishFn finish,
                          std::function<void(const Status&)> fatal, DeviceRuntime* runtime,
                          GpuCommunicatorFactory make_comms)
     : bootstrap_(bootstrap), config_(config), timeline_(timeline), finish_(std::move(finish)),

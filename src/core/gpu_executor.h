@@ -45,13 +45,13 @@ namespace gpu {
 class GpuExecutor {
  public:
   using FinishFn = std::function<void(Request&, const Status&)>;
-  // `bootstrap`: the process set's MPI communicator (rank, size, and the
-  // exchanges that set NCCL up), used on the background thread only.
+  // `bootstrap`: the process set's control plane (rank, size, and the
+  // exchanges that set the lanes up), used on the background thread only.
   // `finish` runs on the completion thread and must not stop the Core.
   // `fatal` asks the Core to stop (Note [GPU failures are fatal]).
   // `runtime` (outliving this) makes the device calls; `make_comms` builds
   // the lanes' communicators.
-  GpuExecutor(Communicator* bootstrap, const Config& config, Timeline* timeline, FinishFn finish,
+  GpuExecutor(ControlPlane* bootstrap, const Config& config, Timeline* timeline, FinishFn finish,
               std::function<void(const Status&)> fatal, DeviceRuntime* runtime, GpuCommunicatorFactory make_comms);
   // Drain()s, then frees the lanes.
   ~GpuExecutor();
@@ -108,7 +108,7 @@ class GpuExecutor {
   void Fail(const Status& why);
   Status Broken();
 
-  Communicator* bootstrap_;
+  ControlPlane* bootstrap_;
   const Config& config_;
   Timeline* timeline_;
   FinishFn finish_;

@@ -235,11 +235,14 @@ void MessageTable::TakeConflicts(Clock::time_point now, std::vector<std::pair<ui
 
 void MessageTable::TakeReady(Clock::time_point now, std::vector<Response>* out) {
   std::vector<std::pair<uint64_t, Response>> ready;
+  std::vector<std::pair<std::string, std::string>> failed_groups;  // (group, error)
   for (auto it = entries_.begin(); it != entries_.end();) {
     Entry& e = it->second;
     double age = std::chrono::duration<double>(now - e.first_seen).count();
     if (e.count == size_) {
-      ready.emplace_back(e.arrival, Validate(it->first, e));
+      Response resp = Validate(it->first, e);
+      if (resp.kind == Response::Kind::kError) failed_groups.emplace_back(e.group, resp.error);
+      ready.emplace_back(e.arrival, std::move(resp));
       it = Erase(it);
       continue;
     }
@@ -255,6 +258,23 @@ void MessageTable::TakeReady(Clock::time_point now, std::vector<Response>* out) 
       continue;
     }
     ++it;
+  }
+  // A call whose ranks disagree fails as a whole: tensors of its group that
+  // still wait (a rank submitted more of them than the others) fail with it
+  // rather than stall.
+  for (const auto& failed : failed_groups) {
+    auto g = groups_.find(failed.first);
+    if (g == groups_.end()) continue;
+    const std::set<std::string> waiting = g->second;  // Erase edits the group
+    for (const auto& name : waiting) {
+      auto it = entries_.find(name);
+      Response resp;
+      resp.kind = Response::Kind::kError;
+      resp.name = name;
+      resp.error = failed.second;
+      ready.emplace_back(it->second.arrival, std::move(resp));
+      Erase(it);
+    }
   }
   TakeConflicts(now, &ready);
   std::stable_sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) {

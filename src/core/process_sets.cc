@@ -54,12 +54,12 @@ int Core::AddProcessSet(std::vector<int> ranks) {
                                        " already exists (id " + std::to_string(kv.first) + ")");
       }
     }
-    std::unique_ptr<Communicator> comm;
-    Status s = world_->CreateSubgroup(ranks, &comm);
+    Group group;
+    Status s = world_->CreateGroup(ranks, &group);
     if (!s.ok()) return s;
     std::lock_guard<std::mutex> lock(mutex_);
     *id = next_set_id_++;
-    sets_[*id] = MakeProcessSet(ranks, std::move(comm));
+    sets_[*id] = MakeProcessSet(ranks, std::move(group));
     return Status::Ok();
   });
   ThrowIfError(st);
@@ -125,7 +125,7 @@ double Core::ReferenceAllreduce(void* data, int64_t count, DataType dtype) {
   auto seconds = std::make_shared<double>(0.0);
   Status st = RunControl(0, name, {count}, [this, data, count, dtype, seconds]() -> Status {
     auto t0 = Clock::now();
-    Status s = sets_.at(0)->comm->Allreduce(data, data, count, dtype, ReduceOp::kSum);
+    Status s = sets_.at(0)->group.data->Allreduce(data, data, count, dtype, ReduceOp::kSum);
     *seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     return s;
   });

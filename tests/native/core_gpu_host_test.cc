@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "backend/mpi/mpi_world.h"
 #include "core/core.h"
 #include "host_gpu.h"
 
@@ -89,7 +90,7 @@ int OneRankFails() {
   auto runtime = std::make_shared<HostRuntime>(true, /*async=*/true);
   GpuBackend backend;
   backend.runtime = runtime;
-  backend.make_comms = [](Communicator*, int, const std::vector<void*>& streams, const Status& local_error,
+  backend.make_comms = [](ControlPlane*, int, const std::vector<void*>& streams, const Status& local_error,
                           Clock::time_point, Clock::duration,
                           std::vector<std::unique_ptr<GpuCommunicator>>* out) -> Status {
     if (!local_error.ok()) return local_error;
@@ -100,7 +101,7 @@ int OneRankFails() {
     }
     return Status::Ok();
   };
-  Core core(config, std::move(backend));
+  Core core(config, &MakeMpiWorld, std::move(backend));
   const int rank = core.topology().rank, size = core.topology().size;
   g_rank = rank;
   EXPECT(size >= 2, "run at 2 ranks or more");
@@ -154,15 +155,13 @@ int main(int argc, char** argv) {
   GpuBackend backend;
   backend.runtime = runtime;
   auto lanes = std::make_shared<std::vector<HostComm*>>();  // owned by the Core's executor
-  backend.make_comms = [lanes](Communicator* bootstrap, int, const std::vector<void*>& streams,
+  auto world = std::make_shared<World*>(nullptr);  // the Core's, for the lanes' MPI groups
+  backend.make_comms = [lanes, world](ControlPlane* bootstrap, int, const std::vector<void*>& streams,
                                const Status& local_error, Clock::time_point, Clock::duration,
                                std::vector<std::unique_ptr<GpuCommunicator>>* out) -> Status {
     if (!local_error.ok()) return local_error;
     for (void* s : streams) {
-      std::unique_ptr<Communicator> sub;
-      Status st = bootstrap->CreateSubgroup(bootstrap->global_ranks(), &sub);
-      if (!st.ok()) return st;
-      auto lane = std::make_unique<HostComm>(std::move(sub), s);
+      auto lane = std::make_unique<HostComm>(MpiLane(*world, bootstrap), s);
       lanes->push_back(lane.get());
       out->push_back(std::move(lane));
     }
@@ -173,7 +172,13 @@ int main(int argc, char** argv) {
     for (HostComm* lane : *lanes) n += lane->reductions.load();
     return n;
   };
-  Core core(config, std::move(backend));
+  Core core(config,
+            [world](const Config& c) {
+              auto made = MakeMpiWorld(c);
+              *world = made.get();
+              return made;
+            },
+            std::move(backend));
   const int rank = core.topology().rank, size = core.topology().size;
   g_rank = rank;
 

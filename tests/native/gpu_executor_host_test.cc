@@ -19,7 +19,7 @@
 #include <tuple>
 #include <vector>
 
-#include "backend/mpi/mpi_context.h"
+#include "backend/mpi/mpi_world.h"
 #include "common/half.h"
 #include "core/gpu_executor.h"
 #include "host_gpu.h"
@@ -59,7 +59,7 @@ struct Finishes {
 };
 
 struct Fixture {
-  Communicator* world;
+  World* world;
   Config config;
   Timeline timeline;
   HostRuntime runtime;
@@ -67,25 +67,22 @@ struct Fixture {
   std::vector<HostComm*> lanes;
   std::unique_ptr<gpu::GpuExecutor> exec;
 
-  Fixture(Communicator* w, int streams, bool stream_ordered, double peer_timeout = 60)
+  Fixture(World* w, int streams, bool stream_ordered, double peer_timeout = 60)
       : world(w), runtime(stream_ordered) {
     config.num_streams = streams;
     config.peer_timeout_seconds = peer_timeout;
     exec = std::make_unique<gpu::GpuExecutor>(
-        world, config, &timeline, [this](Request& r, const Status& s) { finishes.Finish(r, s); },
+        &world->control(), config, &timeline, [this](Request& r, const Status& s) { finishes.Finish(r, s); },
         [this](const Status& s) {
           std::lock_guard<std::mutex> lock(finishes.mutex);
           finishes.fatal.push_back(s);
         },
         &runtime,
-        [this](Communicator* bootstrap, int, const std::vector<void*>& streams, const Status& local_error,
+        [this](ControlPlane* bootstrap, int, const std::vector<void*>& streams, const Status& local_error,
                Clock::time_point, Clock::duration, std::vector<std::unique_ptr<GpuCommunicator>>* out) -> Status {
           if (!local_error.ok()) return local_error;
           for (void* s : streams) {
-            std::unique_ptr<Communicator> sub;
-            Status st = bootstrap->CreateSubgroup(bootstrap->global_ranks(), &sub);
-            if (!st.ok()) return st;
-            auto comm = std::make_unique<HostComm>(std::move(sub), s);
+            auto comm = std::make_unique<HostComm>(MpiLane(world, bootstrap), s);
             lanes.push_back(comm.get());
             out->push_back(std::move(comm));
           }
@@ -322,26 +319,28 @@ void CheckLanesAgree(Communicator* world, Fixture& f) {
 }  // namespace
 
 int main() {
-  MpiContext mpi(true);
-  std::unique_ptr<Communicator> world = mpi.CreateWorld();
-  g_rank = world->rank();
-  const int size = world->size();
+  MpiWorld mpi(true);
+  World* world = &mpi;
+  Group everyone;  // for the tests' own exchanges
+  EXPECT(world->CreateGroup(world->control().global_ranks(), &everyone).ok(), "world group");
+  g_rank = world->topology().rank;
+  const int size = world->topology().size;
 
   {  // healthy runs: three lanes, stream-ordered buffers
-    Fixture f(world.get(), 3, true);
+    Fixture f(world, 3, true);
     CheckFusedAllreduce(f, size, "a");
     CheckCollectives(f, size);
     CheckFusedAllreduce(f, size, "b");  // buffers reused
     f.exec->Drain();
     EXPECT(f.finishes.fatal.empty(), "a healthy run called the fatal callback");
     EXPECT(f.lanes.size() == 3, "lanes: " + std::to_string(f.lanes.size()));
-    CheckLanesAgree(world.get(), f);
+    CheckLanesAgree(everyone.data.get(), f);
     f.exec.reset();
     EXPECT(f.runtime.events_made == f.runtime.events_freed, "events leaked");
     EXPECT(f.runtime.buffers_made == f.runtime.buffers_freed, "buffers leaked");
   }
   {  // one lane, no memory pools: outgrown buffers are kept until the end
-    Fixture f(world.get(), 1, false);
+    Fixture f(world, 1, false);
     CheckFusedAllreduce(f, size, "c");
     std::vector<float> large(600000, 1.0f), small(10, 1.0f);
     std::vector<Request> group;
@@ -359,7 +358,7 @@ int main() {
   {  // a failure after the lane is picked (here: on every rank) is fatal:
      // the requests fail with the cause, the Core is asked to stop once,
      // later ops fail at once
-    Fixture f(world.get(), 2, true);
+    Fixture f(world, 2, true);
     std::vector<float> a(8, 1.0f), b(8, 1.0f), c(8, 1.0f);
     std::vector<Request> group;
     group.push_back(MakeRequest("bad.0", OpType::kAllreduce, DataType::kFloat32, a.data(), a.data(), {8}, {8}));
@@ -383,7 +382,7 @@ int main() {
   }
   g_aborted = false;
   {  // work that never completes is aborted after the peer timeout and fails
-    Fixture f(world.get(), 2, true, /*peer_timeout=*/1.0);
+    Fixture f(world, 2, true, /*peer_timeout=*/1.0);
     std::vector<float> a(8, 1.0f);
     f.runtime.StickNextEvent();
     const auto t0 = Clock::now();

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "backend/gpu_communicator.h"
+#include "backend/world.h"
 #include "core/device_runtime.h"
 #include "scale.h"
 
@@ -190,23 +191,16 @@ class HostRuntime : public gpu::DeviceRuntime {
   bool stuck_next_ = false;
 };
 
-// What lane communicators do not offer: the control plane (negotiation runs
-// over MPI), as NcclCommunicator.
-class LaneComm : public GpuCommunicator {
- public:
-  Status Barrier() override { return Status::Internal("not offered"); }
-  Status AllreduceBitwiseAnd(std::vector<uint64_t>*, Clock::time_point) override { return NotOffered(); }
-  Status GatherBytes(const std::string&, std::vector<std::string>*, Clock::time_point) override {
-    return NotOffered();
-  }
-  Status BroadcastBytes(std::string*, Clock::time_point) override { return NotOffered(); }
-  Status CreateSubgroup(const std::vector<int>&, std::unique_ptr<Communicator>*) override { return NotOffered(); }
+// A lane's data plane over MPI: a group of the bootstrap's members made by
+// `world` (collective over the world; the tests' only process set is the world).
+inline std::unique_ptr<Communicator> MpiLane(World* world, ControlPlane* bootstrap) {
+  Group group;
+  Status st = world->CreateGroup(bootstrap->global_ranks(), &group);
+  EXPECT(st.ok() && group.data, "lane group: " + st.reason());
+  return std::move(group.data);
+}
 
- private:
-  static Status NotOffered() { return Status::Internal("a lane communicator has no control plane"); }
-};
-
-class HostComm : public LaneComm {
+class HostComm : public GpuCommunicator {
  public:
   HostComm(std::unique_ptr<Communicator> mpi, void* stream) : mpi_(std::move(mpi)), stream_(stream) {}
   int rank() const override { return mpi_->rank(); }
@@ -294,7 +288,7 @@ class HostComm : public LaneComm {
 // The asynchronous lane communicator: float32/float64 sums only, queued on
 // the lane's HostStream as nonblocking MPI over a communicator of its own;
 // Abort() makes a pending one be abandoned (its peers may never join).
-class AsyncHostComm : public LaneComm {
+class AsyncHostComm : public GpuCommunicator {
  public:
   AsyncHostComm(MPI_Comm comm, HostStream* stream) : comm_(comm), stream_(stream) {
     MPI_Comm_rank(comm_, &rank_);

@@ -1,4 +1,4 @@
-// Communicator over an MPI communicator.
+// Communicator (the data plane) over an MPI communicator.
 #pragma once
 
 #include <mpi.h>
@@ -7,19 +7,18 @@
 #include <vector>
 
 #include "backend/communicator.h"
-#include "backend/mpi/mpi_context.h"
+#include "backend/mpi/mpi_comm.h"
 
 namespace mxplugin {
 
 class MpiCommunicator : public Communicator {
  public:
-  // Takes ownership of `comm` (freed in the destructor unless it is MPI_COMM_WORLD).
-  MpiCommunicator(MPI_Comm comm, std::shared_ptr<const MpiHalfOps> half_ops);
-  ~MpiCommunicator() override;
+  MpiCommunicator(std::shared_ptr<const MpiComm> comm, std::shared_ptr<const MpiHalfOps> half_ops)
+      : comm_(std::move(comm)), half_ops_(std::move(half_ops)) {}
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  const std::vector<int>& global_ranks() const override { return world_ranks_; }
+  int rank() const override { return comm_->rank(); }
+  int size() const override { return comm_->size(); }
+  const std::vector<int>& global_ranks() const override { return comm_->global_ranks(); }
 
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) override;
   Status Allgatherv(const void* send, int64_t send_count, void* recv, const std::vector<int64_t>& counts,
@@ -31,22 +30,12 @@ class MpiCommunicator : public Communicator {
                    DataType dtype) override;
   Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                        DataType dtype, ReduceOp op) override;
-  Status Barrier() override;
-
-  Status AllreduceBitwiseAnd(std::vector<uint64_t>* bits, Clock::time_point deadline) override;
-  Status GatherBytes(const std::string& mine, std::vector<std::string>* gathered,
-                     Clock::time_point deadline) override;
-  Status BroadcastBytes(std::string* bytes, Clock::time_point deadline) override;
-  Status CreateSubgroup(const std::vector<int>& members, std::unique_ptr<Communicator>* out) override;
 
  private:
   MPI_Datatype MpiType(DataType dtype) const;
   MPI_Op MpiOp(DataType dtype, ReduceOp op) const;
 
-  MPI_Comm comm_;
-  int rank_ = 0;
-  int size_ = 1;
-  std::vector<int> world_ranks_;
+  std::shared_ptr<const MpiComm> comm_;
   std::shared_ptr<const MpiHalfOps> half_ops_;
 };
 

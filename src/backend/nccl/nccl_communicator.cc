@@ -296,24 +296,4 @@ Status NcclCommunicator::ReduceScatter(const void* send, void* recv, const std::
   });
 }
 
-Status NcclCommunicator::Barrier() {
-  return Status::Internal("barrier runs over MPI; the NCCL communicator carries tensors only");
-}
-
-Status NcclCommunicator::AllreduceBitwiseAnd(std::vector<uint64_t>*, Clock::time_point) {
-  return Status::Internal("negotiation runs over MPI; the NCCL communicator carries tensors only");
-}
-
-Status NcclCommunicator::GatherBytes(const std::string&, std::vector<std::string>*, Clock::time_point) {
-  return Status::Internal("negotiation runs over MPI; the NCCL communicator carries tensors only");
-}
-
-Status NcclCommunicator::BroadcastBytes(std::string*, Clock::time_point) {
-  return Status::Internal("negotiation runs over MPI; the NCCL communicator carries tensors only");
-}
-
-Status NcclCommunicator::CreateSubgroup(const std::vector<int>&, std::unique_ptr<Communicator>*) {
-  return Status::Internal("process sets build their NCCL communicators from their own MPI communicator");
-}
-
 }  // namespace mxplugin

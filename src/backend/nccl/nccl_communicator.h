@@ -2,8 +2,8 @@
 //
 // Data-plane calls only enqueue work on the communicator's stream and return:
 // the caller orders its own work against that stream and learns of completion
-// through an event recorded after the call (core/gpu_executor.h). Control-plane calls
-// are not offered: negotiation runs over MPI, which also bootstraps NCCL.
+// through an event recorded after the call (core/gpu_executor.h). Negotiation
+// runs over the process set's ControlPlane (MPI), which also bootstraps NCCL.
 //
 // Note [NCCL and dead peers]: a collective whose peer died never finishes on
 // the GPU. NCCL notices a closed network connection in its proxy thread and
@@ -37,7 +37,7 @@ class NcclCommunicator : public GpuCommunicator {
   // broadcasts them; the ranks agree that everyone can go on before NCCL's
   // set-up and again after it, so all fail together (with the local reason,
   // or saying a peer failed).
-  static Status CreateMany(Communicator* bootstrap, int device, const std::vector<void*>& streams,
+  static Status CreateMany(ControlPlane* bootstrap, int device, const std::vector<void*>& streams,
                            const Status& local_error, Clock::time_point deadline, Clock::duration call_timeout,
                            std::vector<std::unique_ptr<GpuCommunicator>>* out);
   ~NcclCommunicator() override;
@@ -60,13 +60,6 @@ class NcclCommunicator : public GpuCommunicator {
                    const std::vector<int64_t>& recv_displs, DataType dtype) override;
   Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts, DataType dtype,
                        ReduceOp op) override;
-  Status Barrier() override;
-
-  Status AllreduceBitwiseAnd(std::vector<uint64_t>* bits, Clock::time_point deadline) override;
-  Status GatherBytes(const std::string& mine, std::vector<std::string>* gathered,
-                     Clock::time_point deadline) override;
-  Status BroadcastBytes(std::string* bytes, Clock::time_point deadline) override;
-  Status CreateSubgroup(const std::vector<int>& members, std::unique_ptr<Communicator>* out) override;
 
   // The error NCCL reports for this communicator (a dead peer, a failed proxy).
   Status AsyncError() override;

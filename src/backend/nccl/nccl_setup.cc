@@ -1,5 +1,5 @@
 // NcclCommunicator::CreateMany: the lanes' NCCL communicators, bootstrapped
-// over the process set's MPI communicator so that every rank succeeds or
+// over the process set's control plane so that every rank succeeds or
 // every rank fails, within the deadline.
 #include <cuda_runtime.h>
 
@@ -12,7 +12,7 @@
 
 namespace mxplugin {
 
-Status NcclCommunicator::CreateMany(Communicator* bootstrap, int device, const std::vector<void*>& streams,
+Status NcclCommunicator::CreateMany(ControlPlane* bootstrap, int device, const std::vector<void*>& streams,
                                     const Status& local_error, Clock::time_point deadline,
                                     Clock::duration call_timeout, std::vector<std::unique_ptr<GpuCommunicator>>* out) {
   const size_t count = streams.size();

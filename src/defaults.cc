@@ -1,12 +1,14 @@
-// The one place that decides, at build time, what runs GPU tensors.
-#include "core/gpu_backend.h"
+#include "defaults.h"
 
+#include "backend/mpi/mpi_world.h"
 #ifdef MXPLUGIN_WITH_NCCL
 #include "backend/nccl/nccl_communicator.h"
 #include "core/gpu/cuda_device_runtime.h"
 #endif
 
 namespace mxplugin {
+
+WorldFactory DefaultWorld() { return &MakeMpiWorld; }
 
 GpuBackend DefaultGpuBackend() {
   GpuBackend backend;

@@ -1,4 +1,4 @@
-#include "backend/mpi/mpi_context.h"
+#include "backend/mpi/mpi_world.h"
 
 #include <algorithm>
 #include <functional>
@@ -77,7 +77,7 @@ void FreeOps(MPI_Op* ops) {
 
 }  // namespace
 
-MpiContext::MpiContext(bool thread_multiple) {
+MpiWorld::MpiWorld(bool thread_multiple) {
   int initialized = 0;
   CheckSetup(MPI_Initialized(&initialized), "MPI_Initialized");
   int provided = MPI_THREAD_SINGLE;
@@ -128,9 +128,11 @@ MpiContext::MpiContext(bool thread_multiple) {
   CheckSetup(MPI_Comm_size(cross, &t.cross_size), "MPI_Comm_size");
   CheckSetup(MPI_Comm_free(&local), "MPI_Comm_free");
   CheckSetup(MPI_Comm_free(&cross), "MPI_Comm_free");
+  control_ = std::make_unique<MpiControlPlane>(std::make_shared<MpiComm>(MPI_COMM_WORLD));
 }
 
-MpiContext::~MpiContext() {
+MpiWorld::~MpiWorld() {
+  control_.reset();
   if (skip_finalize_) return;
   if (half_ops_) {
     FreeOps(half_ops_->float16);
@@ -142,8 +144,29 @@ MpiContext::~MpiContext() {
   if (owns_mpi_ && !finalized) MPI_Finalize();
 }
 
-std::unique_ptr<Communicator> MpiContext::CreateWorld() {
-  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, half_ops_);
+Status MpiWorld::CreateGroup(const std::vector<int>& members, Group* out) {
+  const int me = topology_.rank;
+  int color = MPI_UNDEFINED;
+  int key = 0;
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i] == me) {
+      color = 1;
+      key = static_cast<int>(i);
+    }
+  }
+  MPI_Comm sub = MPI_COMM_NULL;
+  Status st = MpiStatus(MPI_Comm_split(MPI_COMM_WORLD, color, key, &sub), "MPI_Comm_split");
+  if (!st.ok()) return st;
+  *out = Group();
+  if (sub == MPI_COMM_NULL) return Status::Ok();
+  auto comm = std::make_shared<const MpiComm>(sub);
+  out->data = std::make_unique<MpiCommunicator>(comm, half_ops_);
+  out->control = std::make_unique<MpiControlPlane>(comm);
+  return Status::Ok();
+}
+
+std::unique_ptr<World> MakeMpiWorld(const Config& config) {
+  return std::make_unique<MpiWorld>(config.mpi_thread_multiple);
 }
 
 }  // namespace mxplugin

@@ -1,0 +1,44 @@
+// The default World: MPI_COMM_WORLD. Owns MPI for the process (MPI_Init and
+// MPI_Finalize, the user-defined reduction ops for half types) and finds the
+// topology (local ranks share a host). Must be created, used and destroyed on
+// the one thread that owns MPI (the core's background thread).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/mpi/mpi_comm.h"
+#include "backend/mpi/mpi_control_plane.h"
+#include "backend/world.h"
+
+namespace mxplugin {
+
+class MpiWorld : public World {
+ public:
+  // Initialises MPI unless the host program already did (then it must have
+  // asked for MPI_THREAD_MULTIPLE). thread_multiple: ask for MULTIPLE rather
+  // than FUNNELED (Note [MPI thread level] in mpi_world.cc).
+  explicit MpiWorld(bool thread_multiple);
+  ~MpiWorld() override;
+  MpiWorld(const MpiWorld&) = delete;
+  MpiWorld& operator=(const MpiWorld&) = delete;
+
+  const Topology& topology() const override { return topology_; }
+  ControlPlane& control() override { return *control_; }
+  // MPI_Comm_split of MPI_COMM_WORLD.
+  Status CreateGroup(const std::vector<int>& members, Group* out) override;
+  // After a peer failure MPI may be unusable: skip the collective finalize.
+  void MarkBroken() override { skip_finalize_ = true; }
+
+ private:
+  bool owns_mpi_ = false;
+  bool skip_finalize_ = false;
+  Topology topology_;
+  std::shared_ptr<MpiHalfOps> half_ops_;
+  std::unique_ptr<MpiControlPlane> control_;
+};
+
+// The WorldFactory of MPI worlds.
+std::unique_ptr<World> MakeMpiWorld(const Config& config);
+
+}  // namespace mxplugin

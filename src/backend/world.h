@@ -1,0 +1,46 @@
+// The ranks of a job as the core sees them: where this rank is (Topology),
+// a control plane over all ranks, and groups of ranks (the world itself and
+// process sets), each a data plane and a control plane over the same
+// members. MPI is the default (backend/mpi/mpi_world.h); an in-memory world
+// runs N ranks as N threads of one process (backend/memory/memory_world.h).
+// Every call is made from the core's background thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "backend/communicator.h"
+#include "backend/control_plane.h"
+#include "common/config.h"
+#include "common/topology.h"
+
+namespace mxplugin {
+
+// Both planes of one group of ranks; both null on ranks outside it.
+struct Group {
+  std::unique_ptr<Communicator> data;
+  std::unique_ptr<ControlPlane> control;
+};
+
+class World {
+ public:
+  virtual ~World() = default;
+
+  virtual const Topology& topology() const = 0;
+  // All ranks of the world.
+  virtual ControlPlane& control() = 0;
+  // Collective over every rank of the world, in the same order everywhere:
+  // the group of `members` (global ranks, in group rank order), empty on
+  // ranks that are not members.
+  virtual Status CreateGroup(const std::vector<int>& members, Group* out) = 0;
+  // Peers may be gone (negotiation timed out): shut down without any call
+  // that needs them.
+  virtual void MarkBroken() = 0;
+};
+
+// Builds this rank's world; called once, on the core's background thread
+// (MPI must be initialised by the thread that will use it). Throws Error.
+using WorldFactory = std::function<std::unique_ptr<World>(const Config&)>;
+
+}  // namespace mxplugin
