@@ -61,6 +61,11 @@ def build_parser():
         "--rsh", metavar="CMD", default="ssh",
         help="remote shell that starts processes on other hosts (default ssh; given to mpiexec)")
     parser.add_argument(
+        "--network-interface", metavar="IFACE",
+        help="network interface the ranks talk over, e.g. eth0 or ib0 (the same name on every host): "
+             "given to mpiexec (-iface) and to MPI's UCX transport (UCX_NET_DEVICES, unless set); "
+             "default: MPI's own choice")
+    parser.add_argument(
         "--ssh-connect-timeout", type=float, metavar="SECONDS",
         default=float(os.environ.get("MXPLUGIN_SSH_CONNECT_TIMEOUT", "10")),
         help="before launching, every remote host must answer the remote shell within this "
@@ -172,17 +177,24 @@ def rank_environment(args, base_env, hosts=()):
     # A user's own value always wins.
     if "OMP_NUM_THREADS" not in env:
         added["OMP_NUM_THREADS"] = str(threads_per_rank(args.num_proc, hosts))
+    # MPICH's and Open MPI's UCX transport picks its devices itself: on a
+    # host with several networks it may pick one the others cannot reach.
+    if args.network_interface and "UCX_NET_DEVICES" not in env:
+        added["UCX_NET_DEVICES"] = args.network_interface
     env.update(added)
     return env, added
 
 
 def names_to_export(env):
-    return sorted(name for name in env if name.startswith("MXPLUGIN_") or name == "OMP_NUM_THREADS")
+    return sorted(name for name in env
+                  if name.startswith(("MXPLUGIN_", "UCX_")) or name == "OMP_NUM_THREADS")
 
 
-def mpich_arguments(num_proc, hosts, rsh="ssh"):
+def mpich_arguments(num_proc, hosts, rsh="ssh", iface=None):
     # Hydra passes the launcher's whole environment to every rank by default.
     args = ["-n", str(num_proc)]
+    if iface:
+        args += ["-iface", iface]
     if hosts:
         args += ["-hosts", ",".join(f"{name}:{slots}" for name, slots in hosts)]
         if rsh != "ssh":
@@ -190,7 +202,7 @@ def mpich_arguments(num_proc, hosts, rsh="ssh"):
     return args
 
 
-def openmpi_arguments(num_proc, hosts, env, rsh="ssh"):
+def openmpi_arguments(num_proc, hosts, env, rsh="ssh", iface=None):
     # Without -H, Open MPI allows one rank per core on this machine; to run
     # more, list the slots explicitly (e.g. -H localhost:8) rather than have
     # this launcher pass --oversubscribe behind the user's back.
@@ -199,6 +211,8 @@ def openmpi_arguments(num_proc, hosts, env, rsh="ssh"):
         args += ["-H", ",".join(f"{name}:{slots}" for name, slots in hosts)]
     if hosts and rsh != "ssh":
         args += ["--mca", "plm_rsh_agent", rsh]
+    if iface:
+        args += ["--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface]
     # Open MPI only forwards the variables named with -x to remote ranks.
     for name in names_to_export(env):
         args += ["-x", name]
@@ -207,9 +221,9 @@ def openmpi_arguments(num_proc, hosts, env, rsh="ssh"):
 
 def mpiexec_command(mpiexec, flavour, args, hosts, env):
     if flavour == "openmpi":
-        launch = openmpi_arguments(args.num_proc, hosts, env, args.rsh)
+        launch = openmpi_arguments(args.num_proc, hosts, env, args.rsh, args.network_interface)
     else:
-        launch = mpich_arguments(args.num_proc, hosts, args.rsh)
+        launch = mpich_arguments(args.num_proc, hosts, args.rsh, args.network_interface)
     return [mpiexec] + launch + list(args.command)
 
 

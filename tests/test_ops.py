@@ -12,8 +12,24 @@ from mpi_harness import REPO, assert_spmd_ok, rank_env
 
 @pytest.mark.parametrize("np_", [1, 2, 3])
 def test_ops(np_):
-    """Every collective, dtype and reduce op (all sections but float16-near-max)."""
+    """Every collective, dtype and reduce op (all sections but float16-near-max).
+    Ranks share this host, so allreduces take the shared-memory path."""
     assert_spmd_ok("check_ops.py", np_, args=["--skip=fp16"], timeout=400)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_ops_with_flat_mpi_allreduce(np_):
+    """The same with MXPLUGIN_HIERARCHICAL_ALLREDUCE=0: allreduces go to MPI."""
+    out, err = assert_spmd_ok("check_ops.py", np_, args=["--skip=fp16"], timeout=400,
+                              env={"MXPLUGIN_HIERARCHICAL_ALLREDUCE": "0", "MXPLUGIN_LOG_LEVEL": "debug"})
+    assert "flat MPI allreduce (MXPLUGIN_HIERARCHICAL_ALLREDUCE=0)" in err, err[-3000:]
+
+
+@pytest.mark.parametrize("np_,hierarchical", [(2, "1"), (3, "1"), (2, "0")])
+def test_allreduce_at_slice_and_piece_boundaries(np_, hierarchical):
+    """Sizes below, at and across the shared-memory path's slices and 4 MiB
+    pieces, every dtype and op; and the same through flat MPI."""
+    assert_spmd_ok("check_hierarchical.py", np_, timeout=300, env={"MXPLUGIN_HIERARCHICAL_ALLREDUCE": hierarchical})
 
 
 @pytest.mark.parametrize("np_", [1, 2, 3])

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/communicator.h"
@@ -21,6 +22,7 @@ namespace mxplugin {
 struct Group {
   std::unique_ptr<Communicator> data;
   std::unique_ptr<ControlPlane> control;
+  std::string how;  // how the data plane works, for the debug log
 };
 
 class World {

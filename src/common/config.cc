@@ -54,6 +54,13 @@ Config Config::FromEnvironment() {
     }
     c.mpi_thread_multiple = level == "multiple";
   }
+  if (const char* v = Lookup("HIERARCHICAL_ALLREDUCE")) {
+    std::string s = v;
+    if (s != "0" && s != "1" && s != "auto") {
+      throw Error(Status::InvalidArgument("MXPLUGIN_HIERARCHICAL_ALLREDUCE='" + s + "': use 0, 1 or auto"));
+    }
+    c.hierarchical_allreduce = s != "0";
+  }
   if (c.num_streams < 1) c.num_streams = 1;
   return c;
 }

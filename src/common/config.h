@@ -36,6 +36,10 @@ struct Config {
   bool timeline_mark_cycles = false;           // MXPLUGIN_TIMELINE_MARK_CYCLES
   LogLevel log_level = LogLevel::kWarning;     // MXPLUGIN_LOG_LEVEL
   bool mpi_thread_multiple = true;             // MXPLUGIN_MPI_THREADS: multiple (default) or funneled
+  // Allreduce within a host through shared memory and across hosts among the
+  // ranks with the same local rank, when every host runs the same number (>1)
+  // of a group's ranks. MXPLUGIN_HIERARCHICAL_ALLREDUCE=0 turns it off.
+  bool hierarchical_allreduce = true;
 
   static Config FromEnvironment();
 };

@@ -54,6 +54,7 @@ std::unique_ptr<Core::ProcessSet> Core::MakeProcessSet(std::vector<int> ranks, G
   set->ranks = std::move(ranks);
   set->group = std::move(group);
   if (set->group.data) {
+    MXP_LOG(logger_, kDebug, "process set of ranks " << RanksText(set->ranks) << ": " << set->group.how);
     set->controller = std::make_unique<Controller>(set->group.control.get(), config_, &logger_);
     set->executor = std::make_unique<Executor>(
         set->group.data.get(), set->group.control.get(), config_, &timeline_, [this](Request& r, const Status& s) { Finish(r, s); },

@@ -4,53 +4,11 @@
 #include <cstring>
 #include <numeric>
 
-#include "common/half.h"
+#include "common/reduce.h"
 
 namespace mxplugin {
 namespace memory {
 namespace {
-
-// Element access for reductions: half types computed in float.
-template <typename T>
-struct Plain {
-  using Wide = T;
-  static Wide Load(const void* p, int64_t i) { return static_cast<const T*>(p)[i]; }
-  static void Store(void* p, int64_t i, Wide v) { static_cast<T*>(p)[i] = v; }
-};
-template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
-struct Half {
-  using Wide = float;
-  static Wide Load(const void* p, int64_t i) { return ToFloat(static_cast<const uint16_t*>(p)[i]); }
-  static void Store(void* p, int64_t i, Wide v) { static_cast<uint16_t*>(p)[i] = FromFloat(v); }
-};
-
-template <typename E>
-void Combine(void* acc, const void* in, int64_t count, ReduceOp op) {
-  for (int64_t i = 0; i < count; ++i) {
-    const typename E::Wide a = E::Load(acc, i), b = E::Load(in, i);
-    switch (op) {
-      case ReduceOp::kSum:
-      case ReduceOp::kAverage: E::Store(acc, i, a + b); break;
-      case ReduceOp::kMin: E::Store(acc, i, std::min(a, b)); break;
-      case ReduceOp::kMax: E::Store(acc, i, std::max(a, b)); break;
-      case ReduceOp::kProduct: E::Store(acc, i, a * b); break;
-    }
-  }
-}
-
-// acc = acc (op) in, elementwise.
-void CombineInto(void* acc, const void* in, int64_t count, DataType dtype, ReduceOp op) {
-  switch (dtype) {
-    case DataType::kUInt8: return Combine<Plain<uint8_t>>(acc, in, count, op);
-    case DataType::kInt8: return Combine<Plain<int8_t>>(acc, in, count, op);
-    case DataType::kInt32: return Combine<Plain<int32_t>>(acc, in, count, op);
-    case DataType::kInt64: return Combine<Plain<int64_t>>(acc, in, count, op);
-    case DataType::kFloat32: return Combine<Plain<float>>(acc, in, count, op);
-    case DataType::kFloat64: return Combine<Plain<double>>(acc, in, count, op);
-    case DataType::kFloat16: return Combine<Half<HalfToFloat, FloatToHalf>>(acc, in, count, op);
-    case DataType::kBFloat16: return Combine<Half<BFloat16ToFloat, FloatToBFloat16>>(acc, in, count, op);
-  }
-}
 
 // Members' blocks at `offset` (elements) reduced in member order into `out`.
 void ReduceBlocks(const std::vector<const void*>& all, int64_t offset, int64_t count, DataType dtype, ReduceOp op,
@@ -60,7 +18,7 @@ void ReduceBlocks(const std::vector<const void*>& all, int64_t offset, int64_t c
   if (count == 0) return;
   std::memcpy(out->data(), static_cast<const char*>(all[0]) + offset * esize, out->size());
   for (size_t r = 1; r < all.size(); ++r) {
-    CombineInto(out->data(), static_cast<const char*>(all[r]) + offset * esize, count, dtype, op);
+    ReduceInto(out->data(), static_cast<const char*>(all[r]) + offset * esize, count, dtype, op);
   }
 }
 

@@ -1,7 +1,8 @@
 // The data plane and control plane of one in-memory group: every call is one
 // meeting of the group's Rendezvous (Note [Meeting in memory]). Reductions
-// combine the members in member order, each step rounded to the element type
-// as MPI's pairwise reductions are, so every member gets the same bits.
+// combine the members in member order (common/reduce.h), each step rounded
+// to the element type as MPI's pairwise reductions are, so every member gets
+// the same bits.
 #pragma once
 
 #include <atomic>

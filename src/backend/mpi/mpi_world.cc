@@ -77,7 +77,8 @@ void FreeOps(MPI_Op* ops) {
 
 }  // namespace
 
-MpiWorld::MpiWorld(bool thread_multiple) {
+MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_seconds)
+    : hierarchical_(hierarchical), peer_timeout_seconds_(peer_timeout_seconds) {
   int initialized = 0;
   CheckSetup(MPI_Initialized(&initialized), "MPI_Initialized");
   int provided = MPI_THREAD_SINGLE;
@@ -160,13 +161,21 @@ Status MpiWorld::CreateGroup(const std::vector<int>& members, Group* out) {
   *out = Group();
   if (sub == MPI_COMM_NULL) return Status::Ok();
   auto comm = std::make_shared<const MpiComm>(sub);
-  out->data = std::make_unique<MpiCommunicator>(comm, half_ops_);
+  std::string why_not;
+  out->data = hierarchical_ ? MakeHierarchical(comm, &why_not) : nullptr;
+  if (out->data) {
+    out->how = "hierarchical allreduce (shared memory within hosts)";
+  } else {
+    out->data = std::make_unique<MpiCommunicator>(comm, half_ops_);
+    out->how = "flat MPI allreduce" + (hierarchical_ ? " (" + why_not + ")" : std::string(" (MXPLUGIN_HIERARCHICAL_ALLREDUCE=0)"));
+  }
   out->control = std::make_unique<MpiControlPlane>(comm);
   return Status::Ok();
 }
 
 std::unique_ptr<World> MakeMpiWorld(const Config& config) {
-  return std::make_unique<MpiWorld>(config.mpi_thread_multiple);
+  return std::make_unique<MpiWorld>(config.mpi_thread_multiple, config.hierarchical_allreduce,
+                                    config.peer_timeout_seconds);
 }
 
 }  // namespace mxplugin

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "backend/mpi/mpi_comm.h"
@@ -18,20 +19,31 @@ class MpiWorld : public World {
   // Initialises MPI unless the host program already did (then it must have
   // asked for MPI_THREAD_MULTIPLE). thread_multiple: ask for MULTIPLE rather
   // than FUNNELED (Note [MPI thread level] in mpi_world.cc).
-  explicit MpiWorld(bool thread_multiple);
+  // hierarchical: groups allreduce through shared memory within hosts where
+  // they can (Note [Hierarchical allreduce]); a local peer that stops
+  // answering there fails a call after `peer_timeout_seconds`.
+  explicit MpiWorld(bool thread_multiple, bool hierarchical = false, double peer_timeout_seconds = 120);
   ~MpiWorld() override;
   MpiWorld(const MpiWorld&) = delete;
   MpiWorld& operator=(const MpiWorld&) = delete;
 
   const Topology& topology() const override { return topology_; }
   ControlPlane& control() override { return *control_; }
-  // MPI_Comm_split of MPI_COMM_WORLD.
+  // MPI_Comm_split of MPI_COMM_WORLD; the data plane is hierarchical when
+  // enabled and every host runs the same number (> 1) of the members.
   Status CreateGroup(const std::vector<int>& members, Group* out) override;
   // After a peer failure MPI may be unusable: skip the collective finalize.
   void MarkBroken() override { skip_finalize_ = true; }
 
  private:
+  // The members' hierarchical data plane over `comm`, or null (saying why
+  // not) where it cannot be built; collective over `comm` (mpi_hierarchy.cc).
+  std::unique_ptr<Communicator> MakeHierarchical(const std::shared_ptr<const MpiComm>& comm, std::string* why_not);
+
   bool owns_mpi_ = false;
+  const bool hierarchical_;
+  const double peer_timeout_seconds_;
+  int groups_made_ = 0;
   bool skip_finalize_ = false;
   Topology topology_;
   std::shared_ptr<MpiHalfOps> half_ops_;

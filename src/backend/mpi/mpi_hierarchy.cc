@@ -1,0 +1,77 @@
+// MpiWorld's hierarchical data plane (Note [Hierarchical allreduce] in
+// backend/shm/hierarchical_communicator.cc): the host's shared-memory
+// segment and the cross-host communicators, set up over MPI.
+#include <unistd.h>
+
+#include <new>
+#include <string>
+
+#include "backend/mpi/mpi_communicator.h"
+#include "backend/mpi/mpi_world.h"
+#include "backend/shm/hierarchical_communicator.h"
+
+namespace mxplugin {
+
+std::unique_ptr<Communicator> MpiWorld::MakeHierarchical(const std::shared_ptr<const MpiComm>& comm,
+                                                         std::string* why_not) {
+  MPI_Comm sub = comm->get();
+  const int index = groups_made_++;
+  int rank = 0;
+  MPI_Comm_rank(sub, &rank);
+  MPI_Comm local = MPI_COMM_NULL, cross = MPI_COMM_NULL;
+  int local_rank = 0, local_size = 1, cross_size = 1;
+  if (MPI_Comm_split_type(sub, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local) != MPI_SUCCESS) {
+    *why_not = "MPI_Comm_split_type failed";
+    return nullptr;
+  }
+  MPI_Comm_rank(local, &local_rank);
+  MPI_Comm_size(local, &local_size);
+  // Worth it, and possible, only when every host runs the same number (> 1)
+  // of the members: then slice j of every host meets on cross communicator j.
+  int sizes[2] = {local_size, -local_size};
+  MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MIN, sub);
+  if (sizes[0] != -sizes[1] || local_size < 2) {
+    *why_not = local_size < 2 ? "one rank per host" : "hosts run different numbers of ranks";
+    MPI_Comm_free(&local);
+    return nullptr;
+  }
+  // Local rank 0 creates the segment, the others attach; the name is gone
+  // once all have (or have failed), and every member learns whether all did.
+  const std::string name = "/mxplugin." + std::to_string(topology_.rank) + "." + std::to_string(getpid()) + "." +
+                           std::to_string(index);
+  const size_t bytes = shm::HierarchicalCommunicator::SegmentBytes(local_size);
+  auto segment = std::make_unique<shm::Segment>();
+  Status st = local_rank == 0 ? segment->Create(name, bytes) : Status::Ok();
+  std::string shared_name = local_rank == 0 ? name : std::string();
+  int length = static_cast<int>(name.size());
+  MPI_Bcast(&length, 1, MPI_INT, 0, local);
+  shared_name.resize(static_cast<size_t>(length));
+  MPI_Bcast(&shared_name[0], length, MPI_CHAR, 0, local);
+  int created = st.ok() ? 1 : 0;
+  MPI_Bcast(&created, 1, MPI_INT, 0, local);
+  if (local_rank != 0 && created) st = segment->Attach(shared_name, bytes);
+  if (local_rank == 0 && st.ok()) new (segment->data()) shm::Header{};
+  MPI_Barrier(local);
+  segment->Unlink();
+  int ok = st.ok() && created ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, sub);
+  MPI_Comm_free(&local);
+  if (!ok) {
+    *why_not = st.ok() ? "shared memory could not be set up on some host" : st.reason();
+    return nullptr;
+  }
+  MPI_Comm_split(sub, local_rank, rank, &cross);
+  MPI_Comm_size(cross, &cross_size);
+  auto flat = std::make_unique<MpiCommunicator>(comm, half_ops_);
+  std::unique_ptr<Communicator> cross_comm;
+  if (cross_size > 1) {
+    cross_comm = std::make_unique<MpiCommunicator>(std::make_shared<const MpiComm>(cross), half_ops_);
+  } else {
+    MPI_Comm_free(&cross);
+  }
+  return std::make_unique<shm::HierarchicalCommunicator>(std::move(flat), std::move(cross_comm), std::move(segment),
+                                                          local_rank, local_size,
+                                                          std::chrono::duration<double>(peer_timeout_seconds_));
+}
+
+}  // namespace mxplugin

@@ -1,0 +1,121 @@
+#include "backend/shm/hierarchical_communicator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include "common/reduce.h"
+
+namespace mxplugin {
+namespace shm {
+
+// Note [Hierarchical allreduce]: a buffer is reduced in pieces of up to
+// kPieceBytes per rank, each cut into one slice per local rank (slices start
+// at 64-byte boundaries). For each piece every local rank j (1) copies the
+// slices the others reduce into its own slot of the segment (not slice j:
+// no one else reads it); after a local barrier (2) it reduces slice j of its
+// own input with slice j of every other slot, into slice j of its slot, and
+// (3) allreduces that slice with the ranks of local rank j on the other
+// hosts, so each byte crosses the network once per host, not once per rank;
+// after a second barrier (4) it copies every slice out. With one host, step
+// (2) also stores slice j straight into the output, and step (4) copies only
+// the others' slices: about two passes over the buffer per rank instead of
+// three. Two slot sets alternate, so a rank may copy in the next piece while
+// slower peers still copy out this one: the next piece's first barrier
+// cannot pass until they are done, which is what the set after that needs.
+
+size_t HierarchicalCommunicator::SegmentBytes(int local_size) {
+  return sizeof(Header) + 2 * static_cast<size_t>(local_size) * kPieceBytes;
+}
+
+HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<Communicator> flat,
+                                                   std::unique_ptr<Communicator> cross,
+                                                   std::unique_ptr<Segment> segment, int local_rank, int local_size,
+                                                   std::chrono::duration<double> timeout)
+    : flat_(std::move(flat)),
+      cross_(std::move(cross)),
+      segment_(std::move(segment)),
+      header_(reinterpret_cast<Header*>(segment_->data())),
+      local_rank_(local_rank),
+      local_size_(local_size),
+      timeout_(timeout) {}
+
+char* HierarchicalCommunicator::Slot(int set, int local_rank) const {
+  return segment_->data() + sizeof(Header) + (static_cast<size_t>(set) * local_size_ + local_rank) * kPieceBytes;
+}
+
+Status HierarchicalCommunicator::LocalBarrier() {
+  if (broken_) return Status::Aborted("the shared-memory allreduce failed earlier on this host");
+  const uint32_t generation = header_->generation.load(std::memory_order_acquire);
+  if (header_->arrived.fetch_add(1, std::memory_order_acq_rel) == static_cast<uint32_t>(local_size_ - 1)) {
+    header_->arrived.store(0, std::memory_order_relaxed);
+    header_->generation.fetch_add(1, std::memory_order_release);
+    return Status::Ok();
+  }
+  // Spin briefly (peers usually arrive within microseconds), then yield the
+  // core: ranks here often share cores with each other and with MXNet.
+  const auto start = std::chrono::steady_clock::now();
+  for (int spins = 0; header_->generation.load(std::memory_order_acquire) == generation; ++spins) {
+    if (spins < 2000) continue;
+    std::this_thread::yield();
+    if ((spins & 1023) == 0 && std::chrono::steady_clock::now() - start > timeout_) {
+      broken_ = true;
+      return Status::Aborted("a rank on this host did not reach the shared-memory allreduce within " +
+                             std::to_string(static_cast<int>(timeout_.count())) + " s");
+    }
+  }
+  return Status::Ok();
+}
+
+Status HierarchicalCommunicator::Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
+                                           ReduceOp op) {
+  const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
+  const int64_t total = count * esize;
+  const int64_t align = std::max<int64_t>(64 / esize, 1);  // elements per 64 bytes
+  auto slice = [&](int64_t elements, int j, int64_t* lo, int64_t* hi) {
+    const int64_t per = ((elements + local_size_ - 1) / local_size_ + align - 1) / align * align;
+    *lo = std::min(elements, j * per);
+    *hi = std::min(elements, *lo + per);
+  };
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  for (int64_t offset = 0; offset < total; offset += kPieceBytes) {
+    const int64_t elements = std::min(kPieceBytes, total - offset) / esize;
+    const int set = static_cast<int>(pieces_++ % 2);
+    char* slot = Slot(set, local_rank_);
+    int64_t lo, hi;
+    for (int k = 0; k < local_size_; ++k) {
+      slice(elements, k, &lo, &hi);
+      if (k != local_rank_ && hi > lo) std::memcpy(slot + lo * esize, in + offset + lo * esize, (hi - lo) * esize);
+    }
+    Status st = LocalBarrier();
+    if (!st.ok()) return st;
+    slice(elements, local_rank_, &lo, &hi);
+    char* mine = slot + lo * esize;
+    // Peers in local-rank order after this rank's own input; the last step
+    // also writes the output when no cross-host step follows.
+    const void* acc = in + offset + lo * esize;
+    for (int k = 0, done = 1; k < local_size_ && hi > lo; ++k) {
+      if (k == local_rank_) continue;
+      const bool last = ++done == local_size_;
+      ReduceTo(mine, (last && !cross_) ? out + offset + lo * esize : nullptr, acc, Slot(set, k) + lo * esize,
+               hi - lo, dtype, op);
+      acc = mine;
+    }
+    // Every rank takes part in both barriers whatever happens, so that a
+    // failure here does not leave local peers waiting.
+    Status cross = (cross_ && hi > lo) ? cross_->Allreduce(mine, mine, hi - lo, dtype, op) : Status::Ok();
+    st = LocalBarrier();
+    if (!st.ok()) return st;
+    if (!cross.ok()) return cross;
+    for (int k = 0; k < local_size_; ++k) {
+      if (k == local_rank_ && !cross_) continue;  // written by the reduction
+      slice(elements, k, &lo, &hi);
+      if (hi > lo) std::memcpy(out + offset + lo * esize, Slot(set, k) + lo * esize, (hi - lo) * esize);
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace shm
+}  // namespace mxplugin

@@ -1,0 +1,78 @@
+// Hierarchical allreduce (Note [Hierarchical allreduce]): within a host the
+// ranks reduce through one shared-memory segment, across hosts only each
+// local rank's slice travels, among the ranks with the same local rank. The
+// other collectives, and allreduces too small to gain, go to the flat
+// communicator. Built by a world (MpiWorld::CreateGroup) when every host
+// runs the same number (> 1) of the group's ranks.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/communicator.h"
+#include "backend/shm/shm_segment.h"
+
+namespace mxplugin {
+namespace shm {
+
+// The segment's layout: a barrier, then two sets of one slot per local rank.
+struct Header {
+  alignas(64) std::atomic<uint32_t> arrived;
+  alignas(64) std::atomic<uint32_t> generation;
+};
+
+class HierarchicalCommunicator : public Communicator {
+ public:
+  // Bytes per local rank per piece, and the segment size for `local_size` ranks.
+  static constexpr int64_t kPieceBytes = 4 << 20;
+  static size_t SegmentBytes(int local_size);
+
+  // `flat`: the whole group; `cross`: the ranks with this local rank (null
+  // with one host); `segment`: mapped by every local rank, header zeroed.
+  // A local peer that stops answering fails a call after `timeout`.
+  HierarchicalCommunicator(std::unique_ptr<Communicator> flat, std::unique_ptr<Communicator> cross,
+                           std::unique_ptr<Segment> segment, int local_rank, int local_size,
+                           std::chrono::duration<double> timeout);
+
+  int rank() const override { return flat_->rank(); }
+  int size() const override { return flat_->size(); }
+  const std::vector<int>& global_ranks() const override { return flat_->global_ranks(); }
+
+  Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) override;
+  Status Allgatherv(const void* send, int64_t send_count, void* recv, const std::vector<int64_t>& counts,
+                    const std::vector<int64_t>& displs, DataType dtype) override {
+    return flat_->Allgatherv(send, send_count, recv, counts, displs, dtype);
+  }
+  Status Broadcast(void* buffer, int64_t count, DataType dtype, int root) override {
+    return flat_->Broadcast(buffer, count, dtype, root);
+  }
+  Status Alltoallv(const void* send, const std::vector<int64_t>& send_counts,
+                   const std::vector<int64_t>& send_displs, void* recv, const std::vector<int64_t>& recv_counts,
+                   const std::vector<int64_t>& recv_displs, DataType dtype) override {
+    return flat_->Alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype);
+  }
+  Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts, DataType dtype,
+                       ReduceOp op) override {
+    return flat_->ReduceScatter(send, recv, recv_counts, dtype, op);
+  }
+
+ private:
+  // Waits until every local rank has arrived; fails after the timeout.
+  Status LocalBarrier();
+  char* Slot(int set, int local_rank) const;
+
+  std::unique_ptr<Communicator> flat_;
+  std::unique_ptr<Communicator> cross_;
+  std::unique_ptr<Segment> segment_;
+  Header* header_;
+  const int local_rank_, local_size_;
+  const std::chrono::duration<double> timeout_;
+  uint64_t pieces_ = 0;  // pieces done so far: which slot set the next one uses
+  bool broken_ = false;  // a barrier timed out: local peers are out of step
+};
+
+}  // namespace shm
+}  // namespace mxplugin

@@ -1,0 +1,20 @@
+// Elementwise reduction of two host buffers, for every dtype and reduce op:
+// acc[i] = acc[i] (op) in[i]. Half types widen to float in chunks and round
+// once per element, as the MPI half ops do (Note [Half reductions] in
+// backend/mpi/mpi_world.cc). Used where mxplugin reduces on the CPU itself:
+// the shared-memory allreduce and the in-memory test world.
+#pragma once
+
+#include <cstdint>
+
+#include "common/types.h"
+
+namespace mxplugin {
+
+// Average reduces as Sum (its 1/size is a postscale).
+void ReduceInto(void* acc, const void* in, int64_t count, DataType dtype, ReduceOp op);
+// out[i] = a[i] (op) b[i], also stored to `also` unless it is null (one pass
+// where a result goes to two places). out or also may be a (in place).
+void ReduceTo(void* out, void* also, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op);
+
+}  // namespace mxplugin

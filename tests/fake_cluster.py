@@ -1,0 +1,137 @@
+"""A multi-host cluster on this machine: one network namespace per fake
+host, each with an `eth0` on a bridge of its own, an address of its own and
+optionally a bandwidth limit (tc tbf), and a remote shell (`nsrsh`) that
+runs a command inside a host's namespace, given to the launcher in place of
+ssh. Needs root and `ip`; FakeCluster.unavailable() says why not otherwise.
+
+Every name carries this cluster's own id (namespaces mxh<id>h<i>, bridge
+mxb<id>, links mxv<id>h<i>) and only those are ever removed; processes
+started in the namespaces are killed by namespace (`ip netns pids`) before
+the namespaces go. Traffic between fake hosts crosses the links only over
+TCP (UCX_TLS=tcp,self; UCX would use shared memory between namespaces of one
+machine), so ENV must be in the ranks' environment; interface byte counters
+(`tx_bytes`) prove where traffic went."""
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+ENV = {"UCX_TLS": "tcp,self"}
+IFACE = "eth0"  # the fake hosts' interface: the same name on every host, as on a real cluster
+
+NSRSH = """#!/bin/sh
+# A remote shell into a fake host (a network namespace): nsrsh [options] HOST COMMAND...
+while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
+host="$1"; shift
+exec ip netns exec "$host" sh -c "$*"
+"""
+
+
+def _ip(*args, check=True):
+    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+
+
+class FakeCluster:
+    @staticmethod
+    def unavailable():
+        """Why no cluster can be built here, or None."""
+        if os.geteuid() != 0:
+            return "needs root (network namespaces and veth links)"
+        if not shutil.which("ip"):
+            return "needs the `ip` command (iproute2)"
+        probe = f"mxprobe{os.getpid() % 100000}"
+        made = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+        if made.returncode != 0:
+            return f"cannot create network namespaces: {made.stderr.strip()}"
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
+        return None
+
+    def __init__(self, num_hosts, rate_mbit=None):
+        self.id = f"{os.getpid() % 100000}{int(time.time() * 1000) % 100}"[-7:]
+        self.hosts = [f"mxh{self.id}h{i + 1}" for i in range(num_hosts)]
+        self.bridge = f"mxb{self.id}"
+        self.links = [f"mxv{self.id}h{i + 1}" for i in range(num_hosts)]
+        self.subnet = self._free_subnet()
+        self.rate_mbit = rate_mbit
+        self.dir = tempfile.mkdtemp(prefix=f"mxcluster{self.id}.")
+        self.rsh = os.path.join(self.dir, "nsrsh")
+        self._made_bridge = False
+        self._made_hosts = []
+
+    def _free_subnet(self):
+        used = _ip("-4", "addr", "show").stdout
+        for third in [int(self.id) % 250 + 1] + list(range(1, 255)):
+            if f"10.78.{third}." not in used:
+                return f"10.78.{third}"
+        raise RuntimeError("no free 10.78.x.0/24 subnet")
+
+    def address(self, i):
+        return f"{self.subnet}.{10 + i + 1}"
+
+    def __enter__(self):
+        try:
+            self.build()
+        except BaseException:
+            self.destroy()
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+
+    def build(self):
+        with open(self.rsh, "w") as f:
+            f.write(NSRSH)
+        os.chmod(self.rsh, 0o755)
+        _ip("link", "add", self.bridge, "type", "bridge")
+        self._made_bridge = True
+        _ip("addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+        for i, (ns, link) in enumerate(zip(self.hosts, self.links)):
+            _ip("netns", "add", ns)
+            self._made_hosts.append(i)
+            _ip("link", "add", link, "type", "veth", "peer", "name", IFACE, "netns", ns)
+            _ip("link", "set", link, "master", self.bridge, "up")
+            _ip("-n", ns, "addr", "add", f"{self.address(i)}/24", "dev", IFACE)
+            _ip("-n", ns, "link", "set", IFACE, "up")
+            _ip("-n", ns, "link", "set", "lo", "up")
+            if self.rate_mbit:
+                subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", IFACE, "root", "tbf",
+                                "rate", f"{self.rate_mbit}mbit", "burst", "256kb", "latency", "100ms"],
+                               check=True, capture_output=True)
+
+    def tx_bytes(self, i):
+        """Bytes host i sent on its link so far."""
+        out = subprocess.run(["ip", "netns", "exec", self.hosts[i], "cat",
+                              f"/sys/class/net/{IFACE}/statistics/tx_bytes"], capture_output=True, text=True)
+        return int(out.stdout.strip() or 0)
+
+    def run(self, host_index, argv, env=None, timeout=300, cwd=None):
+        """Runs argv inside fake host `host_index`; returns the CompletedProcess.
+        On timeout everything in the cluster's namespaces is killed."""
+        try:
+            return subprocess.run(["ip", "netns", "exec", self.hosts[host_index], *argv], capture_output=True,
+                                  text=True, env=env, timeout=timeout, cwd=cwd)
+        except subprocess.TimeoutExpired as exc:
+            self.kill_processes()
+            raise AssertionError(f"timed out after {timeout} s:\n{exc.stdout}\n{exc.stderr}") from exc
+
+    def kill_processes(self):
+        for ns in self.hosts:
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+
+    def destroy(self):
+        self.kill_processes()
+        for i in self._made_hosts:
+            _ip("link", "del", self.links[i], check=False)
+            _ip("netns", "del", self.hosts[i], check=False)
+        if self._made_bridge:
+            _ip("link", "del", self.bridge, check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)

@@ -1,0 +1,38 @@
+"""Allreduce at the sizes where the hierarchical (shared-memory) path cuts
+its work: fewer elements than local ranks, slices that do not divide, piece
+boundaries (4 MiB per rank: 1,048,576 float32), several pieces, and every
+dtype and reduce op, in place and out of place, against NumPy. Run it with
+ranks sharing hosts (and across fake hosts in tests/test_multi_host.py)."""
+from common import finish, hvd, mx, np, start
+
+r, n = start()
+OPS = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max, "product": hvd.Product}
+
+
+def values(size, rank, dtype, seed):
+    rng = np.random.RandomState(seed * 100 + rank)
+    if dtype in ("int32", "int64", "uint8"):
+        return rng.randint(1, 4, size=size).astype(dtype)
+    return rng.uniform(0.5, 1.5, size=size).astype(dtype)
+
+
+seed = 0
+for count in (1, 3, 17, 1_048_575, 1_048_577, 2_621_441):
+    for dtype, ops in (("float32", OPS), ("float16", ("sum", "max")), ("float64", ("average", "min")),
+                       ("int32", ("sum", "product")), ("uint8", ("max",))):
+        if count > 100_000 and dtype != "float32" and dtype != "float16":
+            continue
+        for op_name in ops:
+            seed += 1
+            per = [values(count, k, dtype, seed).astype("float64") for k in range(n)]
+            want = {"sum": sum(per), "average": sum(per) / n, "min": np.min(per, 0), "max": np.max(per, 0),
+                    "product": np.prod(per, 0)}[op_name]
+            x = mx.nd.array(values(count, r, dtype, seed), dtype=dtype)
+            inplace = x.copy()
+            out = hvd.allreduce(x, op=OPS[op_name], name=f"h.{seed}")
+            hvd.allreduce_(inplace, op=OPS[op_name], name=f"h.{seed}.inplace")
+            tol = 2e-2 if dtype == "float16" else 1e-6
+            for what, got in (("out of place", out), ("in place", inplace)):
+                np.testing.assert_allclose(got.asnumpy().astype("float64"), want, rtol=tol, atol=tol,
+                                           err_msg=f"rank {r}: {count} x {dtype} {op_name} {what}")
+finish()
