@@ -121,7 +121,7 @@ def main():
     if hvd.rank() == 0:
         med = g["median_s"]
         print(f"resnet50_v1 gradients: {g['tensors']} tensors, {g['values']} float32 values, {hvd.size()} ranks")
-        print(f"  raw MPI_Allreduce (one buffer)  median {med['raw_mpi'] * 1e3:8.2f} ms")
+        print(f"  in-process data plane (one buffer) median {med['raw_mpi'] * 1e3:8.2f} ms")
         print(f"  grouped_allreduce_              median {med['grouped_allreduce_'] * 1e3:8.2f} ms"
               f"   ratio {g['ratio_grouped']:.3f}")
         print(f"  per-tensor allreduce_ + waitall median {med['per_tensor_allreduce_'] * 1e3:8.2f} ms"

@@ -1,8 +1,10 @@
-"""The reference every communication benchmark is compared with: one plain
-MPI_Allreduce (sum, in place) on a single buffer, run by mxplugin's
-background thread (the only thread that may call MPI: Note [MPI thread
-level] in src/backend/mpi/mpi_context.cc) in the same processes and the same
-run, timed around the MPI call alone."""
+"""An in-process figure next to each communication benchmark: one plain
+allreduce (sum, in place) of a single buffer by the world's data plane
+(MPI_Allreduce, or the hierarchical shared-memory allreduce where ranks share
+a host), run by mxplugin's background thread (the only thread that may call
+MPI: Note [MPI thread level] in src/backend/mpi/mpi_world.cc) in the same
+processes and run, timed around the call alone. The fair reference is the
+standalone program of bench/mpi_plain.py."""
 import numpy as np
 
 import mxplugin as hvd

@@ -1,0 +1,130 @@
+"""Allreduce of resnet50_v1's gradient set (102,303,648 bytes) on one host and
+across fake hosts (needs root: tests/fake_cluster.py):
+
+    python bench/multi_host.py          # writes bench/results/multi_host.json
+
+- 1 host x 2 ranks (this machine, MPI free to use shared memory): mxplugin's
+  grouped_allreduce_ with the hierarchical (shared-memory) allreduce and with
+  flat MPI (MXPLUGIN_HIERARCHICAL_ALLREDUCE=0), against the plain
+  single-threaded MPI program bench/mpi_plain.c run just before and after.
+- 2 hosts x 2 ranks, each host's link limited to 2 and 10 Gbit/s (tc tbf):
+  the same three, plus the lower bound from the link rate. Every run here
+  uses UCX_TLS=tcp,self (so traffic between fake hosts crosses the links:
+  UCX would use shared memory between namespaces of one machine), which
+  also sends the plain program's traffic within a host over TCP loopback;
+  each run's link byte counters are recorded.
+
+Every figure is a median over interleaved iterations; ratios are against the
+plain program measured in the same configuration in the same run.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, HERE)
+
+from fake_cluster import ENV, IFACE, FakeCluster  # noqa: E402
+from mpi_harness import mpiexec_path, rank_env  # noqa: E402
+from mpi_plain import RESNET50_GRADIENT_BYTES, build  # noqa: E402
+
+ALLREDUCE = os.path.join(HERE, "allreduce.py")
+
+
+def grouped_median(text):
+    m = re.search(r"grouped_allreduce_\s+median\s+([0-9.]+) ms", text)
+    if not m:
+        raise SystemExit(f"no grouped_allreduce_ median in:\n{text[-3000:]}")
+    return float(m.group(1)) / 1e3
+
+
+def plain_median(text):
+    for line in text.splitlines():
+        fields = line.split()
+        if fields[:2] == ["bytes", str(RESNET50_GRADIENT_BYTES)]:
+            return statistics.median(float(v) for v in fields[5:])
+    raise SystemExit(f"no plain MPI result in:\n{text[-3000:]}")
+
+
+def one_host(exe, iters):
+    def run(cmd, env):
+        out = subprocess.run(cmd, capture_output=True, text=True, env=rank_env(env), cwd=REPO, timeout=900)
+        if out.returncode != 0:
+            raise SystemExit(f"failed: {' '.join(cmd)}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
+        return out.stdout
+
+    mpiexec = [mpiexec_path(), "-n", "2"]
+    plain = mpiexec + [exe, str(iters), "3", str(RESNET50_GRADIENT_BYTES)]
+    result = {"plain_before_s": plain_median(run(plain, {}))}
+    for mode, flag in (("hierarchical", "1"), ("flat", "0")):
+        text = run(mpiexec + [sys.executable, ALLREDUCE, "--no-curve", "--iters", str(iters), "--output",
+                              os.devnull], {"MXPLUGIN_HIERARCHICAL_ALLREDUCE": flag})
+        result[f"{mode}_s"] = grouped_median(text)
+    result["plain_after_s"] = plain_median(run(plain, {}))
+    result["plain_s"] = min(result["plain_before_s"], result["plain_after_s"])
+    return result
+
+
+def two_hosts(exe, rate_mbit, iters):
+    with FakeCluster(2, rate_mbit=rate_mbit) as cluster:
+        hosts = ",".join(f"{h}:2" for h in cluster.hosts)
+        launcher = [mpiexec_path(), "-launcher", "ssh", "-launcher-exec", cluster.rsh, "-iface", IFACE, "-hosts",
+                    hosts, "-n", "4"]
+
+        def run(argv, env):
+            before = [cluster.tx_bytes(i) for i in range(2)]
+            done = cluster.run(0, launcher + argv, env=rank_env({**ENV, **env}), timeout=1200, cwd=REPO)
+            if done.returncode != 0:
+                raise SystemExit(f"failed: {' '.join(argv)}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+            return done.stdout, [cluster.tx_bytes(i) - b for i, b in enumerate(before)]
+
+        result = {"rate_mbit": rate_mbit,
+                  "link_bound_s": RESNET50_GRADIENT_BYTES * 8 / (rate_mbit * 1e6),
+                  "note": "each host's link must carry the whole buffer once (reduce-scatter + allgather "
+                          "between 2 hosts), so S / rate bounds any allreduce"}
+        text, sent = run([exe, str(iters), "2", str(RESNET50_GRADIENT_BYTES)], {})
+        result["plain_s"], result["plain_tx_bytes"] = plain_median(text), sent
+        for mode, flag in (("hierarchical", "1"), ("flat", "0")):
+            text, sent = run([sys.executable, ALLREDUCE, "--no-curve", "--iters", str(iters), "--warmup", "2",
+                              "--output", os.devnull], {"MXPLUGIN_HIERARCHICAL_ALLREDUCE": flag})
+            result[f"{mode}_s"], result[f"{mode}_tx_bytes"] = grouped_median(text), sent
+        return result
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--iters", type=int, default=8, help="measured iterations per figure (default 8)")
+    p.add_argument("--rates", default="2000,10000", help="link rates in Mbit/s (default 2000,10000)")
+    p.add_argument("--output", default=os.path.join(HERE, "results", "multi_host.json"))
+    args = p.parse_args()
+    why_not = FakeCluster.unavailable()
+    if why_not:
+        raise SystemExit(f"bench/multi_host.py: fake-host cluster: {why_not}")
+    with tempfile.TemporaryDirectory() as workdir:
+        exe = build(workdir)
+        result = {"bytes": RESNET50_GRADIENT_BYTES, "one_host_2_ranks": one_host(exe, args.iters),
+                  "two_hosts_2_ranks": [two_hosts(exe, int(r), args.iters) for r in args.rates.split(",")]}
+    one = result["one_host_2_ranks"]
+    print(f"1 host x 2 ranks: plain MPI {one['plain_s'] * 1e3:.1f} ms, hierarchical {one['hierarchical_s'] * 1e3:.1f} "
+          f"ms ({one['hierarchical_s'] / one['plain_s']:.2f}x), flat {one['flat_s'] * 1e3:.1f} ms "
+          f"({one['flat_s'] / one['plain_s']:.2f}x)")
+    for row in result["two_hosts_2_ranks"]:
+        print(f"2 hosts x 2 ranks at {row['rate_mbit'] / 1000:g} Gbit/s: bound {row['link_bound_s'] * 1e3:.0f} ms, "
+              f"plain MPI {row['plain_s'] * 1e3:.0f} ms, hierarchical {row['hierarchical_s'] * 1e3:.0f} ms "
+              f"({row['hierarchical_s'] / row['flat_s']:.2f}x flat, {row['hierarchical_s'] / row['link_bound_s']:.2f}x "
+              f"bound), flat {row['flat_s'] * 1e3:.0f} ms")
+    os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    with open(args.output, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
