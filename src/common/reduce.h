@@ -13,8 +13,7 @@ namespace mxplugin {
 
 // Average reduces as Sum (its 1/size is a postscale).
 void ReduceInto(void* acc, const void* in, int64_t count, DataType dtype, ReduceOp op);
-// out[i] = a[i] (op) b[i], also stored to `also` unless it is null (one pass
-// where a result goes to two places). out or also may be a (in place).
-void ReduceTo(void* out, void* also, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op);
+// out[i] = a[i] (op) b[i]; out may be a.
+void ReduceTo(void* out, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op);
 
 }  // namespace mxplugin

@@ -1,6 +1,6 @@
 """Allreduce at the sizes where the hierarchical (shared-memory) path cuts
 its work: fewer elements than local ranks, slices that do not divide, piece
-boundaries (4 MiB per rank: 1,048,576 float32), several pieces, and every
+boundaries (1 MiB per rank: 262,144 float32), many pieces, and every
 dtype and reduce op, in place and out of place, against NumPy. Run it with
 ranks sharing hosts (and across fake hosts in tests/test_multi_host.py)."""
 from common import finish, hvd, mx, np, start
@@ -17,7 +17,7 @@ def values(size, rank, dtype, seed):
 
 
 seed = 0
-for count in (1, 3, 17, 1_048_575, 1_048_577, 2_621_441):
+for count in (1, 3, 17, 262_143, 262_145, 2_621_441):
     for dtype, ops in (("float32", OPS), ("float16", ("sum", "max")), ("float64", ("average", "min")),
                        ("int32", ("sum", "product")), ("uint8", ("max",))):
         if count > 100_000 and dtype != "float32" and dtype != "float16":

@@ -4,10 +4,26 @@
 #include <cstring>
 #include <thread>
 
+#include "backend/shm/stream_copy.h"
 #include "common/reduce.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 namespace mxplugin {
 namespace shm {
+namespace {
+
+constexpr int kSpinMicroseconds = 200;
+
+inline void CpuRelax() {
+#if defined(__SSE2__)
+  _mm_pause();
+#endif
+}
+
+}  // namespace
 
 // Note [Hierarchical allreduce]: a buffer is reduced in pieces of up to
 // kPieceBytes per rank, each cut into one slice per local rank (slices start
@@ -17,15 +33,16 @@ namespace shm {
 // own input with slice j of every other slot, into slice j of its slot, and
 // (3) allreduces that slice with the ranks of local rank j on the other
 // hosts, so each byte crosses the network once per host, not once per rank;
-// after a second barrier (4) it copies every slice out. With one host, step
-// (2) also stores slice j straight into the output, and step (4) copies only
-// the others' slices: about two passes over the buffer per rank instead of
-// three. Two slot sets alternate, so a rank may copy in the next piece while
-// slower peers still copy out this one: the next piece's first barrier
-// cannot pass until they are done, which is what the set after that needs.
+// after a second barrier (4) it copies every slice out, with non-temporal
+// stores (stream_copy.h). Pieces are small enough that the segment's traffic
+// stays in the shared cache, so DRAM sees about one read of the input and
+// one write of the output per rank. Two slot sets alternate, so a rank may
+// copy in the next piece while slower peers still copy out this one: the
+// next piece's first barrier cannot pass until they are done, which is what
+// the set after that needs.
 
 size_t HierarchicalCommunicator::SegmentBytes(int local_size) {
-  return sizeof(Header) + 2 * static_cast<size_t>(local_size) * kPieceBytes;
+  return kHeaderBytes + 2 * static_cast<size_t>(local_size) * kPieceBytes;
 }
 
 HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<Communicator> flat,
@@ -41,7 +58,7 @@ HierarchicalCommunicator::HierarchicalCommunicator(std::unique_ptr<Communicator>
       timeout_(timeout) {}
 
 char* HierarchicalCommunicator::Slot(int set, int local_rank) const {
-  return segment_->data() + sizeof(Header) + (static_cast<size_t>(set) * local_size_ + local_rank) * kPieceBytes;
+  return segment_->data() + kHeaderBytes + (static_cast<size_t>(set) * local_size_ + local_rank) * kPieceBytes;
 }
 
 Status HierarchicalCommunicator::LocalBarrier() {
@@ -52,13 +69,20 @@ Status HierarchicalCommunicator::LocalBarrier() {
     header_->generation.fetch_add(1, std::memory_order_release);
     return Status::Ok();
   }
-  // Spin briefly (peers usually arrive within microseconds), then yield the
-  // core: ranks here often share cores with each other and with MXNet.
+  // Spin for a while (a peer is usually one piece's copy behind, tens of
+  // microseconds), then yield the core: ranks here often share cores with
+  // each other and with MXNet.
   const auto start = std::chrono::steady_clock::now();
+  const auto spin_until = start + std::chrono::microseconds(kSpinMicroseconds);
   for (int spins = 0; header_->generation.load(std::memory_order_acquire) == generation; ++spins) {
-    if (spins < 2000) continue;
+    if ((spins & 63) != 0) {
+      CpuRelax();
+      continue;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now < spin_until) continue;
     std::this_thread::yield();
-    if ((spins & 1023) == 0 && std::chrono::steady_clock::now() - start > timeout_) {
+    if (now - start > timeout_) {
       broken_ = true;
       return Status::Aborted("a rank on this host did not reach the shared-memory allreduce within " +
                              std::to_string(static_cast<int>(timeout_.count())) + " s");
@@ -92,14 +116,11 @@ Status HierarchicalCommunicator::Allreduce(const void* send, void* recv, int64_t
     if (!st.ok()) return st;
     slice(elements, local_rank_, &lo, &hi);
     char* mine = slot + lo * esize;
-    // Peers in local-rank order after this rank's own input; the last step
-    // also writes the output when no cross-host step follows.
+    // Peers in local-rank order after this rank's own input.
     const void* acc = in + offset + lo * esize;
-    for (int k = 0, done = 1; k < local_size_ && hi > lo; ++k) {
+    for (int k = 0; k < local_size_ && hi > lo; ++k) {
       if (k == local_rank_) continue;
-      const bool last = ++done == local_size_;
-      ReduceTo(mine, (last && !cross_) ? out + offset + lo * esize : nullptr, acc, Slot(set, k) + lo * esize,
-               hi - lo, dtype, op);
+      ReduceTo(mine, acc, Slot(set, k) + lo * esize, hi - lo, dtype, op);
       acc = mine;
     }
     // Every rank takes part in both barriers whatever happens, so that a
@@ -109,9 +130,8 @@ Status HierarchicalCommunicator::Allreduce(const void* send, void* recv, int64_t
     if (!st.ok()) return st;
     if (!cross.ok()) return cross;
     for (int k = 0; k < local_size_; ++k) {
-      if (k == local_rank_ && !cross_) continue;  // written by the reduction
       slice(elements, k, &lo, &hi);
-      if (hi > lo) std::memcpy(out + offset + lo * esize, Slot(set, k) + lo * esize, (hi - lo) * esize);
+      if (hi > lo) StreamCopy(out + offset + lo * esize, Slot(set, k) + lo * esize, (hi - lo) * esize);
     }
   }
   return Status::Ok();

@@ -1,0 +1,76 @@
+"""The multi-host section of docs/benchmarks.md, rendered from
+bench/results/multi_host.json (bench/multi_host.py), with its plot."""
+import os
+
+
+def _plot(result, docs):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    rows = sorted(result["two_hosts_2_ranks"], key=lambda r: r["rate_mbit"])
+    rates = [r["rate_mbit"] / 1000 for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    ax.plot(rates, [r["link_bound_s"] * 1e3 for r in rows], "k--", label="link-rate lower bound")
+    ax.plot(rates, [r["plain_s"] * 1e3 for r in rows], "o-", label="plain MPI_Allreduce (C program)")
+    ax.plot(rates, [r["flat_s"] * 1e3 for r in rows], "s-", label="mxplugin, flat MPI")
+    ax.plot(rates, [r["hierarchical_s"] * 1e3 for r in rows], "^-", label="mxplugin, hierarchical")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(rates)
+    ax.set_xticklabels([f"{r:g}" for r in rates])
+    ax.set_xlabel("link rate per host (Gbit/s)")
+    ax.set_ylabel("ms per allreduce (median)")
+    ax.set_title("resnet50_v1 gradients (102 MB), 2 hosts x 2 ranks")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(os.path.join(docs, "multi_host.png"), dpi=110)
+    return "multi_host.png"
+
+
+def multi_host_section(result, docs):
+    lines = ["## Several hosts (`bench/multi_host.py`)", ""]
+    if not result:
+        return lines + ["Not measured: `bench/multi_host.py` needs root (network namespaces).", ""]
+    one = result["one_host_2_ranks"]
+    lines += [
+        f"`grouped_allreduce_` of resnet50_v1's gradient set ({result['bytes'] / 1e6:.1f} MB), median per call.",
+        "",
+        "**1 host x 2 ranks** (this machine; MPI free to use its own shared memory). The reference is the",
+        "plain single-threaded `MPI_Allreduce` program of `bench/mpi_plain.c`, run just before and after, the",
+        "better median counting.", "",
+        "| method | median | ratio to plain MPI |", "|---|---|---|",
+        f"| plain `MPI_Allreduce` (C program) | {one['plain_s'] * 1e3:.1f} ms | 1.00 |",
+        f"| mxplugin, hierarchical (shared memory) | {one['hierarchical_s'] * 1e3:.1f} ms | "
+        f"**{one['hierarchical_s'] / one['plain_s']:.2f}** |",
+        f"| mxplugin, flat MPI (`MXPLUGIN_HIERARCHICAL_ALLREDUCE=0`) | {one['flat_s'] * 1e3:.1f} ms | "
+        f"{one['flat_s'] / one['plain_s']:.2f} |", "",
+        "**2 hosts x 2 ranks** (fake hosts: a network namespace each, `tests/fake_cluster.py`), each host's",
+        "link limited with `tc tbf`. All runs use `UCX_TLS=tcp,self` so that traffic between the fake hosts",
+        "crosses the links (UCX would use shared memory between namespaces of one machine); this also sends",
+        "the plain program's and flat mxplugin's traffic within a host over TCP loopback. The lower bound:",
+        "each host's link must carry the whole buffer once (reduce-scatter plus allgather between two hosts),",
+        "so 102 MB / rate.", "",
+        "| link | lower bound | plain MPI | flat | hierarchical | hierarchical / flat | hierarchical / bound |",
+        "|---|---|---|---|---|---|---|"]
+    for r in sorted(result["two_hosts_2_ranks"], key=lambda r: r["rate_mbit"]):
+        lines.append(f"| {r['rate_mbit'] / 1000:g} Gbit/s | {r['link_bound_s'] * 1e3:.0f} ms | "
+                     f"{r['plain_s'] * 1e3:.0f} ms | {r['flat_s'] * 1e3:.0f} ms | {r['hierarchical_s'] * 1e3:.0f} ms | "
+                     f"**{r['hierarchical_s'] / r['flat_s']:.2f}** | **{r['hierarchical_s'] / r['link_bound_s']:.2f}** |")
+    lines.append("")
+    lines += ["Bytes each host sent on its link per run (all iterations, warm-up included):", "",
+              "| link | plain MPI | flat | hierarchical |", "|---|---|---|---|"]
+    for r in sorted(result["two_hosts_2_ranks"], key=lambda r: r["rate_mbit"]):
+        fmt = lambda v: " / ".join(f"{b / 1e9:.2f} GB" for b in v)  # noqa: E731
+        lines.append(f"| {r['rate_mbit'] / 1000:g} Gbit/s | {fmt(r['plain_tx_bytes'])} | {fmt(r['flat_tx_bytes'])} | "
+                     f"{fmt(r['hierarchical_tx_bytes'])} |")
+    lines.append("")
+    image = _plot(result, docs)
+    if image:
+        lines += [f"![time against link rate]({image})", ""]
+    lines += ["What this predicts at scale: `docs/scaling.md`.", ""]
+    return lines
