@@ -95,9 +95,10 @@ def run_all():
 REFERENCE_NOTE = [
     "About the references. **Standalone MPI** is `bench/mpi_plain.c`: a separate plain C program",
     "(`MPI_Init`, so single-threaded MPI; no mxplugin, no MXNet, no Python) timing one in-place",
-    "`MPI_Allreduce` of the whole buffer after a barrier, the slowest rank's time per call. It runs just",
-    "before and just after `bench/allreduce.py`, and the better of its two medians is the reference, so",
-    "a noisy moment counts against mxplugin, not for it. **In-process data plane** is one allreduce of",
+    "`MPI_Allreduce` of the whole buffer after a barrier, the slowest rank's time per call. It runs three",
+    "times just before and three times just after `bench/allreduce.py`, and the best of its six medians is",
+    "the reference, so a noisy moment counts against mxplugin, not for it (one run of it sometimes takes",
+    "twice as long throughout). **In-process data plane** is one allreduce of",
     "the same buffer by mxplugin's background thread inside the benchmark processes, through the world's",
     "data plane: since both ranks share this machine, that is the hierarchical shared-memory allreduce",
     "(Note [Hierarchical allreduce]); kept as a second column, not as the reference. The grouped call",
