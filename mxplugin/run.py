@@ -8,12 +8,12 @@ import argparse
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 
 from mxplugin.hosts import (UsageError, check_hosts_reachable, check_slots, parse_hostfile, parse_hosts,
                             threads_per_rank)
+from mxplugin.job import run_job
 
 PROG = "mxplugin-run"
 EXIT_USAGE = 2
@@ -229,50 +229,11 @@ def mpiexec_command(mpiexec, flavour, args, hosts, env):
 
 # ------------------------------------------------------------------- running
 
-def keyboard_interrupt_reaches_child():
-    """True when a Ctrl-C typed at the terminal is delivered to mpiexec too.
-
-    mpiexec shares this process group; if that group is the terminal's
-    foreground group, the kernel already sent it the SIGINT. Hydra treats a
-    second SIGINT as "force abort", so forwarding would kill the ranks
-    instead of letting them shut down.
-    """
+def run_child(command, env, num_proc):
     try:
-        with open("/dev/tty") as tty:
-            return os.tcgetpgrp(tty.fileno()) == os.getpgrp()
-    except OSError:
-        return False
-
-
-def install_signal_forwarding(child):
-    def forward(signum, _frame):
-        if signum == signal.SIGINT and keyboard_interrupt_reaches_child():
-            return
-        child.send_signal(signum)  # a no-op once the child has been reaped
-
-    return {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-
-
-def restore_signal_handlers(previous):
-    for sig, handler in previous.items():
-        signal.signal(sig, handler)
-
-
-def exit_code(returncode):
-    # Popen reports death by signal S as -S; shells report it as 128+S.
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def run_child(command, env):
-    try:
-        child = subprocess.Popen(command, env=env)
+        return run_job(command, env, PROG, num_proc)
     except OSError as exc:
-        raise UsageError(f"cannot start {command[0]}: {exc}") from exc
-    previous = install_signal_forwarding(child)
-    try:
-        return exit_code(child.wait())
-    finally:
-        restore_signal_handlers(previous)
+        raise UsageError(str(exc)) from exc
 
 
 def launch(args):
@@ -295,7 +256,7 @@ def launch(args):
         if settings:
             print(f"{PROG}: setting {settings}", file=sys.stderr)
         print(f"{PROG}: {shlex.join(command)}", file=sys.stderr, flush=True)
-    return run_child(command, env)
+    return run_child(command, env, args.num_proc)
 
 
 def main(argv=None):

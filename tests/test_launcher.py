@@ -189,6 +189,88 @@ def test_signal_is_forwarded_to_ranks(tmp_path, sig):
     assert child.returncode == 7
 
 
+CTRL_C_JOB = """
+import os, sys, time
+import mxnet as mx
+import mxplugin as hvd
+hvd.init()
+print("ready", hvd.rank(), flush=True)
+try:
+    while True:
+        hvd.allreduce(mx.nd.ones(4), name="x").wait_to_read()
+        time.sleep(0.05)
+except KeyboardInterrupt:
+    if hvd.rank() == 0 and len(sys.argv) > 1:
+        print("rank 0 saved its checkpoint", flush=True)
+        sys.exit(0)
+    raise
+"""
+
+
+def ctrl_c_at_a_terminal(*job_args):
+    """Runs the launcher as the foreground job of a new terminal (a pty),
+    types Ctrl-C once both ranks are training; returns (exit code, output, seconds
+    from the Ctrl-C to the end)."""
+    import pty
+    import select
+
+    try:
+        pid, fd = pty.fork()
+    except OSError as exc:
+        pytest.skip(f"no pseudo-terminal here: {exc}")
+    if pid == 0:  # the child: the pty is its controlling terminal
+        os.chdir(REPO)
+        os.execvpe(sys.executable, launcher("-np", "2", sys.executable, "-c", CTRL_C_JOB, *job_args),
+                   launcher_env())
+    out, typed, deadline = b"", None, time.monotonic() + TIMEOUT
+    try:
+        while time.monotonic() < deadline:
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    data = os.read(fd, 4096)
+                except OSError:  # the other side is gone
+                    break
+                if not data:
+                    break
+                out += data
+            if typed is None and out.count(b"ready") >= 2:
+                time.sleep(0.5)
+                os.write(fd, b"\x03")
+                typed = time.monotonic()
+    finally:
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        os.close(fd)
+    assert typed is not None, out.decode(errors="replace")
+    return os.waitstatus_to_exitcode(status), out.decode(errors="replace"), time.monotonic() - typed
+
+
+def test_ctrl_c_stops_every_rank_quietly_with_one_line():
+    code, out, took = ctrl_c_at_a_terminal()
+    assert code == 130, out
+    assert "mxplugin-run: interrupted (Ctrl-C): stopping all 2 ranks" in out, out
+    for noise in ("Traceback", "KeyboardInterrupt", "BAD TERMINATION", "assert", "Sending Ctrl-C", "[mpiexec@"):
+        assert noise not in out, f"{noise!r} in:\n{out}"
+    assert took < 20, out
+
+
+def test_ctrl_c_keeps_what_the_ranks_print_while_stopping():
+    code, out, _ = ctrl_c_at_a_terminal("save")
+    assert "rank 0 saved its checkpoint" in out and "interrupted (Ctrl-C)" in out, out
+    assert "Traceback" not in out, out
+
+
+def test_stdin_that_is_not_a_terminal_reaches_rank_0():
+    result = subprocess.run(launcher("-np", "2", sys.executable, "-c",
+                                     "import os; print('got', os.environ['PMI_RANK'], input() if "
+                                     "os.environ['PMI_RANK'] == '0' else '-')"),
+                            cwd=REPO, env=launcher_env(), input="hello\n", capture_output=True, text=True,
+                            timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr
+    assert "got 0 hello" in result.stdout and "got 1 -" in result.stdout, result.stdout
+
+
 def test_hostfile_gives_the_hosts(tmp_path):
     hostfile = tmp_path / "hosts"
     hostfile.write_text(f"# two local slots\nlocalhost slots=1\n{socket.gethostname()}:1  # same machine\n")

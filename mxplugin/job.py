@@ -1,0 +1,124 @@
+"""Running mpiexec for mxplugin-run: in a session of its own, its output
+passed through, and an interrupt (Ctrl-C, SIGTERM) turned into one orderly
+stop with one line of explanation.
+
+Note [Quiet interrupts]: a Ctrl-C typed at the terminal goes to the whole
+foreground process group. If mpiexec and the ranks were in it, every rank
+would print a KeyboardInterrupt traceback, and MPICH's launcher its
+"Sending Ctrl-C" lines, a BAD TERMINATION banner and, from its proxies,
+`assert (!upstream_sock_closed) failed`: a correct stop that looks like a
+crash. So mpiexec runs in its own session (the terminal's Ctrl-C reaches
+only this launcher), this launcher asks it to stop the job once (SIGINT:
+it stops every rank, on every host; a second interrupt forces it), says so
+in one line, and from then on drops the stop's own noise from the job's
+output: tracebacks that end in KeyboardInterrupt and the launcher's banner.
+Anything else the ranks print while stopping (a checkpoint saved in an
+`except KeyboardInterrupt`) still comes through. A process in another
+session cannot read the terminal, so when stdin is a terminal the job gets
+no stdin."""
+import os
+import signal
+import subprocess
+import sys
+import threading
+
+# Lines MPICH's launcher prints when a job is stopped by a signal.
+_LAUNCHER_NOISE = ("[mpiexec@", "[proxy:", "=====", "=   ", "YOUR APPLICATION TERMINATED", "This typically refers",
+                   "Please see the FAQ")
+
+
+class _Pump(threading.Thread):
+    """Copies one of the child's output pipes to ours as it comes; once the
+    job is being stopped, line by line without the stop's noise."""
+
+    def __init__(self, source, sink, stopping):
+        super().__init__(daemon=True)
+        self.source, self.sink, self.stopping = source, sink, stopping
+        self.pending = b""
+        self.traceback = []  # a traceback being held until we know how it ends
+
+    def run(self):
+        while True:
+            chunk = os.read(self.source.fileno(), 65536)
+            if not chunk:
+                break
+            if self.stopping.is_set() or self.pending or self.traceback:
+                self.filter(chunk)
+            else:
+                self.write(chunk)
+        self.filter(b"", final=True)
+
+    def write(self, data):
+        if data:
+            self.sink.write(data)
+            self.sink.flush()
+
+    def filter(self, chunk, final=False):
+        lines = (self.pending + chunk).split(b"\n")
+        self.pending = b"" if final else lines.pop()
+        for line in lines:
+            self.line(line)
+        if final:
+            self.write(b"".join(held + b"\n" for held in self.traceback))
+            self.traceback = []
+
+    def line(self, line):
+        text = line.decode("utf-8", "replace")
+        if self.traceback:
+            self.traceback.append(line)
+            if text.startswith(("  ", "Traceback")):
+                return
+            if text.strip() != "KeyboardInterrupt":  # a real error: show it whole
+                self.write(b"".join(held + b"\n" for held in self.traceback))
+            self.traceback = []
+            return
+        if text.startswith("Traceback (most recent call last):"):
+            self.traceback = [line]
+        elif text.strip() and not text.startswith(_LAUNCHER_NOISE):  # the banner's blank lines too
+            self.write(line + b"\n")
+
+
+def exit_code(returncode):
+    # Popen reports death by signal S as -S; shells report it as 128+S.
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run_job(command, env, prog, num_proc):
+    """Runs mpiexec's command line; returns the exit code for the shell
+    (128 + the signal after an interrupt)."""
+    interactive = os.isatty(0)
+    try:
+        child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL if interactive else None,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    except OSError as exc:
+        raise OSError(f"cannot start {command[0]}: {exc}") from exc
+    stopping = threading.Event()
+    received = []
+    pumps = [_Pump(child.stdout, sys.stdout.buffer, stopping), _Pump(child.stderr, sys.stderr.buffer, stopping)]
+
+    def interrupt(signum, _frame):
+        received.append(signum)
+        if not stopping.is_set():
+            stopping.set()
+            name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+            sys.stderr.write(f"{prog}: interrupted ({name}): stopping all {num_proc} ranks\n")
+            sys.stderr.flush()
+        child.send_signal(signal.SIGINT)  # the second time: mpiexec forces the stop
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for pump in pumps:
+            pump.start()
+        returncode = child.wait()
+        for pump in pumps:
+            pump.join()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    code = exit_code(returncode)
+    # After an interrupt: the ranks' own code when they chose one (they
+    # caught it and exited 7, say); else the shell's 128 + signal. MPICH's
+    # launcher reports ranks killed by signal N as exit code N.
+    if received and code in (0, signal.SIGINT, signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM):
+        return 128 + received[0]
+    return code
