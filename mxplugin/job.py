@@ -1,6 +1,6 @@
 """Running mpiexec for mxplugin-run: in a session of its own, its output
 passed through, and an interrupt (Ctrl-C, SIGTERM) turned into one orderly
-stop with one line of explanation.
+stop with one line of explanation (SIGHUP too: a closed terminal).
 
 Note [Quiet interrupts]: a Ctrl-C typed at the terminal goes to the whole
 foreground process group. If mpiexec and the ranks were in it, every rank
@@ -36,6 +36,7 @@ class _Pump(threading.Thread):
         self.source, self.sink, self.stopping = source, sink, stopping
         self.pending = b""
         self.traceback = []  # a traceback being held until we know how it ends
+        self.sink_gone = False  # our output was closed (`| head`): keep draining, drop the rest
 
     def run(self):
         while True:
@@ -49,9 +50,12 @@ class _Pump(threading.Thread):
         self.filter(b"", final=True)
 
     def write(self, data):
-        if data:
-            self.sink.write(data)
-            self.sink.flush()
+        if data and not self.sink_gone:
+            try:
+                self.sink.write(data)
+                self.sink.flush()
+            except OSError:  # a closed pipe: mpiexec must not block on a full one
+                self.sink_gone = True
 
     def filter(self, chunk, final=False):
         lines = (self.pending + chunk).split(b"\n")
@@ -105,20 +109,24 @@ def run_job(command, env, prog, num_proc):
             sys.stderr.flush()
         child.send_signal(signal.SIGINT)  # the second time: mpiexec forces the stop
 
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP too: in its own session the job would outlive a closed terminal.
+    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         for pump in pumps:
             pump.start()
         returncode = child.wait()
-        for pump in pumps:
-            pump.join()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    # Output still in the pipes comes through; a process that outlived
+    # mpiexec and still holds them does not keep the launcher waiting.
+    for pump in pumps:
+        pump.join(timeout=10)
     code = exit_code(returncode)
     # After an interrupt: the ranks' own code when they chose one (they
     # caught it and exited 7, say); else the shell's 128 + signal. MPICH's
     # launcher reports ranks killed by signal N as exit code N.
-    if received and code in (0, signal.SIGINT, signal.SIGTERM, 128 + signal.SIGINT, 128 + signal.SIGTERM):
+    if received and code in (0, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, 128 + signal.SIGINT,
+                             128 + signal.SIGTERM, 128 + signal.SIGHUP):
         return 128 + received[0]
     return code

@@ -25,6 +25,25 @@ def test_ops_with_flat_mpi_allreduce(np_):
     assert "flat MPI allreduce (MXPLUGIN_HIERARCHICAL_ALLREDUCE=0)" in err, err[-3000:]
 
 
+def test_ranks_that_disagree_on_hierarchical_allreduce_agree_on_flat():
+    """MPMD: rank 0 turns the shared-memory allreduce off, rank 1 leaves it
+    on; both take the flat path (the set-up agrees first) instead of making
+    different MPI calls."""
+    import os
+    import subprocess
+    import sys
+
+    from mpi_harness import SPMD_DIR, mpiexec_path
+
+    script = os.path.join(SPMD_DIR, "check_topology.py")
+    cmd = [mpiexec_path(), "-n", "1", "-env", "MXPLUGIN_HIERARCHICAL_ALLREDUCE", "0", sys.executable, script, "2",
+           ":", "-n", "1", sys.executable, script, "2"]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=REPO,
+                         env=rank_env({"MXPLUGIN_LOG_LEVEL": "debug"}))
+    assert out.returncode == 0 and "PASS 0" in out.stdout and "PASS 1" in out.stdout, out.stdout + out.stderr
+    assert out.stderr.count("flat MPI allreduce (MXPLUGIN_HIERARCHICAL_ALLREDUCE=0)") == 2, out.stderr[-3000:]
+
+
 @pytest.mark.parametrize("np_,hierarchical", [(2, "1"), (3, "1"), (2, "0")])
 def test_allreduce_at_slice_and_piece_boundaries(np_, hierarchical):
     """Sizes below, at and across the shared-memory path's slices and 4 MiB

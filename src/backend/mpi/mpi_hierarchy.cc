@@ -26,12 +26,16 @@ std::unique_ptr<Communicator> MpiWorld::MakeHierarchical(const std::shared_ptr<c
   }
   MPI_Comm_rank(local, &local_rank);
   MPI_Comm_size(local, &local_size);
-  // Worth it, and possible, only when every host runs the same number (> 1)
-  // of the members: then slice j of every host meets on cross communicator j.
-  int sizes[2] = {local_size, -local_size};
-  MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MIN, sub);
-  if (sizes[0] != -sizes[1] || local_size < 2) {
-    *why_not = local_size < 2 ? "one rank per host" : "hosts run different numbers of ranks";
+  // Worth it, and possible, only when every member wants it (each rank's
+  // environment says, so they are agreed on here) and every host runs the
+  // same number (> 1) of the members: then slice j of every host meets on
+  // cross communicator j.
+  int agreed[3] = {hierarchical_ ? 1 : 0, local_size, -local_size};
+  MPI_Allreduce(MPI_IN_PLACE, agreed, 3, MPI_INT, MPI_MIN, sub);
+  if (agreed[0] == 0 || agreed[1] != -agreed[2] || local_size < 2) {
+    *why_not = agreed[0] == 0        ? "MXPLUGIN_HIERARCHICAL_ALLREDUCE=0"
+               : local_size < 2     ? "one rank per host"
+                                    : "hosts run different numbers of ranks";
     MPI_Comm_free(&local);
     return nullptr;
   }

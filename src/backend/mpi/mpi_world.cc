@@ -162,12 +162,12 @@ Status MpiWorld::CreateGroup(const std::vector<int>& members, Group* out) {
   if (sub == MPI_COMM_NULL) return Status::Ok();
   auto comm = std::make_shared<const MpiComm>(sub);
   std::string why_not;
-  out->data = hierarchical_ ? MakeHierarchical(comm, &why_not) : nullptr;
+  out->data = MakeHierarchical(comm, &why_not);
   if (out->data) {
     out->how = "hierarchical allreduce (shared memory within hosts)";
   } else {
     out->data = std::make_unique<MpiCommunicator>(comm, half_ops_);
-    out->how = "flat MPI allreduce" + (hierarchical_ ? " (" + why_not + ")" : std::string(" (MXPLUGIN_HIERARCHICAL_ALLREDUCE=0)"));
+    out->how = "flat MPI allreduce (" + why_not + ")";
   }
   out->control = std::make_unique<MpiControlPlane>(comm);
   return Status::Ok();

@@ -37,7 +37,9 @@ class MpiWorld : public World {
 
  private:
   // The members' hierarchical data plane over `comm`, or null (saying why
-  // not) where it cannot be built; collective over `comm` (mpi_hierarchy.cc).
+  // not) where it cannot be built or some member has it off; collective over
+  // `comm`, the same calls on every member whatever its settings
+  // (mpi_hierarchy.cc).
   std::unique_ptr<Communicator> MakeHierarchical(const std::shared_ptr<const MpiComm>& comm, std::string* why_not);
 
   bool owns_mpi_ = false;

@@ -67,7 +67,7 @@ Status HierarchicalCommunicator::LocalBarrier() {
   if (header_->arrived.fetch_add(1, std::memory_order_acq_rel) == static_cast<uint32_t>(local_size_ - 1)) {
     header_->arrived.store(0, std::memory_order_relaxed);
     header_->generation.fetch_add(1, std::memory_order_release);
-    return Status::Ok();
+    return FailedOnThisHost();
   }
   // Spin for a while (a peer is usually one piece's copy behind, tens of
   // microseconds), then yield the core: ranks here often share cores with
@@ -84,11 +84,18 @@ Status HierarchicalCommunicator::LocalBarrier() {
     std::this_thread::yield();
     if (now - start > timeout_) {
       broken_ = true;
+      header_->failed.store(1, std::memory_order_release);
       return Status::Aborted("a rank on this host did not reach the shared-memory allreduce within " +
                              std::to_string(static_cast<int>(timeout_.count())) + " s");
     }
   }
-  return Status::Ok();
+  return FailedOnThisHost();
+}
+
+Status HierarchicalCommunicator::FailedOnThisHost() {
+  if (header_->failed.load(std::memory_order_acquire) == 0) return Status::Ok();
+  broken_ = true;
+  return Status::Aborted("a rank on this host failed its part of the shared-memory allreduce (see its error)");
 }
 
 Status HierarchicalCommunicator::Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
@@ -126,9 +133,10 @@ Status HierarchicalCommunicator::Allreduce(const void* send, void* recv, int64_t
     // Every rank takes part in both barriers whatever happens, so that a
     // failure here does not leave local peers waiting.
     Status cross = (cross_ && hi > lo) ? cross_->Allreduce(mine, mine, hi - lo, dtype, op) : Status::Ok();
+    if (!cross.ok()) header_->failed.store(1, std::memory_order_release);  // seen after the barrier
     st = LocalBarrier();
-    if (!st.ok()) return st;
     if (!cross.ok()) return cross;
+    if (!st.ok()) return st;
     for (int k = 0; k < local_size_; ++k) {
       slice(elements, k, &lo, &hi);
       if (hi > lo) StreamCopy(out + offset + lo * esize, Slot(set, k) + lo * esize, (hi - lo) * esize);

@@ -23,6 +23,10 @@ namespace shm {
 struct Header {
   alignas(64) std::atomic<uint32_t> arrived;
   alignas(64) std::atomic<uint32_t> generation;
+  // Set for good by a local rank whose step failed (its cross-host
+  // allreduce, a barrier timeout): every local rank then fails this call
+  // and the later ones, rather than go on out of step with it.
+  alignas(64) std::atomic<uint32_t> failed;
 };
 constexpr size_t kHeaderBytes = 4096;
 static_assert(sizeof(Header) <= kHeaderBytes, "the barrier fits its page");
@@ -66,8 +70,10 @@ class HierarchicalCommunicator : public Communicator {
   }
 
  private:
-  // Waits until every local rank has arrived; fails after the timeout.
+  // Waits until every local rank has arrived; fails after the timeout, or
+  // once any local rank has failed (Header::failed).
   Status LocalBarrier();
+  Status FailedOnThisHost();
   char* Slot(int set, int local_rank) const;
 
   std::unique_ptr<Communicator> flat_;
