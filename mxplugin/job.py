@@ -11,9 +11,10 @@ crash. So mpiexec runs in its own session (the terminal's Ctrl-C reaches
 only this launcher), this launcher asks it to stop the job once (SIGINT:
 it stops every rank, on every host; a second interrupt forces it), says so
 in one line, and from then on drops the stop's own noise from the job's
-output: tracebacks that end in KeyboardInterrupt and the launcher's banner.
-Anything else the ranks print while stopping (a checkpoint saved in an
-`except KeyboardInterrupt`) still comes through. A process in another
+output: KeyboardInterrupt tracebacks and the launcher's banner (other
+tracebacks printed while stopping keep their last line, the error). Anything
+else the ranks print while stopping (a checkpoint saved in an `except
+KeyboardInterrupt`) still comes through. A process in another
 session cannot read the terminal, so when stdin is a terminal the job gets
 no stdin."""
 import os
@@ -35,7 +36,6 @@ class _Pump(threading.Thread):
         super().__init__(daemon=True)
         self.source, self.sink, self.stopping = source, sink, stopping
         self.pending = b""
-        self.traceback = []  # a traceback being held until we know how it ends
         self.sink_gone = False  # our output was closed (`| head`): keep draining, drop the rest
 
     def run(self):
@@ -43,7 +43,7 @@ class _Pump(threading.Thread):
             chunk = os.read(self.source.fileno(), 65536)
             if not chunk:
                 break
-            if self.stopping.is_set() or self.pending or self.traceback:
+            if self.stopping.is_set() or self.pending:
                 self.filter(chunk)
             else:
                 self.write(chunk)
@@ -62,24 +62,17 @@ class _Pump(threading.Thread):
         self.pending = b"" if final else lines.pop()
         for line in lines:
             self.line(line)
-        if final:
-            self.write(b"".join(held + b"\n" for held in self.traceback))
-            self.traceback = []
 
     def line(self, line):
+        # Ranks' tracebacks arrive interleaved, even within a line ("Keyboard
+        # InterruptTraceback (most recent..."), so this works on pieces, not
+        # structure: a traceback printed while stopping is reduced to its
+        # last line, and dropped whole when that is KeyboardInterrupt.
         text = line.decode("utf-8", "replace")
-        if self.traceback:
-            self.traceback.append(line)
-            if text.startswith(("  ", "Traceback")):
-                return
-            if text.strip() != "KeyboardInterrupt":  # a real error: show it whole
-                self.write(b"".join(held + b"\n" for held in self.traceback))
-            self.traceback = []
+        rest = text.replace("Traceback (most recent call last):", "").replace("KeyboardInterrupt", "")
+        if not rest.strip() or text.startswith(("  ",) + _LAUNCHER_NOISE):
             return
-        if text.startswith("Traceback (most recent call last):"):
-            self.traceback = [line]
-        elif text.strip() and not text.startswith(_LAUNCHER_NOISE):  # the banner's blank lines too
-            self.write(line + b"\n")
+        self.write(line + b"\n")
 
 
 def exit_code(returncode):
