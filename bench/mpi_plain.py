@@ -48,6 +48,11 @@ def measure(ranks, iters, warmup, sizes):
         exe = build(workdir)
         cmd = [mpiexec_path(), "-n", str(ranks), exe, str(iters), str(warmup)] + [str(s) for s in sizes]
         out = subprocess.run(cmd, capture_output=True, text=True, env=rank_env(), timeout=1200, check=True).stdout
+    return parse(out)
+
+
+def parse(out):
+    """{bytes: [seconds per call, ...]} from the program's output."""
     rows = {}
     for line in out.splitlines():
         fields = line.split()

@@ -30,9 +30,9 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "tests"))
 sys.path.insert(0, HERE)
 
-from fake_cluster import ENV, IFACE, FakeCluster  # noqa: E402
+from fake_cluster import ENV, FakeCluster  # noqa: E402
 from mpi_harness import mpiexec_path, rank_env  # noqa: E402
-from mpi_plain import RESNET50_GRADIENT_BYTES, build  # noqa: E402
+from mpi_plain import RESNET50_GRADIENT_BYTES, build, parse  # noqa: E402
 
 ALLREDUCE = os.path.join(HERE, "allreduce.py")
 RUN_TIMEOUT_S = 300
@@ -46,11 +46,10 @@ def grouped_median(text):
 
 
 def plain_median(text):
-    for line in text.splitlines():
-        fields = line.split()
-        if fields[:2] == ["bytes", str(RESNET50_GRADIENT_BYTES)]:
-            return statistics.median(float(v) for v in fields[5:])
-    raise SystemExit(f"no plain MPI result in:\n{text[-3000:]}")
+    times = parse(text).get(RESNET50_GRADIENT_BYTES)
+    if not times:
+        raise SystemExit(f"no plain MPI result in:\n{text[-3000:]}")
+    return statistics.median(times)
 
 
 def one_host(exe, iters, rounds=3):
@@ -78,9 +77,7 @@ def one_host(exe, iters, rounds=3):
 
 def two_hosts(exe, rate_mbit, iters):
     with FakeCluster(2, rate_mbit=rate_mbit) as cluster:
-        hosts = ",".join(f"{h}:2" for h in cluster.hosts)
-        launcher = [mpiexec_path(), "-launcher", "ssh", "-launcher-exec", cluster.rsh, "-iface", IFACE, "-hosts",
-                    hosts, "-n", "4"]
+        launcher = [mpiexec_path(), *cluster.mpiexec_args((2, 2)), "-n", "4"]
 
         def run(argv, env):
             before = [cluster.tx_bytes(i) for i in range(2)]

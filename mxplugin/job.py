@@ -23,6 +23,9 @@ import subprocess
 import sys
 import threading
 
+# Signals that stop the job: SIGHUP too, since in its own session the job
+# would outlive a closed terminal.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Lines MPICH's launcher prints when a job is stopped by a signal.
 _LAUNCHER_NOISE = ("[mpiexec@", "[proxy:", "=====", "=   ", "YOUR APPLICATION TERMINATED", "This typically refers",
                    "Please see the FAQ")
@@ -82,13 +85,9 @@ def exit_code(returncode):
 
 def run_job(command, env, prog, num_proc):
     """Runs mpiexec's command line; returns the exit code for the shell
-    (128 + the signal after an interrupt)."""
-    interactive = os.isatty(0)
-    try:
-        child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL if interactive else None,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    except OSError as exc:
-        raise OSError(f"cannot start {command[0]}: {exc}") from exc
+    (128 + the signal after an interrupt). OSError if it cannot start."""
+    child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL if os.isatty(0) else None,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     stopping = threading.Event()
     received = []
     pumps = [_Pump(child.stdout, sys.stdout.buffer, stopping), _Pump(child.stderr, sys.stderr.buffer, stopping)]
@@ -102,8 +101,7 @@ def run_job(command, env, prog, num_proc):
             sys.stderr.flush()
         child.send_signal(signal.SIGINT)  # the second time: mpiexec forces the stop
 
-    # SIGHUP too: in its own session the job would outlive a closed terminal.
-    previous = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, interrupt) for sig in _STOP_SIGNALS}
     try:
         for pump in pumps:
             pump.start()
@@ -119,7 +117,6 @@ def run_job(command, env, prog, num_proc):
     # After an interrupt: the ranks' own code when they chose one (they
     # caught it and exited 7, say); else the shell's 128 + signal. MPICH's
     # launcher reports ranks killed by signal N as exit code N.
-    if received and code in (0, signal.SIGINT, signal.SIGTERM, signal.SIGHUP, 128 + signal.SIGINT,
-                             128 + signal.SIGTERM, 128 + signal.SIGHUP):
+    if received and code in {0, *_STOP_SIGNALS, *(128 + s for s in _STOP_SIGNALS)}:
         return 128 + received[0]
     return code

@@ -233,7 +233,7 @@ def run_child(command, env, num_proc):
     try:
         return run_job(command, env, PROG, num_proc)
     except OSError as exc:
-        raise UsageError(str(exc)) from exc
+        raise UsageError(f"cannot start {command[0]}: {exc}") from exc
 
 
 def launch(args):

@@ -102,6 +102,15 @@ class FakeCluster:
                                 "rate", f"{self.rate_mbit}mbit", "burst", "256kb", "latency", "100ms"],
                                check=True, capture_output=True)
 
+    def host_list(self, slots):
+        """'host1:2,host2:2' for `slots` ranks per host, in host order."""
+        return ",".join(f"{h}:{n}" for h, n in zip(self.hosts, slots))
+
+    def mpiexec_args(self, slots):
+        """MPICH mpiexec's options that start ranks on these hosts, `slots` per
+        host, through the namespace shell, talking over the hosts' interface."""
+        return ["-launcher", "ssh", "-launcher-exec", self.rsh, "-iface", IFACE, "-hosts", self.host_list(slots)]
+
     def tx_bytes(self, i):
         """Bytes host i sent on its link so far."""
         out = subprocess.run(["ip", "netns", "exec", self.hosts[i], "cat",

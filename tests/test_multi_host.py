@@ -26,8 +26,7 @@ def cluster():
 
 def launch(cluster, command, np_=4, slots=SLOTS, extra=(), env=None, timeout=240):
     """mxplugin-run on the first fake host, ranks on all of them."""
-    hosts = ",".join(f"{h}:{s}" for h, s in zip(cluster.hosts, slots))
-    argv = [sys.executable, "-m", "mxplugin.run", "-np", str(np_), "-H", hosts, "--rsh", cluster.rsh,
+    argv = [sys.executable, "-m", "mxplugin.run", "-np", str(np_), "-H", cluster.host_list(slots), "--rsh", cluster.rsh,
             "--network-interface", IFACE, *extra, *command]
     return cluster.run(0, argv, env=rank_env({**ENV, **(env or {})}), timeout=timeout, cwd=REPO)
 
@@ -105,9 +104,8 @@ def test_killed_rank_fails_every_rank_on_every_host(cluster):
     their pending allreduce within the peer timeout and exit by themselves.
     mpiexec directly: -disable-auto-cleanup keeps Hydra from killing the
     survivors first, which would hide what the core does."""
-    hosts = ",".join(f"{h}:{s}" for h, s in zip(cluster.hosts, SLOTS))
-    argv = [mpiexec_path(), "-launcher", "ssh", "-launcher-exec", cluster.rsh, "-iface", IFACE, "-hosts", hosts,
-            "-n", "4", "-disable-auto-cleanup", sys.executable, os.path.join(SPMD_DIR, "check_rank_death.py"), "kill"]
+    argv = [mpiexec_path(), *cluster.mpiexec_args(SLOTS), "-n", "4", "-disable-auto-cleanup", sys.executable,
+            os.path.join(SPMD_DIR, "check_rank_death.py"), "kill"]
     t0 = time.monotonic()
     done = cluster.run(0, argv, env=rank_env({**ENV, "MXPLUGIN_PEER_TIMEOUT_SECONDS": "5"}), timeout=120, cwd=REPO)
     took = time.monotonic() - t0

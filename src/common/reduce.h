@@ -1,8 +1,8 @@
 // Elementwise reduction of two host buffers, for every dtype and reduce op:
 // acc[i] = acc[i] (op) in[i]. Half types widen to float in chunks and round
-// once per element, as the MPI half ops do (Note [Half reductions] in
-// backend/mpi/mpi_world.cc). Used where mxplugin reduces on the CPU itself:
-// the shared-memory allreduce and the in-memory test world.
+// once per element (Note [Half reductions] in backend/mpi/mpi_world.cc).
+// Used wherever mxplugin reduces on the CPU itself: MPI's user ops for the
+// half types, the shared-memory allreduce and the in-memory test world.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +13,7 @@ namespace mxplugin {
 
 // Average reduces as Sum (its 1/size is a postscale).
 void ReduceInto(void* acc, const void* in, int64_t count, DataType dtype, ReduceOp op);
-// out[i] = a[i] (op) b[i]; out may be a.
+// out[i] = a[i] (op) b[i]; out may be a or b.
 void ReduceTo(void* out, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op);
 
 }  // namespace mxplugin

@@ -214,23 +214,28 @@ std::vector<std::pair<std::string, std::string>> MessageTable::FindConflicts(Clo
   return found;
 }
 
-void MessageTable::TakeConflicts(Clock::time_point now, std::vector<std::pair<uint64_t, Response>>* ready) {
-  for (const auto& conflict : FindConflicts(now)) {
-    const std::set<std::string> names = groups_[conflict.first];
-    for (const auto& name : names) {
-      auto it = entries_.find(name);
-      Response resp;
-      resp.kind = Response::Kind::kError;
-      resp.name = name;
-      resp.op = it->second.metas[0].op;
-      for (const auto& m : it->second.metas) {
-        if (!m.name.empty()) resp.op = m.op;
-      }
-      resp.error = conflict.second;
-      ready->emplace_back(it->second.arrival, std::move(resp));
-      Erase(it);
+void MessageTable::FailGroup(const std::string& group, const std::string& error,
+                             std::vector<std::pair<uint64_t, Response>>* ready) {
+  auto g = groups_.find(group);
+  if (g == groups_.end()) return;
+  const std::set<std::string> names = g->second;  // Erase edits the group
+  for (const auto& name : names) {
+    auto it = entries_.find(name);
+    Response resp;
+    resp.kind = Response::Kind::kError;
+    resp.name = name;
+    resp.op = it->second.metas[0].op;
+    for (const auto& m : it->second.metas) {
+      if (!m.name.empty()) resp.op = m.op;
     }
+    resp.error = error;
+    ready->emplace_back(it->second.arrival, std::move(resp));
+    Erase(it);
   }
+}
+
+void MessageTable::TakeConflicts(Clock::time_point now, std::vector<std::pair<uint64_t, Response>>* ready) {
+  for (const auto& conflict : FindConflicts(now)) FailGroup(conflict.first, conflict.second, ready);
 }
 
 void MessageTable::TakeReady(Clock::time_point now, std::vector<Response>* out) {
@@ -262,20 +267,7 @@ void MessageTable::TakeReady(Clock::time_point now, std::vector<Response>* out) 
   // A call whose ranks disagree fails as a whole: tensors of its group that
   // still wait (a rank submitted more of them than the others) fail with it
   // rather than stall.
-  for (const auto& failed : failed_groups) {
-    auto g = groups_.find(failed.first);
-    if (g == groups_.end()) continue;
-    const std::set<std::string> waiting = g->second;  // Erase edits the group
-    for (const auto& name : waiting) {
-      auto it = entries_.find(name);
-      Response resp;
-      resp.kind = Response::Kind::kError;
-      resp.name = name;
-      resp.error = failed.second;
-      ready.emplace_back(it->second.arrival, std::move(resp));
-      Erase(it);
-    }
-  }
+  for (const auto& failed : failed_groups) FailGroup(failed.first, failed.second, &ready);
   TakeConflicts(now, &ready);
   std::stable_sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) {
     if (a.second.priority != b.second.priority) return a.second.priority > b.second.priority;

@@ -47,6 +47,9 @@ class MessageTable {
   // longer than the mismatch grace: those ranks will never submit what the
   // others wait for, so this is a mismatch now, not a stall later.
   void TakeConflicts(Clock::time_point now, std::vector<std::pair<uint64_t, Response>>* ready);
+  // Every waiting entry of `group` becomes an error response with `error`.
+  void FailGroup(const std::string& group, const std::string& error,
+                 std::vector<std::pair<uint64_t, Response>>* ready);
   // (group name, error message) of every group in conflict now.
   std::vector<std::pair<std::string, std::string>> FindConflicts(Clock::time_point now) const;
   Entries::iterator Erase(Entries::iterator it);

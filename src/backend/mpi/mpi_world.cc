@@ -1,52 +1,19 @@
 #include "backend/mpi/mpi_world.h"
 
-#include <algorithm>
-#include <functional>
 #include <string>
 
 #include "backend/mpi/mpi_communicator.h"
-#include "common/half.h"
-#include "common/half_vector.h"
+#include "common/reduce.h"
 
 namespace mxplugin {
 namespace {
 
 // Note [Half reductions]: MPI has no float16/bfloat16, so these user ops
-// widen to float, combine, and round once per element.
-template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float), typename Combine>
-void ReduceHalf(void* in, void* inout, int* len, Combine combine) {
-  const auto* a = static_cast<const uint16_t*>(in);
-  auto* b = static_cast<uint16_t*>(inout);
-  for (int i = 0; i < *len; ++i) b[i] = FromFloat(combine(ToFloat(a[i]), ToFloat(b[i])));
-}
-
-// float16 has bulk conversions (F16C): widen chunks, combine, round once.
-template <typename Combine>
-void ReduceFloat16(void* in, void* inout, int* len, Combine combine) {
-  const auto* a = static_cast<const uint16_t*>(in);
-  auto* b = static_cast<uint16_t*>(inout);
-  float wa[kHalfChunk], wb[kHalfChunk];
-  for (int64_t start = 0; start < *len; start += kHalfChunk) {
-    const int64_t n = std::min<int64_t>(kHalfChunk, *len - start);
-    HalfToFloatN(a + start, wa, n);
-    HalfToFloatN(b + start, wb, n);
-    for (int64_t i = 0; i < n; ++i) wb[i] = combine(wa[i], wb[i]);
-    FloatToHalfN(wb, b + start, n);
-  }
-}
-
-struct Sum { float operator()(float a, float b) const { return a + b; } };
-struct Min { float operator()(float a, float b) const { return std::min(a, b); } };
-struct Max { float operator()(float a, float b) const { return std::max(a, b); } };
-struct Prod { float operator()(float a, float b) const { return a * b; } };
-
-template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float), typename Combine>
+// widen to float, combine, and round once per element: common/reduce.h,
+// which the shared-memory allreduce and the in-memory world use too.
+template <DataType kType, ReduceOp kOp>
 void HalfOp(void* in, void* inout, int* len, MPI_Datatype*) {
-  if (ToFloat == &HalfToFloat) {
-    ReduceFloat16(in, inout, len, Combine());
-  } else {
-    ReduceHalf<ToFloat, FromFloat>(in, inout, len, Combine());
-  }
+  ReduceTo(inout, in, inout, *len, kType, kOp);
 }
 
 // Set-up calls must succeed: a failure here would otherwise surface later as
@@ -59,14 +26,14 @@ void CheckSetup(int rc, const char* call) {
   throw Error(Status::Internal(std::string(call) + " failed during MPI set-up: " + reason));
 }
 
-template <float (*ToFloat)(uint16_t), uint16_t (*FromFloat)(float)>
+template <DataType kType>
 void CreateOps(MPI_Op* ops) {
   // Index by ReduceOp value; Average is reduced as Sum.
-  CheckSetup(MPI_Op_create(&HalfOp<ToFloat, FromFloat, Sum>, 1, &ops[0]), "MPI_Op_create");
+  CheckSetup(MPI_Op_create(&HalfOp<kType, ReduceOp::kSum>, 1, &ops[0]), "MPI_Op_create");
   ops[1] = ops[0];
-  CheckSetup(MPI_Op_create(&HalfOp<ToFloat, FromFloat, Min>, 1, &ops[2]), "MPI_Op_create");
-  CheckSetup(MPI_Op_create(&HalfOp<ToFloat, FromFloat, Max>, 1, &ops[3]), "MPI_Op_create");
-  CheckSetup(MPI_Op_create(&HalfOp<ToFloat, FromFloat, Prod>, 1, &ops[4]), "MPI_Op_create");
+  CheckSetup(MPI_Op_create(&HalfOp<kType, ReduceOp::kMin>, 1, &ops[2]), "MPI_Op_create");
+  CheckSetup(MPI_Op_create(&HalfOp<kType, ReduceOp::kMax>, 1, &ops[3]), "MPI_Op_create");
+  CheckSetup(MPI_Op_create(&HalfOp<kType, ReduceOp::kProduct>, 1, &ops[4]), "MPI_Op_create");
 }
 
 void FreeOps(MPI_Op* ops) {
@@ -110,8 +77,8 @@ MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_
   auto ops = std::make_shared<MpiHalfOps>();
   CheckSetup(MPI_Type_contiguous(2, MPI_BYTE, &ops->half_type), "MPI_Type_contiguous");
   CheckSetup(MPI_Type_commit(&ops->half_type), "MPI_Type_commit");
-  CreateOps<HalfToFloat, FloatToHalf>(ops->float16);
-  CreateOps<BFloat16ToFloat, FloatToBFloat16>(ops->bfloat16);
+  CreateOps<DataType::kFloat16>(ops->float16);
+  CreateOps<DataType::kBFloat16>(ops->bfloat16);
   half_ops_ = ops;
 
   Topology& t = topology_;
