@@ -23,6 +23,7 @@ _op_names = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: 
 
 _core_reduce = None  # filled lazily: horovod value -> core value
 _counters = {}
+_core = None
 _dtype_by_type = {}  # filled lazily from the core's codes: NumPy scalar type -> dtype code
 
 
@@ -40,9 +41,12 @@ def _dtype_code_of(dtype):
 
 
 def _core_module():
-    from mxplugin._loader import core_module
+    global _core
+    if _core is None:  # once: this runs for every tensor of every call
+        from mxplugin._loader import core_module
 
-    return core_module
+        _core = core_module
+    return _core
 
 
 def _reduce_code(op):
@@ -148,12 +152,14 @@ def _allreduce_entries(tensors, outputs, base, op, prescale_factor, postscale_fa
     pre, post = _check_scale(prescale_factor, postscale_factor)
     reduce = _reduce_code(op)
     m = _core_module()
+    op_record, op_type = m.Op, m.OP_ALLREDUCE
     names = _group_names(base, len(tensors))
     entries = []
     for i, (t, o) in enumerate(zip(tensors, outputs)):
         dtype, device, shape = _describe(t, f"tensor {i}" if len(tensors) > 1 else "tensor")
-        entries.append(_record(names[i], m.OP_ALLREDUCE, t, o, dtype, device, shape, reduce_op=reduce, prescale=pre,
-                               postscale=post))
+        # _record, inlined: this loop runs for every tensor of a step
+        entries.append(op_record(names[i], op_type, dtype, shape, t.handle.value, o.handle.value, device=device,
+                                 reduce_op=reduce, prescale=pre, postscale=post))
     return entries
 
 

@@ -25,6 +25,22 @@ class Communicator {
   // recv may equal send (in place). count is in elements.
   virtual Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                            ReduceOp op) = 0;
+  // One allreduce over several buffers of one dtype, as if they lay end to
+  // end. The default reduces them one by one; a backend that pays per call
+  // overrides it (shared memory: two barriers per piece, and a part piece
+  // at the end of every buffer).
+  struct Buffer {
+    const void* send;  // may equal recv
+    void* recv;
+    int64_t count;  // elements
+  };
+  virtual Status AllreduceMany(const std::vector<Buffer>& buffers, DataType dtype, ReduceOp op) {
+    for (const Buffer& b : buffers) {
+      Status st = Allreduce(b.send, b.recv, b.count, dtype, op);
+      if (!st.ok()) return st;
+    }
+    return Status::Ok();
+  }
   // counts/displs in elements, one per rank.
   virtual Status Allgatherv(const void* send, int64_t send_count, void* recv,
                             const std::vector<int64_t>& counts,

@@ -99,7 +99,27 @@ void Executor::Execute(const std::vector<Response>& responses, PendingRequests* 
         for (Request* r : group) finish_(*r, Status::Internal(std::string("fused allreduce failed: ") + e.what()));
       }
     }
+    // Direct allreduces of one dtype and op go to the data plane as one
+    // batch (Communicator::AllreduceMany); the batches first, then the rest
+    // in negotiated order, identically on every rank.
+    std::map<std::pair<int, int>, std::vector<Request*>> batches;
+    std::vector<std::pair<Request*, const Response*>> rest;
     for (auto& pr : plan.others) {
+      const Request& req = *pr.first;
+      if (req.meta.op == OpType::kAllreduce && !req.control) {
+        batches[{static_cast<int>(req.meta.dtype), static_cast<int>(req.meta.reduce_op)}].push_back(pr.first);
+      } else {
+        rest.push_back(pr);
+      }
+    }
+    for (auto& kv : batches) {
+      try {
+        RunAllreduceBatch(kv.second);
+      } catch (const std::exception& e) {  // thrown before any request of the batch finished
+        for (Request* r : kv.second) finish_(*r, Status::Internal(std::string("allreduce failed: ") + e.what()));
+      }
+    }
+    for (auto& pr : rest) {
       Status st;
       try {
         st = RunOne(*pr.first, *pr.second);
@@ -204,6 +224,32 @@ Status Executor::RunOne(Request& req, const Response& resp) {
     }
   }
   return Status::Internal("unknown op type");
+}
+
+// Large tensors of one dtype and op: reduced where they lie, in one call to
+// the data plane; scaling as in RunAllreduce.
+void Executor::RunAllreduceBatch(const std::vector<Request*>& batch) {
+  const Request& first = *batch[0];
+  auto t0 = Clock::now();
+  std::vector<Communicator::Buffer> buffers;
+  for (Request* r : batch) {
+    const int64_t n = r->input.num_elements();
+    const void* send = r->input.data;
+    if (n > 0 && r->meta.prescale != 1.0) {
+      CopyAndScale(r->output.data, r->input.data, n, r->meta.dtype, r->meta.prescale);
+      send = r->output.data;
+    }
+    buffers.push_back({send, r->output.data, n});
+  }
+  Status st = comm_->AllreduceMany(buffers, first.meta.dtype, first.meta.reduce_op);
+  if (st.ok()) {
+    for (Request* r : batch) ScaleInPlace(r->output.data, r->output.num_elements(), r->meta.dtype, r->meta.postscale);
+  }
+  auto t1 = Clock::now();
+  for (Request* r : batch) {
+    Trace(*r, "ALLREDUCE", t0, t1);
+    finish_(*r, st);
+  }
 }
 
 // Large tensors: reduced where they lie; scaling, when asked for, is one pass

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <thread>
 
-#include "backend/shm/stream_copy.h"
+#include "backend/shm/buffer_list.h"
 #include "common/reduce.h"
 
 #if defined(__SSE2__)
@@ -100,16 +100,21 @@ Status HierarchicalCommunicator::FailedOnThisHost() {
 
 Status HierarchicalCommunicator::Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                                            ReduceOp op) {
+  return AllreduceMany({Buffer{send, recv, count}}, dtype, op);
+}
+
+// The buffers are one byte range to the pieces (buffer_list.h): a piece may
+// end one buffer and start the next.
+Status HierarchicalCommunicator::AllreduceMany(const std::vector<Buffer>& buffers, DataType dtype, ReduceOp op) {
   const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
-  const int64_t total = count * esize;
+  const BufferList list(buffers, static_cast<size_t>(esize));
+  const int64_t total = list.bytes();
   const int64_t align = std::max<int64_t>(64 / esize, 1);  // elements per 64 bytes
   auto slice = [&](int64_t elements, int j, int64_t* lo, int64_t* hi) {
     const int64_t per = ((elements + local_size_ - 1) / local_size_ + align - 1) / align * align;
     *lo = std::min(elements, j * per);
     *hi = std::min(elements, *lo + per);
   };
-  const char* in = static_cast<const char*>(send);
-  char* out = static_cast<char*>(recv);
   for (int64_t offset = 0; offset < total; offset += kPieceBytes) {
     const int64_t elements = std::min(kPieceBytes, total - offset) / esize;
     const int set = static_cast<int>(pieces_++ % 2);
@@ -117,14 +122,22 @@ Status HierarchicalCommunicator::Allreduce(const void* send, void* recv, int64_t
     int64_t lo, hi;
     for (int k = 0; k < local_size_; ++k) {
       slice(elements, k, &lo, &hi);
-      if (k != local_rank_ && hi > lo) std::memcpy(slot + lo * esize, in + offset + lo * esize, (hi - lo) * esize);
+      if (k != local_rank_ && hi > lo) list.Gather(slot + lo * esize, offset + lo * esize, (hi - lo) * esize);
     }
     Status st = LocalBarrier();
     if (!st.ok()) return st;
     slice(elements, local_rank_, &lo, &hi);
     char* mine = slot + lo * esize;
-    // Peers in local-rank order after this rank's own input.
-    const void* acc = in + offset + lo * esize;
+    // Peers in local-rank order after this rank's own input, read where it
+    // lies unless the slice spans two buffers.
+    const void* acc = nullptr;
+    if (hi > lo) {
+      acc = list.ContiguousInput(offset + lo * esize, (hi - lo) * esize);
+      if (!acc) {
+        list.Gather(mine, offset + lo * esize, (hi - lo) * esize);
+        acc = mine;
+      }
+    }
     for (int k = 0; k < local_size_ && hi > lo; ++k) {
       if (k == local_rank_) continue;
       ReduceTo(mine, acc, Slot(set, k) + lo * esize, hi - lo, dtype, op);
@@ -139,7 +152,7 @@ Status HierarchicalCommunicator::Allreduce(const void* send, void* recv, int64_t
     if (!st.ok()) return st;
     for (int k = 0; k < local_size_; ++k) {
       slice(elements, k, &lo, &hi);
-      if (hi > lo) StreamCopy(out + offset + lo * esize, Slot(set, k) + lo * esize, (hi - lo) * esize);
+      if (hi > lo) list.Scatter(offset + lo * esize, Slot(set, k) + lo * esize, (hi - lo) * esize);
     }
   }
   return Status::Ok();
