@@ -27,5 +27,6 @@ if _MXNET_BUILT:
     from mxplugin.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, allreduce_, alltoall,
                               barrier, broadcast, broadcast_, grouped_allgather, grouped_allreduce,
                               grouped_allreduce_, grouped_reducescatter, reducescatter)
+    from mxplugin import elastic
 
 __version__ = "0.1.0"

@@ -79,9 +79,19 @@ def reach_command(rsh, host, timeout):
 
 def check_hosts_reachable(hosts, rsh, timeout):
     """Every remote host must run `true` through the remote shell within
-    `timeout` seconds (all tried at once); else a UsageError naming the hosts.
-    Each try runs in a process session of its own, killed whole on timeout,
-    so nothing is left running."""
+    `timeout` seconds (all tried at once); else a UsageError naming the hosts."""
+    failures = unreachable_hosts(hosts, rsh, timeout)
+    if failures:
+        raise UsageError(f"cannot reach {', '.join(text for _, text in failures)} with {rsh!r}; -H needs "
+                         "passwordless ssh to every host and the same Python and mxplugin paths there "
+                         "(README, 'Using it')")
+
+
+def unreachable_hosts(hosts, rsh, timeout):
+    """[(host, why)] for the remote hosts that do not run `true` through the
+    remote shell within `timeout` seconds (all tried at once). Each try runs
+    in a process session of its own, killed whole on timeout, so nothing is
+    left running."""
     remote = [name for name, _ in hosts if not is_local_host(name)]
     tries = {}
     for host in remote:
@@ -98,14 +108,12 @@ def check_hosts_reachable(hosts, rsh, timeout):
             _, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
             if proc.returncode != 0:
                 said = (err or "").strip().splitlines()
-                failures.append(f"{host} ({said[-1] if said else f'exit {proc.returncode}'})")
+                failures.append((host, f"{host} ({said[-1] if said else f'exit {proc.returncode}'})"))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            failures.append(f"{host} (no answer within {timeout:g} s)")
-    if failures:
-        raise UsageError(f"cannot reach {', '.join(failures)} with {rsh!r}; -H needs passwordless ssh to every "
-                         "host and the same Python and mxplugin paths there (README, 'Using it')")
+            failures.append((host, f"{host} (no answer within {timeout:g} s)"))
+    return failures
 
 
 def check_slots(hosts, num_proc):

@@ -83,13 +83,14 @@ def exit_code(returncode):
     return 128 - returncode if returncode < 0 else returncode
 
 
-def run_job(command, env, prog, num_proc):
+def run_job(command, env, prog, num_proc, received=None):
     """Runs mpiexec's command line; returns the exit code for the shell
-    (128 + the signal after an interrupt). OSError if it cannot start."""
+    (128 + the signal after an interrupt). OSError if it cannot start.
+    `received`: a list the interrupting signals are appended to."""
     child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL if os.isatty(0) else None,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     stopping = threading.Event()
-    received = []
+    received = [] if received is None else received
     pumps = [_Pump(child.stdout, sys.stdout.buffer, stopping), _Pump(child.stderr, sys.stderr.buffer, stopping)]
 
     def interrupt(signum, _frame):

@@ -24,6 +24,8 @@ examples:
   mxplugin-run -np 8 -H server1:4,server2:4 python train.py
   mxplugin-run -np 8 --hostfile hosts.txt python train.py   # lines "server1 slots=4"
   mxplugin-run -np 2 --timeline-filename /tmp/timeline.json python train.py
+  mxplugin-run --min-np 2 --max-np 4 -H a:2,b:2 python train.py   # elastic
+  mxplugin-run --min-np 2 --host-discovery-script ./hosts.sh python train.py
   mxplugin-run --check-build
 
 Everything from the first word that is not a launcher option onwards is the
@@ -71,6 +73,33 @@ def build_parser():
         help="before launching, every remote host must answer the remote shell within this "
              "many seconds, else the launch fails naming it and nothing is started "
              "(default 10, or $MXPLUGIN_SSH_CONNECT_TIMEOUT)")
+    elastic = parser.add_argument_group(
+        "elastic training",
+        "with any of these the job survives lost ranks and changed hosts: the script uses "
+        "mxplugin.elastic.run and a State (README, 'Elastic training')")
+    elastic.add_argument(
+        "--min-np", type=int, metavar="N",
+        help="fewest ranks to train with; a new world waits for this many slots (default: -np, else 1)")
+    elastic.add_argument(
+        "--max-np", type=int, metavar="N",
+        help="most ranks to train with (default: -np, else every slot the hosts have)")
+    elastic.add_argument(
+        "--host-discovery-script", metavar="SCRIPT",
+        help="a command printing the hosts available now, one 'host:slots' per line; run every "
+             "--discovery-interval seconds (instead of -H or --hostfile)")
+    elastic.add_argument(
+        "--reset-limit", type=int, metavar="K",
+        help="stop the job rather than start an (K+1)th new world (default: no limit)")
+    elastic.add_argument(
+        "--elastic-timeout", type=float, metavar="SECONDS", default=600.0,
+        help="how long a new world waits for --min-np slots before the job stops (default 600)")
+    elastic.add_argument(
+        "--discovery-interval", type=float, metavar="SECONDS", default=1.0,
+        help="seconds between runs of the discovery script (default 1)")
+    elastic.add_argument(
+        "--checkpoint-path", metavar="FILE",
+        help="rank 0 also writes each committed state here; a new world starts from it when no rank "
+             "of the last world survived to hand the state over")
     parser.add_argument(
         "--timeline-filename", dest="timeline", metavar="FILE",
         help="record a timeline of collective operations to FILE "
@@ -236,7 +265,53 @@ def run_child(command, env, num_proc):
         raise UsageError(f"cannot start {command[0]}: {exc}") from exc
 
 
+def is_elastic(args):
+    return args.min_np is not None or args.max_np is not None or args.host_discovery_script is not None
+
+
+def launch_elastic(args, hosts):
+    from mxplugin.elastic.driver import ElasticDriver
+
+    if args.host_discovery_script and hosts:
+        raise UsageError("give the hosts with --host-discovery-script or with -H/--hostfile, not both")
+    for name in ("num_proc", "min_np", "max_np"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    if args.min_np is not None and args.max_np is not None and args.min_np > args.max_np:
+        raise UsageError(f"--min-np {args.min_np} is more than --max-np {args.max_np}")
+    if args.reset_limit is not None and args.reset_limit < 0:
+        raise UsageError(f"--reset-limit must be at least 0, got {args.reset_limit}")
+    if not args.host_discovery_script and not hosts:
+        hosts = [("localhost", args.max_np or args.num_proc or args.min_np)]
+    args.static_hosts = hosts
+    most = args.max_np or args.num_proc or sum(s for _, s in hosts) or 1
+    env, added = rank_environment(argparse.Namespace(**{**vars(args), "num_proc": most}), os.environ, hosts)
+    check_program(args.command, env)
+    mpiexec = find_mpiexec()
+    if mpi_flavour(mpiexec) != "mpich":
+        raise UsageError("elastic training needs MPICH's launcher (the mpich package mxplugin installs)")
+    if args.verbose:
+        settings = " ".join(f"{name}={shlex.quote(value)}" for name, value in sorted(added.items()))
+        if settings:
+            print(f"{PROG}: setting {settings}", file=sys.stderr)
+
+    def world_command(world_hosts, size):
+        # -disable-auto-cleanup: a lost rank must not take the survivors
+        # (and the state they hold) down with it.
+        return ([mpiexec] + mpich_arguments(size, world_hosts, args.rsh, args.network_interface)
+                + ["-disable-auto-cleanup", sys.executable, "-m", "mxplugin.elastic.supervisor"] + list(args.command))
+
+    return ElasticDriver(args, env, PROG, world_command).run()
+
+
 def launch(args):
+    if is_elastic(args):
+        if args.hosts is not None and args.hostfile is not None:
+            raise UsageError("give the hosts with -H or with --hostfile, not both")
+        hosts = parse_hostfile(args.hostfile) if args.hostfile is not None else (
+            parse_hosts(args.hosts) if args.hosts is not None else [])
+        return launch_elastic(args, hosts)
     check_num_proc(args.num_proc)
     if args.hosts is not None and args.hostfile is not None:
         raise UsageError("give the hosts with -H or with --hostfile, not both")

@@ -127,6 +127,28 @@ class FakeCluster:
             self.kill_processes()
             raise AssertionError(f"timed out after {timeout} s:\n{exc.stdout}\n{exc.stderr}") from exc
 
+    def start(self, host_index, argv, env=None, cwd=None):
+        """Starts argv inside fake host `host_index`, its output (stdout and
+        stderr together) read line by line into a LineLog."""
+        proc = subprocess.Popen(["ip", "netns", "exec", self.hosts[host_index], *argv], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
+        return proc, LineLog(proc.stdout)
+
+    def pids(self, host_index, contains, lacks=None):
+        """Processes in host `host_index` whose command line contains `contains`
+        (and not `lacks`)."""
+        out = subprocess.run(["ip", "netns", "pids", self.hosts[host_index]], capture_output=True, text=True)
+        found = []
+        for pid in out.stdout.split():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if contains in cmdline and (lacks is None or lacks not in cmdline):
+                found.append(int(pid))
+        return found
+
     def kill_processes(self):
         for ns in self.hosts:
             pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
@@ -144,3 +166,46 @@ class FakeCluster:
         if self._made_bridge:
             _ip("link", "del", self.bridge, check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class LineLog:
+    """The lines a process prints, collected by a thread as they come, with
+    the time each arrived."""
+
+    def __init__(self, stream):
+        import threading
+
+        self.lines = []  # (time.monotonic(), line)
+        self.cond = threading.Condition()
+        self.closed = False
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream):
+        for line in stream:
+            with self.cond:
+                self.lines.append((time.monotonic(), line.rstrip("\n")))
+                self.cond.notify_all()
+        with self.cond:
+            self.closed = True
+            self.cond.notify_all()
+
+    def text(self):
+        with self.cond:
+            return "\n".join(line for _, line in self.lines)
+
+    def wait_for(self, predicate, timeout):
+        """The first line (index, time, text) matching predicate(text), waiting
+        up to `timeout` seconds; None if the output ends or time runs out."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self.cond:
+            while True:
+                for i in range(seen, len(self.lines)):
+                    if predicate(self.lines[i][1]):
+                        return i, self.lines[i][0], self.lines[i][1]
+                seen = len(self.lines)
+                left = deadline - time.monotonic()
+                if self.closed or left <= 0:
+                    return None
+                self.cond.wait(left)

@@ -1,0 +1,121 @@
+"""Elastic training of an MLP on scikit-learn's bundled digits: the job goes
+on when ranks are lost or hosts come and go (mxplugin.elastic).
+
+    mxplugin-run --min-np 2 --max-np 3 -H host1:1,host2:1,host3:1 python examples/mxnet_elastic_digits.py
+    mxplugin-run --min-np 1 --max-np 4 --host-discovery-script ./hosts.sh python examples/mxnet_elastic_digits.py
+
+Each rank takes --batch-size samples per step, so the global batch is
+batch-size x ranks, and the learning rate follows it (lr = base lr x ranks,
+set again after every reset). The state (weights, optimizer, epoch, batch)
+is committed every --commit-every steps: a lost rank costs at most the
+steps since the last commit.
+"""
+import argparse
+import logging
+import time
+
+import mxnet as mx
+import numpy as np
+from mxnet import autograd, gluon
+
+import mxplugin as hvd
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--epochs", type=int, default=20, help="passes over the training set (default 20)")
+    p.add_argument("--batch-size", type=int, default=32, help="samples per rank per step (default 32)")
+    p.add_argument("--base-lr", type=float, default=0.05, help="learning rate per rank (default 0.05)")
+    p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
+    p.add_argument("--hidden", type=int, default=128, help="hidden units (default 128)")
+    p.add_argument("--commit-every", type=int, default=5, help="steps between commits (default 5)")
+    p.add_argument("--seed", type=int, default=42, help="random seed (default 42)")
+    p.add_argument("--log-steps", action="store_true", help="rank 0 prints a line per step and per commit")
+    p.add_argument("--min-accuracy", type=float, default=0.0,
+                   help="exit with status 1 if the final test accuracy is below this")
+    return p.parse_args()
+
+
+def load_digits(seed):
+    from sklearn.datasets import load_digits as sk_digits
+
+    data = sk_digits()
+    x = (data.data / 16.0).astype(np.float32)
+    y = data.target.astype(np.float32)
+    order = np.random.RandomState(seed).permutation(len(x))
+    x, y = x[order], y[order]
+    split = int(0.8 * len(x))
+    return (x[:split], y[:split]), (x[split:], y[split:])
+
+
+def evaluate(net, x, y):
+    pred = net(mx.nd.array(x)).argmax(axis=1).asnumpy()
+    return float((pred == y).mean())
+
+
+def main():
+    args = parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    hvd.init()
+    mx.random.seed(args.seed + hvd.rank())  # differing starts: the state's sync makes them equal
+    (x_train, y_train), (x_test, y_test) = load_digits(args.seed)
+
+    net = gluon.nn.HybridSequential()
+    net.add(gluon.nn.Dense(args.hidden, activation="relu"), gluon.nn.Dense(10))
+    net.initialize(mx.init.Xavier())
+    net.hybridize()
+    net(mx.nd.zeros((1, 64)))
+    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd",
+                                     {"learning_rate": args.base_lr * hvd.size(), "momentum": args.momentum})
+    state = hvd.elastic.GluonState(net, trainer, epoch=0, batch=0)
+
+    def on_reset():  # a new world: the learning rate follows the global batch
+        trainer.set_learning_rate(args.base_lr * hvd.size())
+
+    state.register_reset_callbacks([on_reset])
+    loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    @hvd.elastic.run
+    def train(state):
+        rank, size = hvd.rank(), hvd.size()
+        per_step = args.batch_size * size
+        steps = len(x_train) // per_step
+        while state.epoch < args.epochs:
+            order = np.random.RandomState(args.seed + state.epoch).permutation(len(x_train))
+            start, done = time.time(), 0
+            while state.batch < steps:
+                idx = order[state.batch * per_step:(state.batch + 1) * per_step]
+                idx = idx[rank * args.batch_size:(rank + 1) * args.batch_size]
+                data, label = mx.nd.array(x_train[idx]), mx.nd.array(y_train[idx])
+                with autograd.record():
+                    loss = loss_fn(net(data), label)
+                loss.backward()
+                trainer.step(args.batch_size)
+                loss.wait_to_read()
+                state.batch += 1
+                done += 1
+                if args.log_steps and rank == 0:
+                    logging.info("step: epoch %d batch %d, %d ranks", state.epoch, state.batch, size)
+                if state.batch % args.commit_every == 0:
+                    state.commit()
+                    if args.log_steps and rank == 0:
+                        logging.info("commit %d: epoch %d batch %d", state.commits, state.epoch, state.batch)
+            elapsed = time.time() - start
+            acc = evaluate(net, x_test, y_test)
+            if rank == 0:
+                logging.info("epoch %d: test accuracy %.4f, %.0f samples/s (%d rank%s)", state.epoch + 1, acc,
+                             done * per_step / max(elapsed, 1e-9), size, "" if size == 1 else "s")
+            state.epoch, state.batch = state.epoch + 1, 0
+            state.commit()
+        return evaluate(net, x_test, y_test)
+
+    acc = train(state)
+    if hvd.rank() == 0:
+        logging.info("final test accuracy %.4f", acc)
+    hvd.shutdown()
+    if acc < args.min_accuracy:
+        raise SystemExit(f"test accuracy {acc:.4f} is below --min-accuracy {args.min_accuracy}")
+
+
+if __name__ == "__main__":
+    main()

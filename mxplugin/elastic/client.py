@@ -1,0 +1,84 @@
+"""A rank's end of an elastic job: requests to the launcher's service
+(mxplugin.elastic.service), found through the environment the launcher
+sets. Outside an elastic launch `driver()` is None."""
+import os
+import urllib.error
+import urllib.parse
+import urllib.request
+
+from mxplugin.elastic.service import COMMIT_HEADER, TOKEN_HEADER
+
+ENV_DRIVER = "MXPLUGIN_ELASTIC_DRIVER"
+ENV_TOKEN = "MXPLUGIN_ELASTIC_TOKEN"
+ENV_WORLD = "MXPLUGIN_ELASTIC_WORLD"
+ENV_CHECKPOINT = "MXPLUGIN_ELASTIC_CHECKPOINT"
+# Exit code of a rank that leaves so that the launcher starts a new world.
+EXIT_RESET = 75
+REQUEST_TIMEOUT_S = 30
+
+
+class DriverClient:
+    def __init__(self, address, token, world, rank=None):
+        self.address, self.token, self.world, self.rank = address, token, int(world), rank
+
+    def _request(self, method, path, body=None, timeout=REQUEST_TIMEOUT_S, **query):
+        query = {"world": self.world, "rank": -1 if self.rank is None else self.rank, **query}
+        url = f"http://{self.address}{path}?{urllib.parse.urlencode(query)}"
+        req = urllib.request.Request(url, data=body, method=method, headers={TOKEN_HEADER: self.token})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as reply:
+                return reply.status, dict(reply.headers), reply.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, dict(exc.headers), exc.read()
+
+    def register(self):
+        self._request("POST", "/register", pid=os.getpid())
+
+    def hosts_updated(self):
+        status, _, body = self._request("GET", "/updates")
+        return status == 200 and body == b"1"
+
+    def fetch_state(self):
+        """(commit, bytes) of the newest state handed over, or None."""
+        status, headers, body = self._request("GET", "/state")
+        if status != 200:
+            return None
+        return int(headers.get(COMMIT_HEADER, -1)), body
+
+    def state_commit(self):
+        _, _, body = self._request("GET", "/state/commit")
+        return int(body or -1)
+
+    def hand_over(self, commit, data):
+        self._request("PUT", "/state", body=data, commit=commit)
+
+    def leave(self, reason):
+        self._request("POST", "/leave", reason=reason)
+
+    def wait_broken(self, seconds):
+        """Why this world cannot go on, waiting up to `seconds` for the
+        launcher to learn of a rank that ended: "" if none did, None once
+        the world is over."""
+        status, _, body = self._request("GET", "/broken", timeout=seconds + REQUEST_TIMEOUT_S, wait=seconds)
+        if status == 409:
+            return None
+        return body.decode() if status == 200 else ""
+
+    def report_exit(self, how):
+        self._request("POST", "/exit", how=how)
+
+
+def driver(rank=None):
+    """The client for this process's elastic job, or None outside one."""
+    address = os.environ.get(ENV_DRIVER)
+    if not address:
+        return None
+    return DriverClient(address, os.environ.get(ENV_TOKEN, ""), os.environ.get(ENV_WORLD, "0"), rank)
+
+
+def world_number():
+    return int(os.environ.get(ENV_WORLD, "0"))
+
+
+def checkpoint_path():
+    return os.environ.get(ENV_CHECKPOINT) or None

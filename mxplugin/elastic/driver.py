@@ -1,0 +1,215 @@
+"""mxplugin-run's elastic mode (--min-np, --max-np, --host-discovery-script):
+runs worlds one after another until the training ends (Note [Worlds] in
+mxplugin.elastic.runner).
+
+Each world is one mpiexec over the hosts usable now, each rank under
+mxplugin.elastic.supervisor. When it ends, what its ranks and supervisors
+told the service (mxplugin.elastic.service) decides what comes next:
+- every rank finished: the job is done;
+- ranks died (a signal, or gone without a word) while others survived:
+  their hosts are left out from then on, and a new world starts from the
+  survivors' committed state;
+- every rank died: a new world starts from the newest committed state the
+  launcher holds or its checkpoint; with neither, the job stops;
+- a rank exited with an error of its own (not a lost peer): the job stops,
+  since a restart would fail the same way;
+- the hosts changed: the ranks left at a commit; a new world starts.
+Each new world counts as a reset; more than --reset-limit stops the job."""
+import fcntl
+import os
+import shlex
+import socket
+import struct
+import sys
+import threading
+import time
+
+from mxplugin.elastic import client as _client
+from mxplugin.elastic.discovery import DiscoveryError, DiscoveryScript, FixedHosts, usable
+from mxplugin.elastic.service import DriverService
+from mxplugin.hosts import UsageError, is_local_host, unreachable_hosts
+from mxplugin.job import run_job
+
+SIOCGIFADDR = 0x8915
+
+
+class ElasticError(Exception):
+    """The elastic job cannot go on; the message says why."""
+
+
+def interface_address(name):
+    """The IPv4 address of network interface `name` on this host."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            packed = fcntl.ioctl(s.fileno(), SIOCGIFADDR, struct.pack("256s", name.encode()[:15]))
+        except OSError as exc:
+            raise UsageError(f"--network-interface {name}: no IPv4 address here ({exc.strerror})") from exc
+    return socket.inet_ntoa(packed[20:24])
+
+
+def advertised_address(iface, hosts):
+    """Where the ranks reach this launcher's service."""
+    if iface:
+        return interface_address(iface)
+    if all(is_local_host(h) for h, _ in hosts):
+        return "127.0.0.1"
+    return socket.gethostbyname(socket.getfqdn())
+
+
+class ElasticDriver:
+    def __init__(self, args, env, prog, make_command):
+        """make_command(hosts, num_proc) -> the mpiexec command line of a world."""
+        self.args, self.env, self.prog, self.make_command = args, env, prog, make_command
+        self.discovery = (DiscoveryScript(args.host_discovery_script) if args.host_discovery_script
+                          else FixedHosts(args.static_hosts))
+        self.max_np = args.max_np if args.max_np is not None else args.num_proc
+        self.min_np = args.min_np if args.min_np is not None else (args.num_proc or 1)
+        self.excluded = {}  # host -> why, for the rest of the job
+        self.world_hosts = []
+        self.stop_watching = threading.Event()
+
+    def say(self, text):
+        sys.stderr.write(f"{self.prog}: elastic: {text}\n")
+        sys.stderr.flush()
+
+    # -- hosts ------------------------------------------------------------------------------
+    def discover(self):
+        return usable(self.discovery.find(), self.excluded, self.max_np)
+
+    def wait_for_hosts(self):
+        """Hosts with at least --min-np slots, waiting up to --elastic-timeout."""
+        deadline = time.monotonic() + self.args.elastic_timeout
+        last_error, hosts = None, []
+        while True:
+            try:
+                hosts = self.discover()
+                unreachable = dict(unreachable_hosts(hosts, self.args.rsh, self.args.ssh_connect_timeout))
+                if unreachable:
+                    self.say(f"leaving out for now: {', '.join(unreachable.values())}")
+                    hosts = [(h, s) for h, s in hosts if h not in unreachable]
+                last_error = None
+            except DiscoveryError as exc:
+                last_error = exc
+            if sum(s for _, s in hosts) >= self.min_np:
+                return hosts
+            if time.monotonic() >= deadline:
+                have = sum(s for _, s in hosts)
+                why = f" (last discovery failed: {last_error})" if last_error else ""
+                left_out = "".join(f"; {h} left out: {w}" for h, w in self.excluded.items())
+                raise ElasticError(f"--min-np {self.min_np} not reached within --elastic-timeout "
+                                   f"{self.args.elastic_timeout:g} s: {have} slot{'s' if have != 1 else ''} "
+                                   f"usable on {self.discovery.describe()}{why}{left_out}")
+            time.sleep(self.args.discovery_interval)
+
+    def watch(self, service):
+        """While a world runs: tells its ranks when the usable hosts change."""
+        while not self.stop_watching.wait(self.args.discovery_interval):
+            try:
+                now = self.discover()
+            except DiscoveryError as exc:
+                self.say(f"host discovery failed (hosts kept as they are): {exc}")
+                continue
+            if sorted(now) != sorted(self.world_hosts):
+                self.say(f"hosts changed to {fmt_hosts(now)}: a new world starts at the next commit")
+                service.mark_hosts_updated()
+                return
+
+    # -- worlds -----------------------------------------------------------------------------
+    def run(self):
+        service = DriverService().start()
+        try:
+            return self._run(service)
+        except ElasticError as exc:
+            self.say(f"stopping: {exc}")
+            return 1
+        finally:
+            service.stop()
+
+    def _run(self, service):
+        resets, number = 0, 0
+        while True:
+            hosts = self.wait_for_hosts()
+            size = sum(s for _, s in hosts)
+            record = service.new_world(number, hosts)
+            self.world_hosts = hosts
+            env = dict(self.env)
+            env[_client.ENV_DRIVER] = f"{advertised_address(self.args.network_interface, hosts)}:{service.port}"
+            env[_client.ENV_TOKEN] = service.token
+            env[_client.ENV_WORLD] = str(number)
+            if self.args.checkpoint_path:
+                env[_client.ENV_CHECKPOINT] = os.path.abspath(self.args.checkpoint_path)
+            command = self.make_command(hosts, size)
+            self.say(f"world {number}: {size} rank{'s' if size != 1 else ''} on {fmt_hosts(hosts)}")
+            if self.args.verbose:
+                self.say(shlex.join(command))
+            self.stop_watching.clear()
+            watcher = threading.Thread(target=self.watch, args=(service,), daemon=True)
+            watcher.start()
+            received = []
+            try:
+                code = run_job(command, env, self.prog, size, received)
+            finally:
+                self.stop_watching.set()
+                watcher.join()
+            if received:  # Ctrl-C, SIGTERM: the user's stop, not a fault
+                return code
+            verdict = self.judge(service, record, code)
+            if verdict is None:
+                self.say(f"world {number} finished")
+                return 0
+            resets += 1
+            limit = self.args.reset_limit
+            if limit is not None and resets > limit:
+                raise ElasticError(f"{verdict}; that is reset {resets}, over --reset-limit {limit}")
+            self.say(f"{verdict}; reset {resets}" + (f" of at most {limit}" if limit is not None else "")
+                     + ", starting a new world")
+            number += 1
+
+    def judge(self, service, record, code):
+        """None when the job is done, else why a new world starts; raises
+        ElasticError when it cannot."""
+        with service.lock:
+            left, exits = dict(record.left), dict(record.exits)
+        size = sum(s for _, s in record.hosts)
+        if len(left) == size and all(why == "done" for why in left.values()):
+            return None  # mpiexec's own code may still say that ranks ended after others
+        leavers = [r for r, why in left.items() if why in ("failure", "hosts")]
+        lost, errors = [], []
+        for rank in range(size):
+            if rank in left:
+                continue
+            how = exits.get(rank)
+            if how is None or how.startswith("signal") or how == f"code {_client.EXIT_RESET}":
+                lost.append((rank, how or "gone without a word"))
+            elif how != "code 0":
+                errors.append((rank, how))
+        if errors:
+            listed = ", ".join(f"rank {r} on {record.host_of(r)} ({how.replace('code', 'exit code')})"
+                               for r, how in errors)
+            raise ElasticError(f"world {record.number}: {listed}: an error in the training script, not a lost "
+                               "process, so a restart would fail the same way")
+        if not lost and not leavers:
+            if code == 0:
+                return None
+            raise ElasticError(f"world {record.number}: mpiexec exited with {code} and no rank says why")
+        if lost and len(lost) == size:
+            if service.state_commit() < 0 and not self.checkpoint_exists():
+                raise ElasticError(f"world {record.number}: every rank was lost and there is no committed state "
+                                   "to resume from (no survivor handed one over; --checkpoint-path keeps one "
+                                   "on disk)")
+            return f"world {record.number}: every rank was lost; resuming from the newest committed state"
+        for rank, how in lost:
+            host = record.host_of(rank)
+            self.excluded.setdefault(host, f"rank {rank} was lost there ({how})")
+        if lost:
+            listed = ", ".join(f"rank {r} on {record.host_of(r)} ({how})" for r, how in lost)
+            return (f"world {record.number}: lost {listed}; left out from now on: "
+                    f"{', '.join(sorted({record.host_of(r) for r, _ in lost}))}")
+        return f"world {record.number}: hosts changed"
+
+    def checkpoint_exists(self):
+        return bool(self.args.checkpoint_path) and os.path.exists(self.args.checkpoint_path)
+
+
+def fmt_hosts(hosts):
+    return ",".join(f"{h}:{s}" for h, s in hosts) or "no hosts"

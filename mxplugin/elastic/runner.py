@@ -1,0 +1,137 @@
+"""`mxplugin.elastic.run`: runs a training function so that the job
+survives lost ranks and changed hosts.
+
+Note [Worlds]: an MPI world cannot grow or shrink, so each change of ranks
+is a new world, a new mpiexec started by the launcher
+(mxplugin.elastic.driver). Within a world the function runs once. When a
+peer fails mid-step, the survivors' collectives fail (PeerFailureError, or
+an MXNetError naming the lost contact); each survivor goes back to its last
+commit and hands that copy to the launcher, which keeps the newest one.
+When the launcher finds new hosts, every rank raises HostsUpdatedInterrupt
+at its next commit, and rank 0 hands over the state it just committed.
+Either way the ranks then leave with EXIT_RESET, without MPI's clean-up
+(a peer is gone, it could wait forever). In the next world, rank 0 starts
+from the newest copy (or from the launcher's checkpoint when no rank
+survived), gives it to every rank (State.sync) and the reset callbacks run;
+then the function runs again, from the restored values."""
+import functools
+import os
+import sys
+import threading
+
+import mxplugin as hvd
+from mxplugin.elastic import client as _client
+from mxplugin.elastic.state import HostsUpdatedInterrupt, read_checkpoint
+from mxplugin.errors import PeerFailureError
+
+try:
+    from mxnet.base import MXNetError
+except ImportError:  # pragma: no cover - mxplugin's Python API needs MXNet
+    MXNetError = RuntimeError
+
+
+def is_peer_failure(exc):
+    """A collective failed because a peer is gone (not a bug on this rank)."""
+    if isinstance(exc, PeerFailureError):
+        return True
+    return isinstance(exc, MXNetError) and "lost contact" in str(exc)
+
+
+def _log(text):
+    sys.stderr.write(f"mxplugin: elastic: rank {hvd.rank()}: {text}\n")
+    sys.stderr.flush()
+
+
+def _start(state, client):
+    """Makes every rank's state rank 0's: in a later world, the newest
+    committed copy the launcher holds, or its checkpoint."""
+    source = None
+    if client is not None and hvd.rank() == 0:
+        handed = client.fetch_state()
+        path = _client.checkpoint_path()
+        saved = read_checkpoint(path) if path else None
+        if saved is not None and (handed is None or saved[0] > handed[0]):
+            handed, source = saved, f"checkpoint {path}"
+        elif handed is not None:
+            source = "the state handed over by the last world"
+        if handed is not None:
+            state.loads(handed[1])
+    state.sync()
+    if client is not None and _client.world_number() > 0:
+        if source is not None:
+            _log(f"world {_client.world_number()} of {hvd.size()} ranks resumes from commit {state.commits} "
+                 f"({source})")
+        state.on_reset()
+
+
+# One way out per process: the training thread and the watcher may both
+# find the world broken at once.
+_leaving = threading.Lock()
+
+
+def _leave(state, client, reason, hand_over):
+    _leaving.acquire()
+    if hand_over:
+        try:
+            with state.lock:
+                commits, data = state.commits_saved(), state.dumps()
+            if client.state_commit() < commits:
+                client.hand_over(commits, data)
+        except OSError as exc:
+            _log(f"cannot hand the state over to the launcher: {exc}")
+    try:
+        client.leave(reason)
+    except OSError:
+        pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Not MPI's clean-up: with a peer gone it can wait forever.
+    os._exit(_client.EXIT_RESET)
+
+
+def _watch(state, client):
+    """Leaves as soon as the launcher learns that a rank of this world ended
+    (its supervisor tells it at once), rather than when this rank's
+    collectives time out (MXPLUGIN_PEER_TIMEOUT_SECONDS)."""
+    while True:
+        try:
+            why = client.wait_broken(30)
+        except OSError:
+            return  # the launcher is gone; the collectives' timeout still ends this rank
+        if why is None:
+            return
+        if why:
+            _log(f"the launcher says {why}; back to commit {state.commits_saved()}")
+            _leave(state, client, "failure", hand_over=True)
+
+
+def run(func):
+    """Decorator for the training function `func(state, ...)`. Outside an
+    elastic launch it syncs the state from rank 0 and calls func once."""
+
+    @functools.wraps(func)
+    def wrapper(state, *args, **kwargs):
+        client = _client.driver(hvd.rank())
+        if client is not None:
+            client.register()
+        _start(state, client)
+        if client is not None:
+            threading.Thread(target=_watch, args=(state, client), name="mxplugin-elastic-watch", daemon=True).start()
+        try:
+            result = func(state, *args, **kwargs)
+        except HostsUpdatedInterrupt:
+            if client is None:
+                raise
+            if hvd.rank() == 0:
+                _log(f"hosts changed: ending this world at commit {state.commits}")
+            _leave(state, client, "hosts", hand_over=hvd.rank() == 0)
+        except Exception as exc:  # noqa: BLE001 - a peer failure is told from others below
+            if client is None or not is_peer_failure(exc):
+                raise
+            _log(f"a peer failed ({str(exc).splitlines()[0][:200]}); back to commit {state.commits_saved()}")
+            _leave(state, client, "failure", hand_over=True)
+        if client is not None:
+            client.leave("done")
+        return result
+
+    return wrapper

@@ -1,0 +1,91 @@
+"""Elastic training on a cluster of fake hosts (tests/fake_cluster.py):
+mxplugin-run --min-np/--max-np with ranks lost, hosts added, the reset
+limit, every rank lost at once, and --min-np out of reach. The digits MLP
+of examples/mxnet_elastic_digits.py trains throughout, with its
+per-step and per-commit lines (rank 0) as the record of what happened.
+Skips, saying why, where namespaces cannot be made (not root, no `ip`)."""
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fake_cluster import ENV, IFACE, FakeCluster
+from mpi_harness import REPO, rank_env
+
+WHY_NOT = FakeCluster.unavailable()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"fake-host cluster: {WHY_NOT}")
+EXAMPLE = os.path.join(REPO, "examples", "mxnet_elastic_digits.py")
+COMMIT_EVERY = 3
+RUN_TIMEOUT_S = 300
+# Survivors notice a lost peer within this (the launcher's default is longer).
+PEER_TIMEOUT = {"MXPLUGIN_PEER_TIMEOUT_SECONDS": "10"}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with FakeCluster(3) as c:
+        yield c
+
+
+def start(cluster, *options, epochs=12, env=None):
+    argv = [sys.executable, "-m", "mxplugin.run", "--rsh", cluster.rsh, "--network-interface", IFACE, *options,
+            sys.executable, EXAMPLE, "--epochs", str(epochs), "--log-steps", "--commit-every", str(COMMIT_EVERY),
+            "--min-accuracy", "0.95"]
+    return cluster.start(0, argv, env=rank_env({**ENV, **PEER_TIMEOUT, **(env or {})}), cwd=REPO)
+
+
+def finish(proc, log, timeout=RUN_TIMEOUT_S):
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise AssertionError(f"did not finish within {timeout} s:\n{log.text()[-6000:]}")
+    log.thread.join(timeout=10)
+    return proc.returncode, log.text()
+
+
+def kill_rank(cluster, host_index):
+    """SIGKILLs the training process (not its supervisor) on a fake host."""
+    pids = cluster.pids(host_index, EXAMPLE, lacks="mxplugin.elastic.supervisor")
+    assert pids, f"no rank on host {host_index}"
+    for pid in pids:
+        os.kill(pid, 9)
+    return time.monotonic()
+
+
+STEP = re.compile(r"^step: epoch (\d+) batch (\d+), (\d+) ranks")
+COMMIT = re.compile(r"^commit (\d+): epoch (\d+) batch (\d+)")
+
+
+def commit_line(n):
+    return lambda line: (m := COMMIT.match(line)) is not None and int(m.group(1)) >= n
+
+
+def test_a_lost_rank_costs_at_most_the_steps_since_the_last_commit(cluster):
+    proc, log = start(cluster, "--min-np", "2", "--max-np", "3", "-H", cluster.host_list((1, 1, 1)))
+    seen = log.wait_for(commit_line(4), 120)
+    assert seen, log.text()[-4000:]
+    killed_at = kill_rank(cluster, 2)
+    resumed = log.wait_for(lambda line: (m := STEP.match(line)) is not None and m.group(3) == "2", 120)
+    code, text = finish(proc, log)
+    report = f"exit {code}\n{text[-6000:]}"
+    assert code == 0, report
+    assert resumed, "\n".join(line for line in text.splitlines() if not STEP.match(line))[-6000:]
+    lines = text.splitlines()
+    world1 = next(i for i, line in enumerate(lines) if "world 1: 2 ranks" in line)
+    before = lines[:world1]
+    # Nothing committed is lost: world 1 starts from world 0's last commit.
+    last_commit = [COMMIT.match(line) for line in before if COMMIT.match(line)][-1]
+    m = re.search(r"resumes from commit (\d+)", "\n".join(lines[world1:]))
+    assert m and int(m.group(1)) == int(last_commit.group(1)), report
+    # Work lost: the steps world 0 did after its last commit.
+    last_step = [STEP.match(line) for line in before if STEP.match(line)][-1]
+    lost = int(last_step.group(2)) - int(last_commit.group(3)) if last_step.group(1) == last_commit.group(2) else None
+    assert lost is not None and 0 <= lost <= COMMIT_EVERY, report
+    assert f"left out from now on: {cluster.hosts[2]}" in text, report
+    assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
+    print(f"kill to first step at 2 ranks: {resumed[1] - killed_at:.1f} s; steps lost {lost}")
