@@ -71,6 +71,10 @@ def main():
 
     def on_reset():  # a new world: the learning rate follows the global batch
         trainer.set_learning_rate(args.base_lr * hvd.size())
+        if args.log_steps:  # every rank: where it resumes, and a digest of its weights
+            digest = sum(float(p.data().sum().asscalar()) for p in net.collect_params().values())
+            logging.info("rank %d of %d resumes at epoch %d batch %d, weights digest %.6f", hvd.rank(), hvd.size(),
+                         state.epoch, state.batch, digest)
 
     state.register_reset_callbacks([on_reset])
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()

@@ -134,9 +134,9 @@ class FakeCluster:
                                 stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd)
         return proc, LineLog(proc.stdout)
 
-    def pids(self, host_index, contains, lacks=None):
+    def pids(self, host_index, contains, lacks=()):
         """Processes in host `host_index` whose command line contains `contains`
-        (and not `lacks`)."""
+        and none of `lacks`."""
         out = subprocess.run(["ip", "netns", "pids", self.hosts[host_index]], capture_output=True, text=True)
         found = []
         for pid in out.stdout.split():
@@ -145,7 +145,7 @@ class FakeCluster:
                     cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
                 continue
-            if contains in cmdline and (lacks is None or lacks not in cmdline):
+            if contains in cmdline and not any(text in cmdline for text in lacks):
                 found.append(int(pid))
         return found
 

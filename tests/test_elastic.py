@@ -49,8 +49,9 @@ def finish(proc, log, timeout=RUN_TIMEOUT_S):
 
 
 def kill_rank(cluster, host_index):
-    """SIGKILLs the training process (not its supervisor) on a fake host."""
-    pids = cluster.pids(host_index, EXAMPLE, lacks="mxplugin.elastic.supervisor")
+    """SIGKILLs the training process (not its supervisor, nor the launcher
+    on the first host) on a fake host."""
+    pids = cluster.pids(host_index, EXAMPLE, lacks=("mxplugin.elastic.supervisor", "mxplugin.run"))
     assert pids, f"no rank on host {host_index}"
     for pid in pids:
         os.kill(pid, 9)
@@ -89,3 +90,83 @@ def test_a_lost_rank_costs_at_most_the_steps_since_the_last_commit(cluster):
     assert f"left out from now on: {cluster.hosts[2]}" in text, report
     assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
     print(f"kill to first step at 2 ranks: {resumed[1] - killed_at:.1f} s; steps lost {lost}")
+
+
+RESUMES = re.compile(r"rank (\d+) of (\d+) resumes at epoch (\d+) batch (\d+), weights digest (\S+)")
+
+
+def test_a_host_found_by_discovery_joins_at_the_next_commit_with_the_state(cluster):
+    hosts_file = os.path.join(cluster.dir, "hosts")
+    with open(hosts_file, "w") as f:
+        f.write(f"{cluster.hosts[0]}:1\n{cluster.hosts[1]}:1\n")
+    proc, log = start(cluster, "--min-np", "2", "--max-np", "3", "--host-discovery-script", f"cat {hosts_file}",
+                      epochs=10)
+    assert log.wait_for(commit_line(3), 120), log.text()[-4000:]
+    with open(hosts_file, "a") as f:
+        f.write(f"{cluster.hosts[2]}:1\n")
+    code, text = finish(proc, log)
+    report = f"exit {code}\n" + "\n".join(line for line in text.splitlines() if not STEP.match(line))[-6000:]
+    assert code == 0, report
+    assert "world 1: 3 ranks" in text, report
+    lines = text.splitlines()
+    world1 = next(i for i, line in enumerate(lines) if "world 1: 3 ranks" in line)
+    # The world ended at a commit (inside it, so its own line is not
+    # printed): nothing lost, and every rank of the new world, the new one
+    # too, starts from that commit's values.
+    last_step = [STEP.match(line) for line in lines[:world1] if STEP.match(line)][-1]
+    resumed = [RESUMES.search(line) for line in lines[world1:] if RESUMES.search(line)]
+    assert sorted(int(m.group(1)) for m in resumed) == [0, 1, 2], report
+    assert {m.group(3, 4) for m in resumed} == {last_step.group(1, 2)}, report
+    assert len({m.group(5) for m in resumed}) == 1, report
+    assert any(STEP.match(line) and STEP.match(line).group(3) == "3" for line in lines[world1:]), report
+    assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
+
+
+def test_the_reset_limit_stops_the_job(cluster):
+    proc, log = start(cluster, "--min-np", "1", "--max-np", "3", "--reset-limit", "1", "-H",
+                      cluster.host_list((1, 1, 1)), epochs=40)
+    assert log.wait_for(commit_line(3), 120), log.text()[-4000:]
+    kill_rank(cluster, 2)
+    assert log.wait_for(lambda line: (m := STEP.match(line)) is not None and m.group(3) == "2", 120), log.text()
+    kill_rank(cluster, 1)
+    code, text = finish(proc, log)
+    report = f"exit {code}\n" + "\n".join(line for line in text.splitlines() if not STEP.match(line))[-6000:]
+    assert code == 1, report
+    assert re.search(r"stopping: world 1: lost rank 1 on \S+ \(signal 9\).*reset 2, over --reset-limit 1", text), report
+
+
+def test_every_rank_lost_resumes_from_the_checkpoint(cluster):
+    checkpoint = os.path.join(cluster.dir, "state.ckpt")
+    proc, log = start(cluster, "--min-np", "3", "--max-np", "3", "--checkpoint-path", checkpoint, "-H",
+                      cluster.host_list((1, 1, 1)), epochs=10)
+    assert log.wait_for(commit_line(4), 120), log.text()[-4000:]
+    for host in range(3):
+        kill_rank(cluster, host)
+    code, text = finish(proc, log)
+    report = f"exit {code}\n" + "\n".join(line for line in text.splitlines() if not STEP.match(line))[-6000:]
+    assert code == 0, report
+    assert "every rank was lost; resuming from the newest committed state" in text, report
+    m = re.search(r"resumes from commit (\d+) \(checkpoint ", text)
+    assert m and int(m.group(1)) >= 4, report
+    assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
+
+
+def test_every_rank_lost_without_a_checkpoint_stops_the_job(cluster):
+    proc, log = start(cluster, "--min-np", "2", "--max-np", "2", "-H", cluster.host_list((1, 1)), epochs=40)
+    assert log.wait_for(commit_line(2), 120), log.text()[-4000:]
+    for host in range(2):
+        kill_rank(cluster, host)
+    code, text = finish(proc, log)
+    report = f"exit {code}\n{text[-4000:]}"
+    assert code == 1, report
+    assert "every rank was lost and there is no committed state to resume from" in text, report
+
+
+def test_min_np_out_of_reach_fails_after_the_timeout(cluster):
+    t0 = time.monotonic()
+    proc, log = start(cluster, "--min-np", "3", "-H", cluster.host_list((1, 1)), "--elastic-timeout", "3")
+    code, text = finish(proc, log, timeout=60)
+    took = time.monotonic() - t0
+    assert code == 1, text
+    assert "--min-np 3 not reached within --elastic-timeout 3 s: 2 slots usable" in text, text
+    assert took < 20, f"took {took:.1f} s"

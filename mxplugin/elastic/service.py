@@ -157,12 +157,15 @@ def _handler_for(service):
                     status, headers, reply = service.handle(method, url.path, query, body)
                 except (KeyError, ValueError) as exc:
                     status, headers, reply = 400, {}, f"bad request: {exc}".encode()
-            self.send_response(status)
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
+            try:
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(reply)))
+                self.end_headers()
+                self.wfile.write(reply)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the rank left while waiting (a watcher's long poll): nobody to answer
 
         def do_GET(self):
             self._serve("GET")
