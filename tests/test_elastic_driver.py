@@ -1,0 +1,112 @@
+"""Elastic training without a cluster: the states at 1 and 2 ranks, an
+elastic launch on this machine, and the launcher's pieces on their own
+(discovery output, host choice, the verdict on a finished world, the
+service's token, usage errors)."""
+import argparse
+import subprocess
+import sys
+
+import pytest
+
+from mpi_harness import REPO, assert_spmd_ok, rank_env
+from mxplugin.elastic import client as elastic_client
+from mxplugin.elastic.discovery import DiscoveryError, parse_discovered, usable
+from mxplugin.elastic.driver import ElasticDriver, ElasticError
+from mxplugin.elastic.service import DriverService
+
+
+@pytest.mark.parametrize("np_", [1, 2])
+def test_states_commit_restore_sync_and_carry_over(np_):
+    assert_spmd_ok("check_elastic_state.py", np_)
+
+
+def test_elastic_launch_on_one_machine():
+    done = subprocess.run([sys.executable, "-m", "mxplugin.run", "--min-np", "2", "--max-np", "2", sys.executable,
+                           "examples/mxnet_elastic_digits.py", "--epochs", "2"], capture_output=True, text=True,
+                          env=rank_env(), cwd=REPO, timeout=240)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "elastic: world 0: 2 ranks on localhost:2" in done.stderr, done.stderr[-4000:]
+    assert "elastic: world 0 finished" in done.stderr, done.stderr[-4000:]
+    assert "epoch 2: test accuracy" in done.stdout + done.stderr
+
+
+def test_discovery_output():
+    assert parse_discovered("a:2\n# comment\nb\n\na:3  # more\n", "s") == [("a", 3), ("b", 1)]
+    with pytest.raises(DiscoveryError, match=r"s printed 'c:x'"):
+        parse_discovered("c:x\n", "s")
+
+
+def test_usable_hosts_leave_out_excluded_and_cut_at_max_np():
+    hosts = [("a", 2), ("b", 2), ("c", 2)]
+    assert usable(hosts, {"b": "lost"}, None) == [("a", 2), ("c", 2)]
+    assert usable(hosts, {}, 3) == [("a", 2), ("b", 1)]
+
+
+def driver_with(service, checkpoint=None):
+    args = argparse.Namespace(host_discovery_script=None, static_hosts=[("a", 1), ("b", 1), ("c", 1)], max_np=3,
+                              num_proc=None, min_np=2, checkpoint_path=checkpoint)
+    return ElasticDriver(args, {}, "test", None)
+
+
+@pytest.fixture
+def service():
+    s = DriverService()
+    yield s
+    s.server.server_close()
+
+
+def finished_world(service, left=(), exits=()):
+    record = service.new_world(0, [("a", 1), ("b", 1), ("c", 1)])
+    record.left.update(left)
+    record.exits.update(exits)
+    return record
+
+
+def test_verdicts(service):
+    driver = driver_with(service)
+    done = finished_world(service, left={0: "done", 1: "done", 2: "done"}, exits={0: "code 0"})
+    assert driver.judge(service, done, 10) is None  # every rank finished, whatever mpiexec says
+    lost = finished_world(service, left={0: "failure", 1: "failure"}, exits={2: "signal 9"})
+    verdict = driver.judge(service, lost, 137)
+    assert "lost rank 2 on c (signal 9)" in verdict and driver.excluded == {"c": "rank 2 was lost there (signal 9)"}
+    hosts = finished_world(service, left={0: "hosts", 1: "hosts", 2: "hosts"})
+    assert driver.judge(service, hosts, 75) == "world 0: hosts changed"
+    bug = finished_world(service, left={0: "failure", 2: "failure"}, exits={1: "code 1"})
+    with pytest.raises(ElasticError, match=r"rank 1 on b \(exit code 1\): an error in the training script"):
+        driver.judge(service, bug, 1)
+    everyone = finished_world(service, exits={0: "signal 9", 1: "signal 9"})  # rank 2: not a word
+    with pytest.raises(ElasticError, match="every rank was lost and there is no committed state"):
+        driver.judge(service, everyone, 137)
+    service.offer_state(4, b"state")
+    assert "resuming from the newest committed state" in driver.judge(service, everyone, 137)
+
+
+def test_service_keeps_the_newest_state_and_wants_the_token(service):
+    service.start()
+    try:
+        service.new_world(0, [("localhost", 2)])
+        good = elastic_client.DriverClient(f"127.0.0.1:{service.port}", service.token, 0, rank=0)
+        bad = elastic_client.DriverClient(f"127.0.0.1:{service.port}", "wrong", 0, rank=0)
+        good.hand_over(5, b"five")
+        good.hand_over(3, b"three")
+        assert good.fetch_state() == (5, b"five")
+        assert bad.fetch_state() is None and bad._request("GET", "/updates")[0] == 403
+        assert good.wait_broken(0) == ""
+        good.report_exit("signal 9")
+        assert good.wait_broken(5) == "rank 0 on localhost ended (signal 9)"
+        stale = elastic_client.DriverClient(f"127.0.0.1:{service.port}", service.token, 7, rank=0)
+        assert stale.wait_broken(0) is None
+    finally:
+        service.server.shutdown()
+
+
+@pytest.mark.parametrize("options, message", [
+    (["--min-np", "3", "--max-np", "2"], "--min-np 3 is more than --max-np 2"),
+    (["--min-np", "1", "--host-discovery-script", "true", "-H", "a:1"], "with --host-discovery-script or with -H"),
+    (["--min-np", "0"], "--min-np must be at least 1"),
+    (["--min-np", "1", "--reset-limit", "-1"], "--reset-limit must be at least 0"),
+])
+def test_usage_errors(options, message):
+    done = subprocess.run([sys.executable, "-m", "mxplugin.run", *options, "true"], capture_output=True, text=True,
+                          env=rank_env(), cwd=REPO, timeout=60)
+    assert done.returncode == 2 and message in done.stderr, done.stderr
