@@ -296,11 +296,13 @@ def launch_elastic(args, hosts):
         if settings:
             print(f"{PROG}: setting {settings}", file=sys.stderr)
 
+    supervisor = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic", "supervisor.py")
+
     def world_command(world_hosts, size):
         # -disable-auto-cleanup: a lost rank must not take the survivors
         # (and the state they hold) down with it.
         return ([mpiexec] + mpich_arguments(size, world_hosts, args.rsh, args.network_interface)
-                + ["-disable-auto-cleanup", sys.executable, "-m", "mxplugin.elastic.supervisor"] + list(args.command))
+                + ["-disable-auto-cleanup", sys.executable, supervisor] + list(args.command))
 
     return ElasticDriver(args, env, PROG, world_command).run()
 

@@ -51,7 +51,7 @@ def finish(proc, log, timeout=RUN_TIMEOUT_S):
 def kill_rank(cluster, host_index):
     """SIGKILLs the training process (not its supervisor, nor the launcher
     on the first host) on a fake host."""
-    pids = cluster.pids(host_index, EXAMPLE, lacks=("mxplugin.elastic.supervisor", "mxplugin.run"))
+    pids = cluster.pids(host_index, EXAMPLE, lacks=("supervisor.py", "mxplugin.run"))
     assert pids, f"no rank on host {host_index}"
     for pid in pids:
         os.kill(pid, 9)

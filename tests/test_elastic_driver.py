@@ -92,7 +92,7 @@ def test_service_keeps_the_newest_state_and_wants_the_token(service):
         assert good.fetch_state() == (5, b"five")
         assert bad.fetch_state() is None and bad._request("GET", "/updates")[0] == 403
         assert good.wait_broken(0) == ""
-        good.report_exit("signal 9")
+        good._request("POST", "/exit", how="signal 9")  # as rank 0's supervisor says it
         assert good.wait_broken(5) == "rank 0 on localhost ended (signal 9)"
         stale = elastic_client.DriverClient(f"127.0.0.1:{service.port}", service.token, 7, rank=0)
         assert stale.wait_broken(0) is None
@@ -106,7 +106,8 @@ def test_service_keeps_the_newest_state_and_wants_the_token(service):
     (["--min-np", "0"], "--min-np must be at least 1"),
     (["--min-np", "1", "--reset-limit", "-1"], "--reset-limit must be at least 0"),
 ])
-def test_usage_errors(options, message):
-    done = subprocess.run([sys.executable, "-m", "mxplugin.run", *options, "true"], capture_output=True, text=True,
-                          env=rank_env(), cwd=REPO, timeout=60)
-    assert done.returncode == 2 and message in done.stderr, done.stderr
+def test_usage_errors(options, message, capsys):
+    from mxplugin.run import main
+
+    assert main([*options, "true"]) == 2
+    assert message in capsys.readouterr().err

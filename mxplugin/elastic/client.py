@@ -6,15 +6,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from mxplugin.elastic.service import COMMIT_HEADER, TOKEN_HEADER
-
-ENV_DRIVER = "MXPLUGIN_ELASTIC_DRIVER"
-ENV_TOKEN = "MXPLUGIN_ELASTIC_TOKEN"
-ENV_WORLD = "MXPLUGIN_ELASTIC_WORLD"
-ENV_CHECKPOINT = "MXPLUGIN_ELASTIC_CHECKPOINT"
-# Exit code of a rank that leaves so that the launcher starts a new world.
-EXIT_RESET = 75
-REQUEST_TIMEOUT_S = 30
+from mxplugin.elastic.protocol import (COMMIT_HEADER, ENV_CHECKPOINT, ENV_DRIVER, ENV_TOKEN, ENV_WORLD,  # noqa: F401
+                                       EXIT_RESET, REQUEST_TIMEOUT_S, TOKEN_HEADER)
 
 
 class DriverClient:
@@ -64,8 +57,6 @@ class DriverClient:
             return None
         return body.decode() if status == 200 else ""
 
-    def report_exit(self, how):
-        self._request("POST", "/exit", how=how)
 
 
 def driver(rank=None):

@@ -65,6 +65,7 @@ class ElasticDriver:
         self.max_np = args.max_np if args.max_np is not None else args.num_proc
         self.min_np = args.min_np if args.min_np is not None else (args.num_proc or 1)
         self.excluded = {}  # host -> why, for the rest of the job
+        self.unreachable = set()  # hosts the last world left out, not seen as a change while it runs
         self.world_hosts = []
         self.stop_watching = threading.Event()
 
@@ -87,6 +88,7 @@ class ElasticDriver:
                 if unreachable:
                     self.say(f"leaving out for now: {', '.join(unreachable.values())}")
                     hosts = [(h, s) for h, s in hosts if h not in unreachable]
+                self.unreachable = set(unreachable)
                 last_error = None
             except DiscoveryError as exc:
                 last_error = exc
@@ -105,7 +107,8 @@ class ElasticDriver:
         """While a world runs: tells its ranks when the usable hosts change."""
         while not self.stop_watching.wait(self.args.discovery_interval):
             try:
-                now = self.discover()
+                now = usable(self.discovery.find(), {**self.excluded, **dict.fromkeys(self.unreachable)},
+                             self.max_np)
             except DiscoveryError as exc:
                 self.say(f"host discovery failed (hosts kept as they are): {exc}")
                 continue

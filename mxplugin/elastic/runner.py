@@ -114,9 +114,12 @@ def run(func):
         client = _client.driver(hvd.rank())
         if client is not None:
             client.register()
-        _start(state, client)
-        if client is not None:
+            # From the start: a rank lost while the state is synced must not
+            # leave the others waiting for the peer timeout. Until the sync
+            # the state is this rank's initial one, handed over only if the
+            # launcher holds nothing newer.
             threading.Thread(target=_watch, args=(state, client), name="mxplugin-elastic-watch", daemon=True).start()
+        _start(state, client)
         try:
             result = func(state, *args, **kwargs)
         except HostsUpdatedInterrupt:

@@ -17,8 +17,7 @@ import secrets
 import threading
 import urllib.parse
 
-TOKEN_HEADER = "X-Mxplugin-Token"
-COMMIT_HEADER = "X-Mxplugin-Commit"
+from mxplugin.elastic.protocol import COMMIT_HEADER, TOKEN_HEADER
 
 
 class WorldRecord:

@@ -1,17 +1,24 @@
 """Runs one rank of an elastic world as a child and tells the launcher how
-it ended (python -m mxplugin.elastic.supervisor CMD ...).
+it ended: python .../mxplugin/elastic/supervisor.py CMD ...
 
 MPICH's launcher tears the whole job down when a rank ends by a signal,
 even with -disable-auto-cleanup, which would kill the survivors holding the
 committed state. So each rank runs under this supervisor: it reports the
-child's end to the launcher's service ("signal 9", "code 1") and exits with
-a plain code (128 + the signal), which leaves the other ranks running."""
+child's end to the launcher's service ("signal 9", "code 1"), which tells
+the other ranks at once, and exits with a plain code (128 + the signal),
+which leaves them running.
+
+Run by path, not as a module: importing mxplugin's package would load
+MXNet, seconds per rank at every world's start; this needs only the
+protocol (found beside it: a script's directory comes first on sys.path)."""
 import os
 import signal
 import subprocess
 import sys
+import urllib.parse
+import urllib.request
 
-from mxplugin.elastic.client import driver
+import protocol
 
 # Passed on to the rank: the launcher's stop.
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -21,12 +28,29 @@ def rank_from_environment():
     for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK"):
         if name in os.environ:
             return int(os.environ[name])
-    return None
+    return -1
+
+
+def report_exit(how):
+    """Tells the launcher's service how this rank ended (nothing outside an
+    elastic launch)."""
+    address = os.environ.get(protocol.ENV_DRIVER)
+    if not address:
+        return
+    query = urllib.parse.urlencode({"world": os.environ.get(protocol.ENV_WORLD, "0"),
+                                    "rank": rank_from_environment(), "how": how})
+    request = urllib.request.Request(f"http://{address}/exit?{query}", data=b"", method="POST",
+                                     headers={protocol.TOKEN_HEADER: os.environ.get(protocol.ENV_TOKEN, "")})
+    try:
+        urllib.request.urlopen(request, timeout=protocol.REQUEST_TIMEOUT_S).close()
+    except OSError as exc:  # the launcher is gone, or says this world is over: nothing to tell
+        print(f"mxplugin: rank {rank_from_environment()}: could not tell the launcher how it ended: {exc}",
+              file=sys.stderr)
 
 
 def main(argv):
     if not argv:
-        print("usage: python -m mxplugin.elastic.supervisor CMD [ARGS...]", file=sys.stderr)
+        print("usage: python supervisor.py CMD [ARGS...]", file=sys.stderr)
         return 2
     # close_fds=False: the rank talks to MPICH's launcher over the
     # descriptor named in PMI_FD, inherited from here.
@@ -46,13 +70,7 @@ def main(argv):
     # peers themselves.
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     returncode = child.wait()
-    how = f"signal {-returncode}" if returncode < 0 else f"code {returncode}"
-    client = driver(rank_from_environment())
-    if client is not None:
-        try:
-            client.report_exit(how)
-        except OSError as exc:  # the launcher is gone: nothing to tell
-            print(f"mxplugin: rank {client.rank}: cannot reach the launcher: {exc}", file=sys.stderr)
+    report_exit(f"signal {-returncode}" if returncode < 0 else f"code {returncode}")
     return 128 - returncode if returncode < 0 else returncode
 
 
