@@ -19,6 +19,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import mxplugin as hvd
+from mxnet_digits import evaluate, load_digits  # the data and the test of examples/mxnet_digits.py
 
 
 def parse_args():
@@ -34,23 +35,6 @@ def parse_args():
     p.add_argument("--min-accuracy", type=float, default=0.0,
                    help="exit with status 1 if the final test accuracy is below this")
     return p.parse_args()
-
-
-def load_digits(seed):
-    from sklearn.datasets import load_digits as sk_digits
-
-    data = sk_digits()
-    x = (data.data / 16.0).astype(np.float32)
-    y = data.target.astype(np.float32)
-    order = np.random.RandomState(seed).permutation(len(x))
-    x, y = x[order], y[order]
-    split = int(0.8 * len(x))
-    return (x[:split], y[:split]), (x[split:], y[split:])
-
-
-def evaluate(net, x, y):
-    pred = net(mx.nd.array(x)).argmax(axis=1).asnumpy()
-    return float((pred == y).mean())
 
 
 def main():
