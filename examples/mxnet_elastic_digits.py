@@ -7,8 +7,8 @@ on when ranks are lost or hosts come and go (mxplugin.elastic).
 Each rank takes --batch-size samples per step, so the global batch is
 batch-size x ranks, and the learning rate follows it (lr = base lr x ranks,
 set again after every reset). The state (weights, optimizer, epoch, batch)
-is committed every --commit-every steps: a lost rank costs at most the
-steps since the last commit.
+is committed every --commit-every steps and at the end of every epoch: a
+lost rank costs at most the steps since the last commit.
 """
 import argparse
 import logging
@@ -51,50 +51,53 @@ def main():
     net(mx.nd.zeros((1, 64)))
     trainer = hvd.DistributedTrainer(net.collect_params(), "sgd",
                                      {"learning_rate": args.base_lr * hvd.size(), "momentum": args.momentum})
-    state = hvd.elastic.GluonState(net, trainer, epoch=0, batch=0)
+    # sample: where this epoch's pass over the data is (a sample offset, not
+    # a batch index, so that a world of another size goes on from the same
+    # place); step: steps taken in all.
+    state = hvd.elastic.GluonState(net, trainer, epoch=0, sample=0, step=0)
 
     def on_reset():  # a new world: the learning rate follows the global batch
         trainer.set_learning_rate(args.base_lr * hvd.size())
         if args.log_steps:  # every rank: where it resumes, and a digest of its weights
             digest = sum(float(p.data().sum().asscalar()) for p in net.collect_params().values())
-            logging.info("rank %d of %d resumes at epoch %d batch %d, weights digest %.6f", hvd.rank(), hvd.size(),
-                         state.epoch, state.batch, digest)
+            logging.info("rank %d of %d resumes at step %d, weights digest %.6f", hvd.rank(), hvd.size(),
+                         state.step, digest)
 
     state.register_reset_callbacks([on_reset])
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
+
+    def commit():
+        state.commit()
+        if args.log_steps and hvd.rank() == 0:
+            logging.info("commit %d: step %d", state.commits, state.step)
 
     @hvd.elastic.run
     def train(state):
         rank, size = hvd.rank(), hvd.size()
         per_step = args.batch_size * size
-        steps = len(x_train) // per_step
         while state.epoch < args.epochs:
             order = np.random.RandomState(args.seed + state.epoch).permutation(len(x_train))
             start, done = time.time(), 0
-            while state.batch < steps:
-                idx = order[state.batch * per_step:(state.batch + 1) * per_step]
-                idx = idx[rank * args.batch_size:(rank + 1) * args.batch_size]
+            while state.sample + per_step <= len(x_train):
+                idx = order[state.sample:state.sample + per_step][rank * args.batch_size:(rank + 1) * args.batch_size]
                 data, label = mx.nd.array(x_train[idx]), mx.nd.array(y_train[idx])
                 with autograd.record():
                     loss = loss_fn(net(data), label)
                 loss.backward()
                 trainer.step(args.batch_size)
                 loss.wait_to_read()
-                state.batch += 1
-                done += 1
+                state.sample, state.step, done = state.sample + per_step, state.step + 1, done + 1
                 if args.log_steps and rank == 0:
-                    logging.info("step: epoch %d batch %d, %d ranks", state.epoch, state.batch, size)
-                if state.batch % args.commit_every == 0:
-                    state.commit()
-                    if args.log_steps and rank == 0:
-                        logging.info("commit %d: epoch %d batch %d", state.commits, state.epoch, state.batch)
+                    logging.info("step %d: epoch %d, %d ranks", state.step, state.epoch, size)
+                if state.step % args.commit_every == 0:
+                    commit()
             elapsed = time.time() - start
             acc = evaluate(net, x_test, y_test)
             if rank == 0:
                 logging.info("epoch %d: test accuracy %.4f, %.0f samples/s (%d rank%s)", state.epoch + 1, acc,
                              done * per_step / max(elapsed, 1e-9), size, "" if size == 1 else "s")
-            state.epoch, state.batch = state.epoch + 1, 0
-            state.commit()
+            state.epoch, state.sample = state.epoch + 1, 0
+            commit()
         return evaluate(net, x_test, y_test)
 
     acc = train(state)

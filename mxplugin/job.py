@@ -83,10 +83,11 @@ def exit_code(returncode):
     return 128 - returncode if returncode < 0 else returncode
 
 
-def run_job(command, env, prog, num_proc, received=None):
+def run_job(command, env, prog, num_proc, received=None, on_interrupt=None):
     """Runs mpiexec's command line; returns the exit code for the shell
     (128 + the signal after an interrupt). OSError if it cannot start.
-    `received`: a list the interrupting signals are appended to."""
+    `received`: a list the interrupting signals are appended to;
+    `on_interrupt`: called at the first one, before the job is asked to stop."""
     child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL if os.isatty(0) else None,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
     stopping = threading.Event()
@@ -97,6 +98,8 @@ def run_job(command, env, prog, num_proc, received=None):
         received.append(signum)
         if not stopping.is_set():
             stopping.set()
+            if on_interrupt is not None:
+                on_interrupt()
             name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
             sys.stderr.write(f"{prog}: interrupted ({name}): stopping all {num_proc} ranks\n")
             sys.stderr.flush()

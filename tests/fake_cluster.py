@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 
 ENV = {"UCX_TLS": "tcp,self"}
@@ -173,8 +174,6 @@ class LineLog:
     the time each arrived."""
 
     def __init__(self, stream):
-        import threading
-
         self.lines = []  # (time.monotonic(), line)
         self.cond = threading.Condition()
         self.closed = False

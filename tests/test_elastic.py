@@ -48,51 +48,58 @@ def finish(proc, log, timeout=RUN_TIMEOUT_S):
     return proc.returncode, log.text()
 
 
-def kill_rank(cluster, host_index):
-    """SIGKILLs the training process (not its supervisor, nor the launcher
-    on the first host) on a fake host."""
-    pids = cluster.pids(host_index, EXAMPLE, lacks=("supervisor.py", "mxplugin.run"))
-    assert pids, f"no rank on host {host_index}"
-    for pid in pids:
-        os.kill(pid, 9)
+def kill_ranks(cluster, *host_indexes):
+    """SIGKILLs the training processes (not their supervisors, nor the
+    launcher on the first host) on fake hosts, all found before any dies:
+    once one dies the others leave within moments."""
+    pids = {i: cluster.pids(i, EXAMPLE, lacks=("supervisor.py", "mxplugin.run")) for i in host_indexes}
+    assert all(pids.values()), f"no rank on some host: {pids}"
+    for found in pids.values():
+        for pid in found:
+            os.kill(pid, 9)
     return time.monotonic()
 
 
-STEP = re.compile(r"^step: epoch (\d+) batch (\d+), (\d+) ranks")
-COMMIT = re.compile(r"^commit (\d+): epoch (\d+) batch (\d+)")
+STEP = re.compile(r"^step (\d+): epoch (\d+), (\d+) ranks")
+COMMIT = re.compile(r"^commit (\d+): step (\d+)")
+RESUMES = re.compile(r"rank (\d+) of (\d+) resumes at step (\d+), weights digest (\S+)")
 
 
 def commit_line(n):
     return lambda line: (m := COMMIT.match(line)) is not None and int(m.group(1)) >= n
 
 
+def matches(pattern, lines):
+    return [m for m in map(pattern.match, lines) if m]
+
+
+def without_steps(text):
+    return "\n".join(line for line in text.splitlines() if not STEP.match(line))[-6000:]
+
+
 def test_a_lost_rank_costs_at_most_the_steps_since_the_last_commit(cluster):
     proc, log = start(cluster, "--min-np", "2", "--max-np", "3", "-H", cluster.host_list((1, 1, 1)))
-    seen = log.wait_for(commit_line(4), 120)
-    assert seen, log.text()[-4000:]
-    killed_at = kill_rank(cluster, 2)
+    assert log.wait_for(commit_line(4), 120), log.text()[-4000:]
+    killed_at = kill_ranks(cluster, 2)
     resumed = log.wait_for(lambda line: (m := STEP.match(line)) is not None and m.group(3) == "2", 120)
     code, text = finish(proc, log)
-    report = f"exit {code}\n{text[-6000:]}"
-    assert code == 0, report
-    assert resumed, "\n".join(line for line in text.splitlines() if not STEP.match(line))[-6000:]
+    report = f"exit {code}\n{without_steps(text)}"
+    assert code == 0 and resumed, report
     lines = text.splitlines()
     world1 = next(i for i, line in enumerate(lines) if "world 1: 2 ranks" in line)
-    before = lines[:world1]
-    # Nothing committed is lost: world 1 starts from world 0's last commit.
-    last_commit = [COMMIT.match(line) for line in before if COMMIT.match(line)][-1]
+    # The survivors left because the launcher told them (at once), not
+    # because their collectives timed out.
+    assert re.search(r"the launcher says rank 2 on \S+ ended \(signal 9\)", text), report
+    # Nothing committed is lost: world 1 starts from world 0's last commit,
+    # and the work lost is the steps world 0 took after it.
+    last_commit = matches(COMMIT, lines[:world1])[-1]
     m = re.search(r"resumes from commit (\d+)", "\n".join(lines[world1:]))
     assert m and int(m.group(1)) == int(last_commit.group(1)), report
-    # Work lost: the steps world 0 did after its last commit.
-    last_step = [STEP.match(line) for line in before if STEP.match(line)][-1]
-    lost = int(last_step.group(2)) - int(last_commit.group(3)) if last_step.group(1) == last_commit.group(2) else None
-    assert lost is not None and 0 <= lost <= COMMIT_EVERY, report
+    lost = int(matches(STEP, lines[:world1])[-1].group(1)) - int(last_commit.group(2))
+    assert 0 <= lost <= COMMIT_EVERY, report
     assert f"left out from now on: {cluster.hosts[2]}" in text, report
     assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
     print(f"kill to first step at 2 ranks: {resumed[1] - killed_at:.1f} s; steps lost {lost}")
-
-
-RESUMES = re.compile(r"rank (\d+) of (\d+) resumes at epoch (\d+) batch (\d+), weights digest (\S+)")
 
 
 def test_a_host_found_by_discovery_joins_at_the_next_commit_with_the_state(cluster):
@@ -105,20 +112,19 @@ def test_a_host_found_by_discovery_joins_at_the_next_commit_with_the_state(clust
     with open(hosts_file, "a") as f:
         f.write(f"{cluster.hosts[2]}:1\n")
     code, text = finish(proc, log)
-    report = f"exit {code}\n" + "\n".join(line for line in text.splitlines() if not STEP.match(line))[-6000:]
+    report = f"exit {code}\n{without_steps(text)}"
     assert code == 0, report
     assert "world 1: 3 ranks" in text, report
     lines = text.splitlines()
     world1 = next(i for i, line in enumerate(lines) if "world 1: 3 ranks" in line)
-    # The world ended at a commit (inside it, so its own line is not
-    # printed): nothing lost, and every rank of the new world, the new one
-    # too, starts from that commit's values.
-    last_step = [STEP.match(line) for line in lines[:world1] if STEP.match(line)][-1]
+    # The world ended at a commit: nothing lost, and every rank of the new
+    # world, the new one too, starts from that commit's values.
+    last_step = int(matches(STEP, lines[:world1])[-1].group(1))
     resumed = [RESUMES.search(line) for line in lines[world1:] if RESUMES.search(line)]
     assert sorted(int(m.group(1)) for m in resumed) == [0, 1, 2], report
-    assert {m.group(3, 4) for m in resumed} == {last_step.group(1, 2)}, report
-    assert len({m.group(5) for m in resumed}) == 1, report
-    assert any(STEP.match(line) and STEP.match(line).group(3) == "3" for line in lines[world1:]), report
+    assert {int(m.group(3)) for m in resumed} == {last_step}, report
+    assert len({m.group(4) for m in resumed}) == 1, report
+    assert any(m.group(3) == "3" for m in matches(STEP, lines[world1:])), report
     assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
 
 
@@ -126,11 +132,11 @@ def test_the_reset_limit_stops_the_job(cluster):
     proc, log = start(cluster, "--min-np", "1", "--max-np", "3", "--reset-limit", "1", "-H",
                       cluster.host_list((1, 1, 1)), epochs=40)
     assert log.wait_for(commit_line(3), 120), log.text()[-4000:]
-    kill_rank(cluster, 2)
+    kill_ranks(cluster, 2)
     assert log.wait_for(lambda line: (m := STEP.match(line)) is not None and m.group(3) == "2", 120), log.text()
-    kill_rank(cluster, 1)
+    kill_ranks(cluster, 1)
     code, text = finish(proc, log)
-    report = f"exit {code}\n" + "\n".join(line for line in text.splitlines() if not STEP.match(line))[-6000:]
+    report = f"exit {code}\n{without_steps(text)}"
     assert code == 1, report
     assert re.search(r"stopping: world 1: lost rank 1 on \S+ \(signal 9\).*reset 2, over --reset-limit 1", text), report
 
@@ -140,10 +146,9 @@ def test_every_rank_lost_resumes_from_the_checkpoint(cluster):
     proc, log = start(cluster, "--min-np", "3", "--max-np", "3", "--checkpoint-path", checkpoint, "-H",
                       cluster.host_list((1, 1, 1)), epochs=10)
     assert log.wait_for(commit_line(4), 120), log.text()[-4000:]
-    for host in range(3):
-        kill_rank(cluster, host)
+    kill_ranks(cluster, 0, 1, 2)
     code, text = finish(proc, log)
-    report = f"exit {code}\n" + "\n".join(line for line in text.splitlines() if not STEP.match(line))[-6000:]
+    report = f"exit {code}\n{without_steps(text)}"
     assert code == 0, report
     assert "every rank was lost; resuming from the newest committed state" in text, report
     m = re.search(r"resumes from commit (\d+) \(checkpoint ", text)
@@ -154,8 +159,7 @@ def test_every_rank_lost_resumes_from_the_checkpoint(cluster):
 def test_every_rank_lost_without_a_checkpoint_stops_the_job(cluster):
     proc, log = start(cluster, "--min-np", "2", "--max-np", "2", "-H", cluster.host_list((1, 1)), epochs=40)
     assert log.wait_for(commit_line(2), 120), log.text()[-4000:]
-    for host in range(2):
-        kill_rank(cluster, host)
+    kill_ranks(cluster, 0, 1)
     code, text = finish(proc, log)
     report = f"exit {code}\n{text[-4000:]}"
     assert code == 1, report

@@ -55,8 +55,9 @@ def service():
     s.server.server_close()
 
 
-def finished_world(service, left=(), exits=()):
+def finished_world(service, left=(), exits=(), registered=(0, 1, 2)):
     record = service.new_world(0, [("a", 1), ("b", 1), ("c", 1)])
+    record.registered.update({rank: 1000 + rank for rank in registered})
     record.left.update(left)
     record.exits.update(exits)
     return record
@@ -79,6 +80,13 @@ def test_verdicts(service):
         driver.judge(service, everyone, 137)
     service.offer_state(4, b"state")
     assert "resuming from the newest committed state" in driver.judge(service, everyone, 137)
+    finished_then_lost = finished_world(service, left={0: "done", 1: "done"}, exits={2: "signal 9"})
+    assert driver.judge(service, finished_then_lost, 137) is None
+    timed_out = finished_world(service, left={0: "failure", 1: "failure", 2: "failure"})
+    assert "lost contact with each other, though none ended" in driver.judge(service, timed_out, 75)
+    never_started = finished_world(service, registered=())
+    with pytest.raises(ElasticError, match="no rank started"):
+        driver.judge(service, never_started, 1)
 
 
 def test_service_keeps_the_newest_state_and_wants_the_token(service):

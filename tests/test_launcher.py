@@ -262,9 +262,11 @@ def test_ctrl_c_keeps_what_the_ranks_print_while_stopping():
 
 
 def test_stdin_that_is_not_a_terminal_reaches_rank_0():
+    # One write per line: print() writes its pieces separately, and the two
+    # ranks' pieces can interleave ("gotgot 0 hello").
     result = subprocess.run(launcher("-np", "2", sys.executable, "-c",
-                                     "import os; print('got', os.environ['PMI_RANK'], input() if "
-                                     "os.environ['PMI_RANK'] == '0' else '-')"),
+                                     "import os, sys; r = os.environ['PMI_RANK']; "
+                                     "sys.stdout.write(f'got {r} ' + (input() if r == '0' else '-') + '\\n')"),
                             cwd=REPO, env=launcher_env(), input="hello\n", capture_output=True, text=True,
                             timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr

@@ -57,8 +57,6 @@ class DriverClient:
             return None
         return body.decode() if status == 200 else ""
 
-
-
 def driver(rank=None):
     """The client for this process's elastic job, or None outside one."""
     address = os.environ.get(ENV_DRIVER)

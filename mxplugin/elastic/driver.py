@@ -24,13 +24,16 @@ import sys
 import threading
 import time
 
-from mxplugin.elastic import client as _client
+from mxplugin.elastic import protocol
 from mxplugin.elastic.discovery import DiscoveryError, DiscoveryScript, FixedHosts, usable
 from mxplugin.elastic.service import DriverService
 from mxplugin.hosts import UsageError, is_local_host, unreachable_hosts
 from mxplugin.job import run_job
 
 SIOCGIFADDR = 0x8915
+# A job whose worlds keep ending before anything new is committed (ranks
+# dying at start-up, say) stops rather than restart forever.
+MAX_WORLDS_WITHOUT_PROGRESS = 3
 
 
 class ElasticError(Exception):
@@ -74,8 +77,19 @@ class ElasticDriver:
         sys.stderr.flush()
 
     # -- hosts ------------------------------------------------------------------------------
-    def discover(self):
-        return usable(self.discovery.find(), self.excluded, self.max_np)
+    def choose(self, found):
+        """The hosts of a world from those found: the ones not left out for
+        good nor unreachable now (every candidate is probed, then the list
+        is cut at --max-np, so the watcher's view agrees with it)."""
+        candidates = [(h, s) for h, s in found if h not in self.excluded]
+        unreachable = dict(unreachable_hosts(candidates, self.args.rsh, self.args.ssh_connect_timeout))
+        if unreachable and set(unreachable) != self.unreachable:
+            self.say(f"leaving out for now: {', '.join(unreachable.values())}")
+        self.unreachable = set(unreachable)
+        return self.usable_now(found)
+
+    def usable_now(self, found):
+        return usable(found, {**self.excluded, **dict.fromkeys(self.unreachable)}, self.max_np)
 
     def wait_for_hosts(self):
         """Hosts with at least --min-np slots, waiting up to --elastic-timeout."""
@@ -83,12 +97,7 @@ class ElasticDriver:
         last_error, hosts = None, []
         while True:
             try:
-                hosts = self.discover()
-                unreachable = dict(unreachable_hosts(hosts, self.args.rsh, self.args.ssh_connect_timeout))
-                if unreachable:
-                    self.say(f"leaving out for now: {', '.join(unreachable.values())}")
-                    hosts = [(h, s) for h, s in hosts if h not in unreachable]
-                self.unreachable = set(unreachable)
+                hosts = self.choose(self.discovery.find())
                 last_error = None
             except DiscoveryError as exc:
                 last_error = exc
@@ -107,8 +116,7 @@ class ElasticDriver:
         """While a world runs: tells its ranks when the usable hosts change."""
         while not self.stop_watching.wait(self.args.discovery_interval):
             try:
-                now = usable(self.discovery.find(), {**self.excluded, **dict.fromkeys(self.unreachable)},
-                             self.max_np)
+                now = self.usable_now(self.discovery.find())
             except DiscoveryError as exc:
                 self.say(f"host discovery failed (hosts kept as they are): {exc}")
                 continue
@@ -125,22 +133,26 @@ class ElasticDriver:
         except ElasticError as exc:
             self.say(f"stopping: {exc}")
             return 1
+        except KeyboardInterrupt:  # between worlds (waiting for hosts, say); within one run_job handles it
+            self.say("interrupted (Ctrl-C): stopping")
+            return 130
         finally:
             service.stop()
 
     def _run(self, service):
         resets, number = 0, 0
+        stalled, last_progress = 0, -1
         while True:
             hosts = self.wait_for_hosts()
             size = sum(s for _, s in hosts)
             record = service.new_world(number, hosts)
             self.world_hosts = hosts
             env = dict(self.env)
-            env[_client.ENV_DRIVER] = f"{advertised_address(self.args.network_interface, hosts)}:{service.port}"
-            env[_client.ENV_TOKEN] = service.token
-            env[_client.ENV_WORLD] = str(number)
+            env[protocol.ENV_DRIVER] = f"{advertised_address(self.args.network_interface, hosts)}:{service.port}"
+            env[protocol.ENV_TOKEN] = service.token
+            env[protocol.ENV_WORLD] = str(number)
             if self.args.checkpoint_path:
-                env[_client.ENV_CHECKPOINT] = os.path.abspath(self.args.checkpoint_path)
+                env[protocol.ENV_CHECKPOINT] = os.path.abspath(self.args.checkpoint_path)
             command = self.make_command(hosts, size)
             self.say(f"world {number}: {size} rank{'s' if size != 1 else ''} on {fmt_hosts(hosts)}")
             if self.args.verbose:
@@ -150,7 +162,10 @@ class ElasticDriver:
             watcher.start()
             received = []
             try:
-                code = run_job(command, env, self.prog, size, received)
+                # After the user's stop, ranks ending by the signal are not
+                # lost ranks: the others must not leave mid-way through
+                # whatever they do on an interrupt.
+                code = run_job(command, env, self.prog, size, received, on_interrupt=service.stop_judging)
             finally:
                 self.stop_watching.set()
                 watcher.join()
@@ -160,6 +175,12 @@ class ElasticDriver:
             if verdict is None:
                 self.say(f"world {number} finished")
                 return 0
+            progress = service.state_commit()
+            stalled = stalled + 1 if progress <= last_progress else 0
+            last_progress = max(last_progress, progress)
+            if stalled >= MAX_WORLDS_WITHOUT_PROGRESS:
+                raise ElasticError(f"{verdict}; {stalled} worlds in a row ended without a new commit, so the "
+                                   "job is not getting anywhere")
             resets += 1
             limit = self.args.reset_limit
             if limit is not None and resets > limit:
@@ -174,15 +195,17 @@ class ElasticDriver:
         with service.lock:
             left, exits = dict(record.left), dict(record.exits)
         size = sum(s for _, s in record.hosts)
-        if len(left) == size and all(why == "done" for why in left.values()):
-            return None  # mpiexec's own code may still say that ranks ended after others
+        with service.lock:
+            registered = dict(record.registered)
+        if not registered and not exits:
+            raise ElasticError(f"world {record.number}: no rank started (see mpiexec's output above)")
         leavers = [r for r, why in left.items() if why in ("failure", "hosts")]
         lost, errors = [], []
         for rank in range(size):
             if rank in left:
                 continue
             how = exits.get(rank)
-            if how is None or how.startswith("signal") or how == f"code {_client.EXIT_RESET}":
+            if how is None or how.startswith("signal") or how == f"code {protocol.EXIT_RESET}":
                 lost.append((rank, how or "gone without a word"))
             elif how != "code 0":
                 errors.append((rank, how))
@@ -191,6 +214,14 @@ class ElasticDriver:
                                for r, how in errors)
             raise ElasticError(f"world {record.number}: {listed}: an error in the training script, not a lost "
                                "process, so a restart would fail the same way")
+        if "done" in left.values() and not leavers:
+            # The training function returned (on every rank, since its last
+            # collective completed); mpiexec's own code may still count a
+            # rank lost afterwards.
+            if lost:
+                self.say(f"world {record.number}: lost after training finished: "
+                         + ", ".join(f"rank {r} on {record.host_of(r)} ({how})" for r, how in lost))
+            return None
         if not lost and not leavers:
             if code == 0:
                 return None
@@ -208,7 +239,9 @@ class ElasticDriver:
             listed = ", ".join(f"rank {r} on {record.host_of(r)} ({how})" for r, how in lost)
             return (f"world {record.number}: lost {listed}; left out from now on: "
                     f"{', '.join(sorted({record.host_of(r) for r, _ in lost}))}")
-        return f"world {record.number}: hosts changed"
+        if any(left[r] == "hosts" for r in leavers):
+            return f"world {record.number}: hosts changed"
+        return f"world {record.number}: ranks lost contact with each other, though none ended"
 
     def checkpoint_exists(self):
         return bool(self.args.checkpoint_path) and os.path.exists(self.args.checkpoint_path)

@@ -21,8 +21,9 @@ import threading
 
 import mxplugin as hvd
 from mxplugin.elastic import client as _client
+from mxplugin.elastic.protocol import EXIT_RESET
 from mxplugin.elastic.state import HostsUpdatedInterrupt, read_checkpoint
-from mxplugin.errors import PeerFailureError
+from mxplugin.errors import LOST_CONTACT, PeerFailureError
 
 try:
     from mxnet.base import MXNetError
@@ -34,7 +35,7 @@ def is_peer_failure(exc):
     """A collective failed because a peer is gone (not a bug on this rank)."""
     if isinstance(exc, PeerFailureError):
         return True
-    return isinstance(exc, MXNetError) and "lost contact" in str(exc)
+    return isinstance(exc, MXNetError) and LOST_CONTACT in str(exc)
 
 
 def _log(text):
@@ -65,35 +66,36 @@ def _start(state, client):
 
 
 # One way out per process: the training thread and the watcher may both
-# find the world broken at once.
+# find the world broken at once. `_finished`: the function returned here;
+# a peer lost after that changes nothing for this rank.
 _leaving = threading.Lock()
+_finished = threading.Event()
 
 
 def _leave(state, client, reason, hand_over):
-    _leaving.acquire()
-    if hand_over:
+    with _leaving:
+        if _finished.is_set():
+            return
         try:
-            with state.lock:
-                commits, data = state.commits_saved(), state.dumps()
-            if client.state_commit() < commits:
-                client.hand_over(commits, data)
-        except OSError as exc:
+            if hand_over:
+                commits = state.commits_saved()
+                if client.state_commit() < commits:
+                    client.hand_over(commits, state.dumps())
+            client.leave(reason)
+        except Exception as exc:  # noqa: BLE001 - whatever failed, this rank must still leave
             _log(f"cannot hand the state over to the launcher: {exc}")
-    try:
-        client.leave(reason)
-    except OSError:
-        pass
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Not MPI's clean-up: with a peer gone it can wait forever.
-    os._exit(_client.EXIT_RESET)
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            # Not MPI's clean-up: with a peer gone it can wait forever.
+            os._exit(EXIT_RESET)
 
 
 def _watch(state, client):
     """Leaves as soon as the launcher learns that a rank of this world ended
     (its supervisor tells it at once), rather than when this rank's
     collectives time out (MXPLUGIN_PEER_TIMEOUT_SECONDS)."""
-    while True:
+    while not _finished.is_set():
         try:
             why = client.wait_broken(30)
         except OSError:
@@ -134,6 +136,8 @@ def run(func):
             _log(f"a peer failed ({str(exc).splitlines()[0][:200]}); back to commit {state.commits_saved()}")
             _leave(state, client, "failure", hand_over=True)
         if client is not None:
+            with _leaving:
+                _finished.set()
             client.leave("done")
         return result
 

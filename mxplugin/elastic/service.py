@@ -55,6 +55,7 @@ class DriverService:
         self.changed = threading.Condition(self.lock)
         self.world = None
         self.state = None  # (commit number, bytes)
+        self.judging = True  # False once the user stopped the job: ranks ending then are not lost
         self.server = http.server.ThreadingHTTPServer(("0.0.0.0", 0), _handler_for(self))
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, name="mxplugin-elastic-driver",
@@ -77,6 +78,10 @@ class DriverService:
             self.world = WorldRecord(number, hosts)
             self.changed.notify_all()
             return self.world
+
+    def stop_judging(self):
+        with self.lock:
+            self.judging = False
 
     def mark_hosts_updated(self):
         with self.lock:
@@ -121,7 +126,7 @@ class DriverService:
                 return 200, {}, b""
             if path == "/exit" and method == "POST":
                 how = world.exits[rank] = query.get("how", "?")
-                if how != "code 0" and rank not in world.left and world.broken is None:
+                if how != "code 0" and rank not in world.left and world.broken is None and self.judging:
                     world.broken = f"rank {rank} on {world.host_of(rank)} ended ({how})"
                     self.changed.notify_all()
                 return 200, {}, b""

@@ -4,7 +4,12 @@ A state is committed in memory (`commit()`): a copy the ranks can go back
 to (`restore()`) when a peer fails mid-step. When a world ends, its ranks
 hand the committed copy to the launcher (mxplugin.elastic.runner), and the
 next world's rank 0 starts from the newest copy and gives it to every rank
-(`sync()`)."""
+(`sync()`).
+
+The committed copy is one snapshot (a dict) built whole, then swapped in
+under the state's lock: the runner's watcher thread may hand it over at
+any moment, and a commit cut short (a peer failing while the parameters
+are copied) must leave the previous snapshot, not a mix labelled new."""
 import copy
 import os
 import pickle
@@ -21,26 +26,31 @@ class HostsUpdatedInterrupt(RuntimeError):
     """Raised on every rank at commit() when the launcher has found a change
     in the hosts: `mxplugin.elastic.run` then ends this world so that the
     launcher can start one with the new hosts, from the state just
-    committed."""
+    committed. `skip_sync` is accepted for horovod's signature; a new world
+    always syncs."""
+
+    def __init__(self, message="the launcher's hosts changed", skip_sync=False):
+        super().__init__(message)
+        self.skip_sync = skip_sync
 
 
 class State:
-    """Base of the elastic states. Subclasses implement save() (copy the
-    current values aside), restore() (go back to the copy), sync() (give
-    rank 0's current values to every rank), and dumps()/loads() of the
-    committed copy."""
+    """Base of the elastic states. A subclass implements snapshot(commits)
+    (a picklable dict of copies of the current values, with "commits"),
+    apply(snapshot) (make the current values the snapshot's) and sync()
+    (give rank 0's current values to every rank, then save())."""
 
     def __init__(self):
         self._reset_callbacks = []
         self.commits = 0  # commit() calls that this state's values have gone through
-        # Held while the committed copy changes or is read: the runner's
-        # watcher thread may hand it over while the training thread commits.
-        self.lock = threading.RLock()
+        self.lock = threading.RLock()  # held while the committed snapshot is swapped or read
+        self._saved = None
 
     def register_reset_callbacks(self, callbacks):
         """Functions called with no arguments after every reset, once the
-        state is restored in the new world (to set the learning rate for the
-        new size, say)."""
+        state is restored and synced in the new world (to set the learning
+        rate for the new size, say). Unlike horovod, they run after the
+        sync, so that the restored optimizer does not undo them."""
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
@@ -51,12 +61,13 @@ class State:
         """Keeps the current values as the ones to go back to (in memory; also
         written to the launcher's --checkpoint-path by rank 0 when it gave
         one), then checks for changed hosts (check_host_updates)."""
+        snapshot = self.snapshot(self.commits + 1)  # may fail (a lost peer): nothing changes then
         with self.lock:
-            self.commits += 1
-            self.save()
-            data = self.dumps() if _client.checkpoint_path() and hvd.rank() == 0 else None
-        if data is not None:
-            write_checkpoint(_client.checkpoint_path(), self.commits, data)
+            self._saved = snapshot
+            self.commits = snapshot["commits"]
+        path = _client.checkpoint_path()
+        if path and hvd.rank() == 0:
+            write_checkpoint(path, self.commits, pickle.dumps(snapshot))
         self.check_host_updates()
 
     def check_host_updates(self):
@@ -68,27 +79,48 @@ class State:
             return
         updated = client.hosts_updated() if hvd.rank() == 0 else None
         if hvd.broadcast_object(updated, root_rank=0, name="mxplugin.elastic.hosts_updated"):
-            raise HostsUpdatedInterrupt("the launcher's hosts changed")
-
-    def commits_saved(self):
-        """The commit count of the committed copy."""
-        return self.commits
+            raise HostsUpdatedInterrupt()
 
     def save(self):
-        raise NotImplementedError
+        """Takes the current values as the committed snapshot (no new commit)."""
+        snapshot = self.snapshot(self.commits)
+        with self.lock:
+            self._saved = snapshot
 
     def restore(self):
+        """Goes back to the committed snapshot."""
+        with self.lock:
+            snapshot = self._saved
+        self.apply(snapshot)
+        self.commits = snapshot["commits"]
+
+    def commits_saved(self):
+        with self.lock:
+            return self._saved["commits"]
+
+    def dumps(self):
+        """The committed snapshot, as bytes."""
+        with self.lock:
+            return pickle.dumps(self._saved)
+
+    def loads(self, data):
+        """Makes `data` (from dumps()) the committed snapshot and restores it."""
+        snapshot = pickle.loads(data)
+        self.check_snapshot(snapshot)
+        with self.lock:
+            self._saved = snapshot
+        self.restore()
+
+    def check_snapshot(self, snapshot):
+        """Raises ValueError when `snapshot` cannot be applied to this state."""
+
+    def snapshot(self, commits):
+        raise NotImplementedError
+
+    def apply(self, snapshot):
         raise NotImplementedError
 
     def sync(self):
-        raise NotImplementedError
-
-    def dumps(self):
-        """The committed copy, as bytes."""
-        raise NotImplementedError
-
-    def loads(self, data):
-        """Makes `data` (from dumps()) the committed copy and restores it."""
         raise NotImplementedError
 
 
@@ -101,21 +133,16 @@ class ObjectState(State):
         self._names = sorted(values)
         for name, value in values.items():
             setattr(self, name, value)
-        self._saved = None
-        ObjectState.save(self)
+        self.save()
 
     def _values(self):
         return {name: getattr(self, name) for name in self._names}
 
-    def save(self):
-        self._saved = (self.commits, copy.deepcopy(self._values()))
+    def snapshot(self, commits):
+        return {"commits": commits, "objects": copy.deepcopy(self._values())}
 
-    def commits_saved(self):
-        return self._saved[0]
-
-    def restore(self):
-        self.commits, values = self._saved
-        for name, value in copy.deepcopy(values).items():
+    def apply(self, snapshot):
+        for name, value in copy.deepcopy(snapshot["objects"]).items():
             setattr(self, name, value)
 
     def sync(self):
@@ -124,14 +151,7 @@ class ObjectState(State):
         self.commits = commits
         for name, value in values.items():
             setattr(self, name, value)
-        ObjectState.save(self)
-
-    def dumps(self):
-        return pickle.dumps({"objects": self._saved})
-
-    def loads(self, data):
-        self._saved = pickle.loads(data)["objects"]
-        ObjectState.restore(self)
+        self.save()
 
 
 class GluonState(ObjectState):
@@ -141,46 +161,37 @@ class GluonState(ObjectState):
 
     def __init__(self, net, trainer, **values):
         self.net, self.trainer = net, trainer
-        self._saved_params = self._saved_trainer = None
         super().__init__(**values)
-        self.save()
 
     def _params(self):
         # Structural names ("0.weight"), the same in every process that
         # builds the same block, unlike the global-counter prefixes.
         return self.net._collect_params_with_prefix()
 
-    def save(self):
-        super().save()
-        self._saved_params = {name: p.data().asnumpy() for name, p in self._params().items()}
-        self._saved_trainer = trainer_states(self.trainer)
+    def snapshot(self, commits):
+        snapshot = super().snapshot(commits)
+        snapshot["params"] = {name: p.data().asnumpy() for name, p in self._params().items()}
+        snapshot["trainer"] = trainer_states(self.trainer)
+        return snapshot
 
-    def restore(self):
-        super().restore()
+    def apply(self, snapshot):
+        super().apply(snapshot)
         for name, p in self._params().items():
-            p.set_data(mx.nd.array(self._saved_params[name], dtype=p.dtype))
-        load_trainer_states(self.trainer, self._saved_trainer)
+            p.set_data(mx.nd.array(snapshot["params"][name], dtype=p.dtype))
+        load_trainer_states(self.trainer, snapshot["trainer"])
+
+    def check_snapshot(self, snapshot):
+        missing = sorted(set(self._params()) - set(snapshot.get("params", {})))
+        if missing:
+            raise ValueError(f"the handed-over state has no values for parameters {', '.join(missing[:5])}: "
+                             "was it made by the same network?")
 
     def sync(self):
         hvd.broadcast_parameters(self._params(), root_rank=0, prefix="mxplugin.elastic.")
         blob = hvd.broadcast_object(trainer_states(self.trainer) if hvd.rank() == 0 else None, root_rank=0,
                                     name="mxplugin.elastic.trainer")
         load_trainer_states(self.trainer, blob)
-        super().sync()
-        self._saved_params = {name: p.data().asnumpy() for name, p in self._params().items()}
-        self._saved_trainer = blob
-
-    def dumps(self):
-        return pickle.dumps({"objects": self._saved, "params": self._saved_params, "trainer": self._saved_trainer})
-
-    def loads(self, data):
-        loaded = pickle.loads(data)
-        self._saved, self._saved_params, self._saved_trainer = loaded["objects"], loaded["params"], loaded["trainer"]
-        missing = sorted(set(self._params()) - set(self._saved_params))
-        if missing:
-            raise ValueError(f"the handed-over state has no values for parameters {', '.join(missing[:5])}: "
-                             "was it made by the same network?")
-        self.restore()
+        super().sync()  # the values, then one snapshot of everything
 
 
 def trainer_states(trainer):
@@ -201,10 +212,13 @@ def load_trainer_states(trainer, data):
 
 
 def write_checkpoint(path, commits, data):
-    """Writes atomically: a rank killed while writing leaves the last whole one."""
+    """Writes atomically and durably: a rank killed while writing, or a
+    machine that loses power, leaves the last whole checkpoint."""
     tmp = f"{path}.tmp.{os.getpid()}"
     with open(tmp, "wb") as f:
         f.write(pickle.dumps((commits, data)))
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

@@ -52,13 +52,17 @@ def main(argv):
     if not argv:
         print("usage: python supervisor.py CMD [ARGS...]", file=sys.stderr)
         return 2
-    # close_fds=False: the rank talks to MPICH's launcher over the
-    # descriptor named in PMI_FD, inherited from here.
-    child = subprocess.Popen(argv, close_fds=False)
+    # Handlers first: a signal between the start and them would end this
+    # supervisor, and MPICH would then tear the whole job down.
+    children = []
+    stops = []  # a stop that came before the child existed
 
     def forward(signum, _frame):
+        if not children:
+            stops.append(signum)
+            return
         try:
-            child.send_signal(signum)
+            children[0].send_signal(signum)
         except ProcessLookupError:
             pass
 
@@ -66,9 +70,15 @@ def main(argv):
         signal.signal(sig, forward)
     # With -disable-auto-cleanup MPICH's launcher sends SIGUSR1 to the ranks
     # still running when one ends; its default action would end this
-    # supervisor (and a rank it was passed to), though the ranks find lost
-    # peers themselves.
+    # supervisor, though the ranks find lost peers themselves. (The rank
+    # inherits the disposition: ignoring it there is as right.)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    # close_fds=False: the rank talks to MPICH's launcher over the
+    # descriptor named in PMI_FD, inherited from here.
+    child = subprocess.Popen(argv, close_fds=False)
+    children.append(child)
+    for signum in stops:
+        child.send_signal(signum)
     returncode = child.wait()
     report_exit(f"signal {-returncode}" if returncode < 0 else f"code {returncode}")
     return 128 - returncode if returncode < 0 else returncode
