@@ -102,6 +102,28 @@ def test_a_lost_rank_costs_at_most_the_steps_since_the_last_commit(cluster):
     print(f"kill to first step at 2 ranks: {resumed[1] - killed_at:.1f} s; steps lost {lost}")
 
 
+def test_a_lost_host_takes_only_its_rank_the_others_hand_over(cluster):
+    """Everything on the third host dies at once (rank, supervisor, MPICH's
+    proxy), as when a machine fails: mpiexec ends and kills the other
+    ranks' process groups, but the ranks outlive that in sessions of their
+    own and hand their state over when the launcher tells them."""
+    proc, log = start(cluster, "--min-np", "2", "--max-np", "3", "-H", cluster.host_list((1, 1, 1)), epochs=10)
+    assert log.wait_for(commit_line(4), 120), log.text()[-4000:]
+    for pid in cluster.pids(2, ""):
+        os.kill(pid, 9)
+    code, text = finish(proc, log)
+    report = f"exit {code}\n{without_steps(text)}"
+    assert code == 0, report
+    assert re.search(rf"lost rank 2 on {cluster.hosts[2]} \(gone without a word: its host was probably lost\)",
+                     text), report
+    lines = text.splitlines()
+    world1 = next(i for i, line in enumerate(lines) if "world 1: 2 ranks" in line)
+    last_commit = matches(COMMIT, lines[:world1])[-1]
+    m = re.search(r"resumes from commit (\d+) \(the state handed over", "\n".join(lines[world1:]))
+    assert m and int(m.group(1)) == int(last_commit.group(1)), report
+    assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
+
+
 def test_a_host_found_by_discovery_joins_at_the_next_commit_with_the_state(cluster):
     hosts_file = os.path.join(cluster.dir, "hosts")
     with open(hosts_file, "w") as f:

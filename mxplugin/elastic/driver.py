@@ -34,6 +34,11 @@ SIOCGIFADDR = 0x8915
 # A job whose worlds keep ending before anything new is committed (ranks
 # dying at start-up, say) stops rather than restart forever.
 MAX_WORLDS_WITHOUT_PROGRESS = 3
+# How long ranks that outlived mpiexec (a lost host ends it) get to hand
+# their state over and leave, and how long without a word from any of them
+# ends the wait sooner (the ranks of the lost host say nothing).
+SETTLE_S = 30
+SETTLE_QUIET_S = 5
 
 
 class ElasticError(Exception):
@@ -171,6 +176,8 @@ class ElasticDriver:
                 watcher.join()
             if received:  # Ctrl-C, SIGTERM: the user's stop, not a fault
                 return code
+            service.end_world(f"mpiexec ended (exit {code}): a host was probably lost")
+            service.wait_settled(SETTLE_S, SETTLE_QUIET_S)
             verdict = self.judge(service, record, code)
             if verdict is None:
                 self.say(f"world {number} finished")
@@ -206,7 +213,7 @@ class ElasticDriver:
                 continue
             how = exits.get(rank)
             if how is None or how.startswith("signal") or how == f"code {protocol.EXIT_RESET}":
-                lost.append((rank, how or "gone without a word"))
+                lost.append((rank, how or "gone without a word: its host was probably lost"))
             elif how != "code 0":
                 errors.append((rank, how))
         if errors:

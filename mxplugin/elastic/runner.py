@@ -3,21 +3,29 @@ survives lost ranks and changed hosts.
 
 Note [Worlds]: an MPI world cannot grow or shrink, so each change of ranks
 is a new world, a new mpiexec started by the launcher
-(mxplugin.elastic.driver). Within a world the function runs once. When a
-peer fails mid-step, the survivors' collectives fail (PeerFailureError, or
-an MXNetError naming the lost contact); each survivor goes back to its last
-commit and hands that copy to the launcher, which keeps the newest one.
-When the launcher finds new hosts, every rank raises HostsUpdatedInterrupt
-at its next commit, and rank 0 hands over the state it just committed.
-Either way the ranks then leave with EXIT_RESET, without MPI's clean-up
-(a peer is gone, it could wait forever). In the next world, rank 0 starts
-from the newest copy (or from the launcher's checkpoint when no rank
-survived), gives it to every rank (State.sync) and the reset callbacks run;
-then the function runs again, from the restored values."""
+(mxplugin.elastic.driver). Within a world the function runs once.
+- A rank is lost: its supervisor tells the launcher at once, and the
+  launcher tells the others (the watcher thread here long-polls it). When
+  a whole host is lost (its MPICH proxy too), mpiexec ends and kills the
+  other ranks' process groups; ranks run in sessions of their own, so they
+  outlive that, and the launcher tells them the world is over. Either way
+  each survivor hands its last committed snapshot to the launcher, which
+  keeps the newest. A rank whose collectives fail first (PeerFailureError,
+  an MXNetError naming the lost contact) does the same.
+- The launcher finds new hosts: every rank raises HostsUpdatedInterrupt at
+  its next commit, and rank 0 hands over the snapshot it just committed.
+Then the ranks leave with EXIT_RESET, without MPI's clean-up (a peer is
+gone: it could wait forever). A rank that cannot reach the launcher for
+LAUNCHER_GONE_TRIES seconds leaves too: there is no job without it. In the
+next world, rank 0 starts from the newest snapshot (or the launcher's
+checkpoint when no rank survived), gives it to every rank (State.sync) and
+the reset callbacks run; then the function runs again, from the restored
+values."""
 import functools
 import os
 import sys
 import threading
+import time
 
 import mxplugin as hvd
 from mxplugin.elastic import client as _client
@@ -39,8 +47,11 @@ def is_peer_failure(exc):
 
 
 def _log(text):
-    sys.stderr.write(f"mxplugin: elastic: rank {hvd.rank()}: {text}\n")
-    sys.stderr.flush()
+    try:
+        sys.stderr.write(f"mxplugin: elastic: rank {hvd.rank()}: {text}\n")
+        sys.stderr.flush()
+    except OSError:  # MPICH's proxy, which read our output, is gone with a lost host
+        pass
 
 
 def _start(state, client):
@@ -65,6 +76,9 @@ def _start(state, client):
         state.on_reset()
 
 
+# Tries, a second apart, before a rank takes the launcher for gone.
+LAUNCHER_GONE_TRIES = 10
+
 # One way out per process: the training thread and the watcher may both
 # find the world broken at once. `_finished`: the function returned here;
 # a peer lost after that changes nothing for this rank.
@@ -85,8 +99,11 @@ def _leave(state, client, reason, hand_over):
         except Exception as exc:  # noqa: BLE001 - whatever failed, this rank must still leave
             _log(f"cannot hand the state over to the launcher: {exc}")
         finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except OSError:
+                    pass
             # Not MPI's clean-up: with a peer gone it can wait forever.
             os._exit(EXIT_RESET)
 
@@ -95,13 +112,22 @@ def _watch(state, client):
     """Leaves as soon as the launcher learns that a rank of this world ended
     (its supervisor tells it at once), rather than when this rank's
     collectives time out (MXPLUGIN_PEER_TIMEOUT_SECONDS)."""
+    failures = 0
     while not _finished.is_set():
         try:
             why = client.wait_broken(30)
+            failures = 0
         except OSError:
-            return  # the launcher is gone; the collectives' timeout still ends this rank
-        if why is None:
-            return
+            # The launcher is gone (or a blip): without it there is no job,
+            # and this rank may have outlived its supervisor (Note [Worlds]).
+            failures += 1
+            if failures >= LAUNCHER_GONE_TRIES:
+                _log("the launcher does not answer: leaving")
+                os._exit(EXIT_RESET)
+            time.sleep(1)
+            continue
+        if why is None:  # this world is over without us: nothing to hand over any more
+            os._exit(EXIT_RESET)
         if why:
             _log(f"the launcher says {why}; back to commit {state.commits_saved()}")
             _leave(state, client, "failure", hand_over=True)

@@ -15,6 +15,7 @@ import hmac
 import http.server
 import secrets
 import threading
+import time
 import urllib.parse
 
 from mxplugin.elastic.protocol import COMMIT_HEADER, TOKEN_HEADER
@@ -83,6 +84,32 @@ class DriverService:
         with self.lock:
             self.judging = False
 
+    def end_world(self, why):
+        """mpiexec has ended: ranks still running (a lost host took MPICH's
+        launcher down, Note [Worlds]) are told to hand over and leave."""
+        with self.lock:
+            if self.world is not None and self.world.broken is None:
+                self.world.broken = why
+                self.changed.notify_all()
+
+    def wait_settled(self, timeout, quiet):
+        """Waits until every rank that registered in the current world has
+        left or been reported ended, at most `timeout` seconds, and no longer
+        than `quiet` seconds without a word from any rank (ranks of a lost
+        host never say anything). True if every rank was accounted for."""
+        deadline = time.monotonic() + timeout
+        with self.lock:
+            world = self.world
+
+            def settled():
+                return all(r in world.left or r in world.exits for r in world.registered)
+
+            while not settled():
+                left = min(quiet, deadline - time.monotonic())
+                if left <= 0 or not self.changed.wait(left):  # time is up, or a quiet spell
+                    return settled()
+            return True
+
     def mark_hosts_updated(self):
         with self.lock:
             if self.world is not None:
@@ -123,12 +150,13 @@ class DriverService:
                 return 200, {}, b"1" if world.hosts_updated else b"0"
             if path == "/leave" and method == "POST":
                 world.left[rank] = query.get("reason", "failure")
+                self.changed.notify_all()
                 return 200, {}, b""
             if path == "/exit" and method == "POST":
                 how = world.exits[rank] = query.get("how", "?")
                 if how != "code 0" and rank not in world.left and world.broken is None and self.judging:
                     world.broken = f"rank {rank} on {world.host_of(rank)} ended ({how})"
-                    self.changed.notify_all()
+                self.changed.notify_all()
                 return 200, {}, b""
             if path == "/broken" and method == "GET":
                 self.changed.wait_for(lambda: world.broken is not None or self.world is not world,

@@ -74,8 +74,11 @@ def main(argv):
     # inherits the disposition: ignoring it there is as right.)
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     # close_fds=False: the rank talks to MPICH's launcher over the
-    # descriptor named in PMI_FD, inherited from here.
-    child = subprocess.Popen(argv, close_fds=False)
+    # descriptor named in PMI_FD, inherited from here. A session of its own:
+    # when a whole host is lost MPICH kills every other rank's process group
+    # at once, and the rank must outlive that long enough to hand its state
+    # over (the launcher tells it to, Note [Worlds]).
+    child = subprocess.Popen(argv, close_fds=False, start_new_session=True)
     children.append(child)
     for signum in stops:
         child.send_signal(signum)
