@@ -3,6 +3,8 @@ elastic launch on this machine, and the launcher's pieces on their own
 (discovery output, host choice, the verdict on a finished world, the
 service's token, usage errors)."""
 import argparse
+import os
+import signal
 import subprocess
 import sys
 
@@ -28,6 +30,28 @@ def test_elastic_launch_on_one_machine():
     assert "elastic: world 0: 2 ranks on localhost:2" in done.stderr, done.stderr[-4000:]
     assert "elastic: world 0 finished" in done.stderr, done.stderr[-4000:]
     assert "epoch 2: test accuracy" in done.stdout + done.stderr
+
+
+def test_ctrl_c_stops_an_elastic_job_rather_than_restart_it():
+    """The launcher's interrupt reaches every rank; ranks ending by it are
+    not lost ranks, so no new world starts."""
+    proc = subprocess.Popen([sys.executable, "-m", "mxplugin.run", "--min-np", "2", "--max-np", "2", sys.executable,
+                             "examples/mxnet_elastic_digits.py", "--epochs", "500", "--log-steps"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=rank_env(), cwd=REPO,
+                            start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if line.startswith("commit 2:"):
+                break
+        os.kill(proc.pid, signal.SIGINT)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, out[-3000:]
+    assert "interrupted (Ctrl-C): stopping all 2 ranks" in out, out[-3000:]
+    assert "world 1" not in out and "lost rank" not in out, out[-3000:]
 
 
 def test_discovery_output():
