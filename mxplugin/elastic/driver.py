@@ -175,7 +175,11 @@ class ElasticDriver:
                 self.stop_watching.set()
                 watcher.join()
             if received:  # Ctrl-C, SIGTERM: the user's stop, not a fault
-                return code
+                # The shell's 128 + signal: ranks may end in several ways as
+                # they stop (an interrupt swallowed in a destructor, a peer
+                # that already stopped), and mpiexec's code says which came
+                # last, not what happened.
+                return 128 + received[0]
             service.end_world(f"mpiexec ended (exit {code}): a host was probably lost")
             service.wait_settled(SETTLE_S, SETTLE_QUIET_S)
             verdict = self.judge(service, record, code)
