@@ -113,11 +113,15 @@ void Executor::Execute(const std::vector<Response>& responses, PendingRequests* 
       }
     }
     for (auto& kv : batches) {
+      Status st;
       try {
-        RunAllreduceBatch(kv.second);
-      } catch (const std::exception& e) {  // thrown before any request of the batch finished
-        for (Request* r : kv.second) finish_(*r, Status::Internal(std::string("allreduce failed: ") + e.what()));
+        st = RunAllreduce(kv.second);
+      } catch (const Error& e) {
+        st = e.status();
+      } catch (const std::exception& e) {
+        st = Status::Internal(std::string("allreduce failed: ") + e.what());
       }
+      for (Request* r : kv.second) finish_(*r, st);
     }
     for (auto& pr : rest) {
       Status st;
@@ -167,7 +171,7 @@ void Executor::Drain() {
 
 void Executor::RunFused(std::vector<Request*>& group) {
   if (group.size() == 1) {
-    Status st = RunAllreduce(*group[0]);
+    Status st = RunAllreduce({group[0]});
     finish_(*group[0], st);
     return;
   }
@@ -208,7 +212,7 @@ void Executor::RunFused(std::vector<Request*>& group) {
 Status Executor::RunOne(Request& req, const Response& resp) {
   if (req.control) return req.control();
   switch (req.meta.op) {
-    case OpType::kAllreduce: return RunAllreduce(req);
+    case OpType::kAllreduce: return RunAllreduce({&req});
     case OpType::kAllgather: return RunAllgather(req, resp);
     case OpType::kBroadcast: return RunBroadcast(req);
     case OpType::kAlltoall: return RunAlltoall(req, resp);
@@ -227,46 +231,28 @@ Status Executor::RunOne(Request& req, const Response& resp) {
 }
 
 // Large tensors of one dtype and op: reduced where they lie, in one call to
-// the data plane; scaling as in RunAllreduce.
-void Executor::RunAllreduceBatch(const std::vector<Request*>& batch) {
+// the data plane (Communicator::AllreduceMany); scaling, when asked for, is
+// one pass over each output (copy-and-scale for prescale when out of place).
+Status Executor::RunAllreduce(const std::vector<Request*>& batch) {
   const Request& first = *batch[0];
   auto t0 = Clock::now();
   std::vector<Communicator::Buffer> buffers;
   for (Request* r : batch) {
     const int64_t n = r->input.num_elements();
+    if (n == 0) continue;
     const void* send = r->input.data;
-    if (n > 0 && r->meta.prescale != 1.0) {
+    if (r->meta.prescale != 1.0) {
       CopyAndScale(r->output.data, r->input.data, n, r->meta.dtype, r->meta.prescale);
       send = r->output.data;
     }
     buffers.push_back({send, r->output.data, n});
   }
-  Status st = comm_->AllreduceMany(buffers, first.meta.dtype, first.meta.reduce_op);
+  Status st = buffers.empty() ? Status::Ok() : comm_->AllreduceMany(buffers, first.meta.dtype, first.meta.reduce_op);
   if (st.ok()) {
     for (Request* r : batch) ScaleInPlace(r->output.data, r->output.num_elements(), r->meta.dtype, r->meta.postscale);
   }
   auto t1 = Clock::now();
-  for (Request* r : batch) {
-    Trace(*r, "ALLREDUCE", t0, t1);
-    finish_(*r, st);
-  }
-}
-
-// Large tensors: reduced where they lie; scaling, when asked for, is one pass
-// over the output (copy-and-scale for prescale when out of place).
-Status Executor::RunAllreduce(Request& req) {
-  const int64_t n = req.input.num_elements();
-  if (n == 0) return Status::Ok();
-  const DataType dtype = req.meta.dtype;
-  auto t0 = Clock::now();
-  const void* send = req.input.data;
-  if (req.meta.prescale != 1.0) {
-    CopyAndScale(req.output.data, req.input.data, n, dtype, req.meta.prescale);
-    send = req.output.data;
-  }
-  Status st = comm_->Allreduce(send, req.output.data, n, dtype, req.meta.reduce_op);
-  if (st.ok()) ScaleInPlace(req.output.data, n, dtype, req.meta.postscale);
-  Trace(req, "ALLREDUCE", t0, Clock::now());
+  for (Request* r : batch) Trace(*r, "ALLREDUCE", t0, t1);
   return st;
 }
 

@@ -56,8 +56,7 @@ class Executor {
   void ExecuteGpu(const Plan& plan);
   void RunFused(std::vector<Request*>& group);
   Status RunOne(Request& req, const Response& resp);
-  Status RunAllreduce(Request& req);
-  void RunAllreduceBatch(const std::vector<Request*>& batch);
+  Status RunAllreduce(const std::vector<Request*>& batch);
   Status RunAllgather(Request& req, const Response& resp);
   Status RunBroadcast(Request& req);
   Status RunAlltoall(Request& req, const Response& resp);
