@@ -315,16 +315,23 @@ class DistributedTrainer(mx.gluon.Trainer):
     # -- checkpoints ----------------------------------------------------------------
     def save_states(self, fname):
         """Saves optimizer states (per parameter, loadable by this class or gluon.Trainer)."""
+        with open(fname, "wb") as f:
+            f.write(self.states_bytes())
+
+    def load_states(self, fname):
+        with open(fname, "rb") as f:
+            self.load_states_bytes(f.read())
+
+    def states_bytes(self):
+        """What save_states writes, without a file (elastic commits take it in memory)."""
         layout = self._prepare()
         states = dict(self._updaters[0].states)
         states.update(layout.param_states())
-        with open(fname, "wb") as f:
-            f.write(pickle.dumps((states, self._optimizer)))
+        return pickle.dumps((states, self._optimizer))
 
-    def load_states(self, fname):
+    def load_states_bytes(self, data):
         self._prepare()
-        with open(fname, "rb") as f:
-            loaded = pickle.loads(f.read())
+        loaded = pickle.loads(data)
         states, optimizer = loaded if isinstance(loaded, tuple) else (loaded, self._optimizer)
         optimizer.param_dict = {i: param for i, param in enumerate(self._params)}
         self._optimizer = optimizer

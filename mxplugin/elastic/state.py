@@ -195,7 +195,10 @@ class GluonState(ObjectState):
 
 
 def trainer_states(trainer):
-    """The trainer's optimizer and optimizer states, as bytes."""
+    """The trainer's optimizer and optimizer states, as bytes: in memory
+    from a DistributedTrainer, through a file from a gluon.Trainer."""
+    if hasattr(trainer, "states_bytes"):
+        return trainer.states_bytes()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "states")
         trainer.save_states(path)
@@ -204,6 +207,9 @@ def trainer_states(trainer):
 
 
 def load_trainer_states(trainer, data):
+    if hasattr(trainer, "load_states_bytes"):
+        trainer.load_states_bytes(data)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "states")
         with open(path, "wb") as f:
