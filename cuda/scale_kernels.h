@@ -9,7 +9,7 @@
 // synchronisation of the stream. Defined only in builds with
 // MXPLUGIN_WITH_CUDA; callers guard their calls with that macro.
 //
-// Arithmetic matches the CPU path (src/scale.h): float16/bfloat16 are scaled
+// Arithmetic matches the CPU path (src/common/scale.h): float16/bfloat16 are scaled
 // in float32 and rounded to nearest even, float32 in float32, float64 in
 // float64, integers in float64 and truncated toward zero.
 #pragma once

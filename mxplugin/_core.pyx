@@ -37,6 +37,8 @@ cdef _raise(int code):
         raise PeerFailureError(message)
     if code == MXP_STATUS_NOT_INITIALIZED:
         raise NotInitializedError(message)
+    if code == MXP_STATUS_WRONG_TYPE:
+        raise TypeError(message)
     raise MXPluginError(message)
 
 
@@ -115,6 +117,14 @@ cdef class _OpBatch:
             p[j] = values[j]
         self.keep.append(buf)
         return p
+
+    cdef const char* text(self, value):
+        """A str (or bytes) as a C string kept alive with the batch; NULL for None."""
+        if value is None:
+            return NULL
+        cdef bytes b = value.encode() if isinstance(value, str) else value
+        self.keep.append(b)
+        return b
 
     cdef set(self, int i, Op op, const char* group):
         cdef mxp_op* o = &self.ops[i]
@@ -292,11 +302,7 @@ cdef class Core:
         cdef int i
         cdef Handle handle
         cdef int rc
-        cdef bytes group_bytes = group.encode() if isinstance(group, str) else group
-        cdef const char* group_ptr = NULL
-        if group_bytes is not None:
-            batch.keep.append(group_bytes)
-            group_ptr = group_bytes
+        cdef const char* group_ptr = batch.text(group)
         for i in range(n):
             if not isinstance(ops[i], Op):
                 raise TypeError(f"enqueue takes Op records, got {type(ops[i]).__name__} at position {i}")
@@ -307,6 +313,38 @@ cdef class Core:
         handle = Handle()
         _check(mxp_enqueue_raw(self.c, batch.ops, n, process_set_id, &handle.h))
         return handle
+
+    def enqueue_mxnet_arrays(self, int op_type, list inputs, list outputs, list names, int reduce_op,
+                             double prescale, double postscale, int process_set_id, int priority, group):
+        """One call's group of NDArrays, inputs[i] -> outputs[i] of the same
+        shape (allreduce), pushed as one engine op. The MXNet adapter reads
+        each dtype and shape from the array (MXP_DTYPE_OF_ARRAY): reading them
+        here, through MXNet's Python API, costs several microseconds a tensor,
+        which a step with hundreds of gradients pays every time."""
+        cdef int n = len(inputs)
+        if len(outputs) != n or len(names) != n:
+            raise ArgumentError(f"enqueue_mxnet_arrays: {n} inputs, {len(outputs)} outputs, {len(names)} names")
+        cdef _OpBatch batch = _OpBatch(n)
+        cdef mxp_op* o
+        cdef bytes name
+        cdef int i
+        cdef const char* group_ptr = batch.text(group)
+        for i in range(n):
+            o = &batch.ops[i]  # zeroed: no shapes, splits or stream
+            name = (<str>names[i]).encode()
+            batch.keep.append(name)
+            o.name = name
+            o.op_type = op_type
+            o.reduce_op = reduce_op
+            o.dtype = MXP_DTYPE_OF_ARRAY
+            o.device = MXP_CPU_DEVICE  # the adapter reads it from the array
+            o.prescale = prescale
+            o.postscale = postscale
+            o.priority = priority
+            o.input = <void*><uintptr_t>inputs[i].handle.value
+            o.output = <void*><uintptr_t>outputs[i].handle.value
+            o.group = group_ptr
+        _check(mxp_mxnet_enqueue(self.c, batch.ops, n, process_set_id, priority))
 
 
 include "_core_optim.pxi"

@@ -148,19 +148,16 @@ def _check_scale(prescale_factor, postscale_factor):
     return float(prescale_factor), float(postscale_factor)
 
 
-def _allreduce_entries(tensors, outputs, base, op, prescale_factor, postscale_factor):
+def _push_allreduce(tensors, outputs, base, op, prescale_factor, postscale_factor, process_set, priority, name):
+    """Enqueues an allreduce of NDArrays `tensors` -> `outputs` (already
+    checked to be NDArrays) as one engine op. The adapter reads dtypes and
+    shapes from the arrays (an unsupported dtype is a TypeError naming the
+    tensor): this runs for every gradient of every step."""
     pre, post = _check_scale(prescale_factor, postscale_factor)
     reduce = _reduce_code(op)
-    m = _core_module()
-    op_record, op_type = m.Op, m.OP_ALLREDUCE
-    names = _group_names(base, len(tensors))
-    entries = []
-    for i, (t, o) in enumerate(zip(tensors, outputs)):
-        dtype, device, shape = _describe(t, f"tensor {i}" if len(tensors) > 1 else "tensor")
-        # _record, inlined: this loop runs for every tensor of a step
-        entries.append(op_record(names[i], op_type, dtype, shape, t.handle.value, o.handle.value, device=device,
-                                 reduce_op=reduce, prescale=pre, postscale=post))
-    return entries
+    core = basics._core()
+    core.enqueue_mxnet_arrays(_core_module().OP_ALLREDUCE, tensors, outputs, _group_names(base, len(tensors)),
+                              reduce, pre, post, _set_id(process_set), priority, _group_key(base, name))
 
 
 def _check_group(tensors):
@@ -184,9 +181,8 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0, 
     op = _resolve_op(average, op)
     _check_array(tensor)
     output = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
-    base = _base_name("allreduce", name)
-    _push(_allreduce_entries([tensor], [output], base, op, prescale_factor, postscale_factor), process_set,
-          priority, _group_key(base, name))
+    _push_allreduce([tensor], [output], _base_name("allreduce", name), op, prescale_factor, postscale_factor,
+                    process_set, priority, name)
     return output
 
 
@@ -194,9 +190,9 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
                process_set=global_process_set, op=None):
     """In-place allreduce; returns `tensor`."""
     op = _resolve_op(average, op)
-    base = _base_name("allreduce", name)
-    _push(_allreduce_entries([tensor], [tensor], base, op, prescale_factor, postscale_factor), process_set,
-          priority, _group_key(base, name))
+    _check_array(tensor)
+    _push_allreduce([tensor], [tensor], _base_name("allreduce", name), op, prescale_factor, postscale_factor,
+                    process_set, priority, name)
     return tensor
 
 
@@ -208,9 +204,8 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
         return tensors
     _check_group(tensors)
     outputs = [mx.nd.empty(t.shape, ctx=t.context, dtype=t.dtype) for t in tensors]
-    base = _base_name("allreduce", name)
-    _push(_allreduce_entries(list(tensors), outputs, base, op, prescale_factor, postscale_factor), process_set,
-          priority, _group_key(base, name))
+    _push_allreduce(list(tensors), outputs, _base_name("allreduce", name), op, prescale_factor, postscale_factor,
+                    process_set, priority, name)
     return outputs
 
 
@@ -222,9 +217,9 @@ def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_fa
         return tensors
     _check_group(tensors)
     _check_distinct(tensors)
-    base = _base_name("allreduce", name)
-    _push(_allreduce_entries(list(tensors), list(tensors), base, op, prescale_factor, postscale_factor),
-          process_set, priority, _group_key(base, name))
+    arrays = list(tensors)
+    _push_allreduce(arrays, arrays, _base_name("allreduce", name), op, prescale_factor, postscale_factor,
+                    process_set, priority, name)
     return tensors
 
 

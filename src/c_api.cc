@@ -55,18 +55,21 @@ std::vector<int64_t> Ints(const int64_t* p, int32_t n) {
   return n > 0 ? std::vector<int64_t>(p, p + n) : std::vector<int64_t>();
 }
 
-std::vector<TensorOp> OpsFromC(const mxp_op* ops, int32_t n) {
+// of_array: mxp_mxnet_enqueue's ops may leave dtype and shape to the
+// adapter (MXP_DTYPE_OF_ARRAY); they are filled in there.
+std::vector<TensorOp> OpsFromC(const mxp_op* ops, int32_t n, bool of_array_allowed = false) {
   std::vector<TensorOp> out(n);
   for (int32_t i = 0; i < n; ++i) {
     const mxp_op& c = ops[i];
-    if (!mxplugin::IsValidDataType(c.dtype)) {
+    const bool of_array = of_array_allowed && c.dtype == MXP_DTYPE_OF_ARRAY;
+    if (!of_array && !mxplugin::IsValidDataType(c.dtype)) {
       throw Error(Status::InvalidArgument("unsupported dtype code " + std::to_string(c.dtype)));
     }
     TensorOp& t = out[i];
     t.meta.name = c.name ? c.name : "";
     t.meta.op = static_cast<mxplugin::OpType>(c.op_type);
     t.meta.reduce_op = static_cast<mxplugin::ReduceOp>(c.reduce_op);
-    t.meta.dtype = static_cast<mxplugin::DataType>(c.dtype);
+    t.meta.dtype = static_cast<mxplugin::DataType>(of_array ? MXP_DTYPE_FLOAT32 : c.dtype);  // set by the adapter
     t.meta.device = c.device;
     t.meta.shape = Ints(c.shape, c.ndim);
     t.meta.root_rank = c.root_rank;
@@ -244,14 +247,16 @@ void mxp_handle_free(mxp_handle* handle) {
 int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, int32_t priority) {
   return Guard([&] {
     Core& c = CoreOf(core);
-    auto ts = OpsFromC(ops, n);
+    auto ts = OpsFromC(ops, n, true);
     std::vector<void*> inputs(n), outputs(n);
+    std::vector<bool> of_array(n);
     for (int32_t i = 0; i < n; ++i) {
       inputs[i] = ops[i].input;
       outputs[i] = ops[i].output;
+      of_array[i] = ops[i].dtype == MXP_DTYPE_OF_ARRAY;
     }
 #ifdef MXPLUGIN_WITH_MXNET
-    mxplugin::mxnet_adapter::PushCollective(&c, process_set_id, std::move(ts), inputs, outputs, priority);
+    mxplugin::mxnet_adapter::PushCollective(&c, process_set_id, std::move(ts), inputs, outputs, of_array, priority);
 #else
     (void)c, (void)process_set_id, (void)priority;
     throw Error(Status::InvalidArgument("mxplugin was built without MXNet (MXPLUGIN_WITH_MXNET=0)"));

@@ -98,7 +98,9 @@ int mxp_handle_done(mxp_handle* handle, int32_t* done);
 int mxp_handle_wait(mxp_handle* handle);
 void mxp_handle_free(mxp_handle* handle);
 
-/* MXNet entry: pushes one engine op for the group. */
+/* MXNet entry: pushes one engine op for the group. An op whose dtype is
+ * MXP_DTYPE_OF_ARRAY takes dtype and shape from its input NDArray (shape and
+ * out_shape are then ignored); an unsupported dtype is MXP_STATUS_WRONG_TYPE. */
 int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, int32_t priority);
 
 /* For each i, out[i] = 1 when the gradient autograd holds for weights[i]

@@ -7,7 +7,7 @@ Every kernel is checked against a float64 reference on fresh random inputs
 pointers offset by a few elements from the allocation (so source and
 destination are misaligned, alike or differently), on a non-default stream;
 elements around each written range must stay untouched. Floating-point
-results must also equal the CPU path's arithmetic (src/scale.cc) bit for bit.
+results must also equal the CPU path's arithmetic (src/common/scale.cc) bit for bit.
 
 Tests marked `gpu` skip, saying why, without CuPy, a GPU or a CUDA build.
 test_cuda_build_matches_toolkit runs everywhere.
@@ -145,7 +145,7 @@ def as_float64(dtype, values):
 
 
 def cpu_arithmetic(dtype, values, scale):
-    """The CPU path's result (src/scale.cc): half types and float32 in float32."""
+    """The CPU path's result (src/common/scale.cc): half types and float32 in float32."""
     if dtype == "bfloat16":
         return float_to_bfloat16_bits(bfloat16_bits_to_float(values) * np.float32(scale))
     if dtype in ("float16", "float32"):

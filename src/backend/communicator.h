@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/control_plane.h"  // Clock
+#include "common/scale.h"
 #include "common/status.h"
 #include "common/types.h"
 
@@ -26,21 +27,30 @@ class Communicator {
   virtual Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                            ReduceOp op) = 0;
   // One allreduce over several buffers of one dtype, as if they lay end to
-  // end. The default reduces them one by one; a backend that pays per call
-  // overrides it (shared memory: two barriers per piece, and a part piece
-  // at the end of every buffer).
+  // end, each result multiplied by its buffer's postscale. The default
+  // reduces them one by one and scales each in place after; a backend that
+  // pays per call overrides it (shared memory: two barriers per piece, and a
+  // part piece at the end of every buffer) and may fold the scaling into the
+  // copy it makes of the result anyway (a pass over memory saved).
   struct Buffer {
     const void* send;  // may equal recv
     void* recv;
     int64_t count;  // elements
+    double postscale = 1.0;
   };
   virtual Status AllreduceMany(const std::vector<Buffer>& buffers, DataType dtype, ReduceOp op) {
     for (const Buffer& b : buffers) {
       Status st = Allreduce(b.send, b.recv, b.count, dtype, op);
       if (!st.ok()) return st;
+      ScaleInPlace(b.recv, b.count, dtype, b.postscale);
     }
     return Status::Ok();
   }
+  // Whether AllreduceMany of many small buffers costs about what one buffer
+  // of their total size costs (shared memory walks them as one byte range):
+  // the executor then hands it small tensors where they lie rather than
+  // copy them into a fusion buffer and out again.
+  virtual bool BatchesSmallBuffers() const { return false; }
   // counts/displs in elements, one per rank.
   virtual Status Allgatherv(const void* send, int64_t send_count, void* recv,
                             const std::vector<int64_t>& counts,

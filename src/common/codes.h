@@ -41,11 +41,17 @@ typedef enum {
   MXP_STATUS_MISMATCH = 2,         /* ranks disagreed during negotiation */
   MXP_STATUS_ABORTED = 3,          /* shut down, or a peer died / timed out */
   MXP_STATUS_INTERNAL = 4,         /* MPI/CUDA failure or a bug */
-  MXP_STATUS_NOT_INITIALIZED = 5
+  MXP_STATUS_NOT_INITIALIZED = 5,
+  MXP_STATUS_WRONG_TYPE = 6        /* an argument of a type mxplugin cannot take (an unsupported dtype) */
 } mxp_status;
 
 /* The device of a host tensor (GPU tensors carry their CUDA device id). */
 #define MXP_CPU_DEVICE (-1)
+
+/* mxp_mxnet_enqueue only, as an op's dtype: the op's dtype and shape are its
+ * input NDArray's, read by the MXNet adapter (its output must have the same
+ * shape: allreduce, broadcast). Saves the binding reading them per tensor. */
+#define MXP_DTYPE_OF_ARRAY (-1)
 
 /* Every tensor's offset in a fusion buffer (CPU and GPU) is a multiple of
  * this many bytes: a cache line, and a multiple of the GPU kernels' 16-byte

@@ -1,6 +1,6 @@
 // How a scaled integer is stored, on both devices: the product is computed in
 // double, rounded toward zero and saturated to the type's range (NaN gives 0).
-// One definition for the CPU path (src/scale.cc) and the CUDA kernels
+// One definition for the CPU path (src/common/scale.cc) and the CUDA kernels
 // (cuda/scale_kernels.cu); without it the CPU's out-of-range conversion is
 // undefined behaviour (x86 gives the minimum) while CUDA's saturates.
 #pragma once

@@ -19,6 +19,7 @@ enum class StatusCode : int {
   kAborted = MXP_STATUS_ABORTED,
   kInternal = MXP_STATUS_INTERNAL,
   kNotInitialized = MXP_STATUS_NOT_INITIALIZED,
+  kWrongType = MXP_STATUS_WRONG_TYPE,
 };
 
 class Status {
@@ -31,6 +32,7 @@ class Status {
   static Status Mismatch(std::string r) { return {StatusCode::kMismatch, std::move(r)}; }
   static Status Aborted(std::string r) { return {StatusCode::kAborted, std::move(r)}; }
   static Status Internal(std::string r) { return {StatusCode::kInternal, std::move(r)}; }
+  static Status WrongType(std::string r) { return {StatusCode::kWrongType, std::move(r)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

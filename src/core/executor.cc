@@ -4,8 +4,8 @@
 #include <map>
 #include <tuple>
 
+#include "common/scale.h"
 #include "core/collective_layout.h"
-#include "scale.h"
 
 
 namespace mxplugin {
@@ -30,8 +30,11 @@ void Executor::Trace(const Request& req, const char* phase, Clock::time_point be
 // costs as much as the transfer saves); on a GPU, below
 // gpu_direct_threshold_bytes (by default the fusion threshold: everything
 // that fits), since another collective call costs far more than a device copy.
+// A CPU data plane that batches small buffers itself (shared memory) gets
+// every allreduce where it lies: the copies would be all the fusion adds.
 bool Executor::Fusable(const Request& req) const {
   const int64_t bytes = req.input.num_bytes();
+  if (req.meta.device == kCpuDevice && comm_->BatchesSmallBuffers()) return false;
   int64_t direct = config_.direct_threshold_bytes;
   if (req.meta.device != kCpuDevice) {
     direct = config_.gpu_direct_threshold_bytes < 0 ? config_.fusion_threshold_bytes + 1
@@ -231,8 +234,9 @@ Status Executor::RunOne(Request& req, const Response& resp) {
 }
 
 // Large tensors of one dtype and op: reduced where they lie, in one call to
-// the data plane (Communicator::AllreduceMany); scaling, when asked for, is
-// one pass over each output (copy-and-scale for prescale when out of place).
+// the data plane (Communicator::AllreduceMany), which applies postscales
+// (folded into its copy of the result where it makes one); prescale is one
+// pass over each input (copy-and-scale into the output when out of place).
 Status Executor::RunAllreduce(const std::vector<Request*>& batch) {
   const Request& first = *batch[0];
   auto t0 = Clock::now();
@@ -245,12 +249,9 @@ Status Executor::RunAllreduce(const std::vector<Request*>& batch) {
       CopyAndScale(r->output.data, r->input.data, n, r->meta.dtype, r->meta.prescale);
       send = r->output.data;
     }
-    buffers.push_back({send, r->output.data, n});
+    buffers.push_back({send, r->output.data, n, r->meta.postscale});
   }
   Status st = buffers.empty() ? Status::Ok() : comm_->AllreduceMany(buffers, first.meta.dtype, first.meta.reduce_op);
-  if (st.ok()) {
-    for (Request* r : batch) ScaleInPlace(r->output.data, r->output.num_elements(), r->meta.dtype, r->meta.postscale);
-  }
   auto t1 = Clock::now();
   for (Request* r : batch) Trace(*r, "ALLREDUCE", t0, t1);
   return st;

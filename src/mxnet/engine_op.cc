@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "mxnet/engine_push.h"
@@ -45,6 +46,48 @@ std::string ContextName(const ::mxnet::Context& ctx) {
     case ::mxnet::Context::kCPUShared: return "cpu_shared(" + std::to_string(ctx.dev_id) + ")";
     default: return "cpu(" + std::to_string(ctx.dev_id) + ")";
   }
+}
+
+// The core's dtype of an NDArray's mshadow type flag; false for a type the
+// binding does not take either (bool, the 16/32/64-bit unsigned ones, int16
+// and bfloat16, which NumPy cannot name), with its MXNet name in `name`.
+bool DataTypeOfArray(int type_flag, DataType* out, std::string* name) {
+  switch (type_flag) {
+    case mshadow::kFloat32: *out = DataType::kFloat32; return true;
+    case mshadow::kFloat64: *out = DataType::kFloat64; return true;
+    case mshadow::kFloat16: *out = DataType::kFloat16; return true;
+    case mshadow::kUint8: *out = DataType::kUInt8; return true;
+    case mshadow::kInt32: *out = DataType::kInt32; return true;
+    case mshadow::kInt8: *out = DataType::kInt8; return true;
+    case mshadow::kInt64: *out = DataType::kInt64; return true;
+    case mshadow::kBool: *name = "bool"; return false;
+    case mshadow::kInt16: *name = "int16"; return false;
+    case mshadow::kUint16: *name = "uint16"; return false;
+    case mshadow::kUint32: *name = "uint32"; return false;
+    case mshadow::kUint64: *name = "uint64"; return false;
+    case mshadow::kBfloat16: *name = "bfloat16"; return false;
+    default: *name = "type flag " + std::to_string(type_flag); return false;
+  }
+}
+
+// Fills the dtype and shapes of `op` from its input array (MXP_DTYPE_OF_ARRAY).
+void DescribeFromArray(TensorOp* op, const ::mxnet::NDArray& in, const ::mxnet::NDArray& out,
+                       const std::string& who) {
+  std::string type_name;
+  if (!DataTypeOfArray(in.dtype(), &op->meta.dtype, &type_name)) {
+    throw Error(Status::WrongType(who + ": dtype " + type_name +
+                                  " is not supported (use one of float16, float32, float64, int32, int64, int8, "
+                                  "uint8)"));
+  }
+  const ::mxnet::TShape& shape = in.shape();
+  op->meta.shape.assign(shape.begin(), shape.end());
+  if (out.shape() != shape) {
+    std::ostringstream text;
+    text << who << ": output shape " << out.shape() << " differs from input shape " << shape;
+    throw Error(Status::InvalidArgument(text.str()));
+  }
+  op->input.shape = op->output.shape = op->meta.shape;
+  op->input.dtype = op->output.dtype = op->meta.dtype;
 }
 
 // Note [Engine CUDA stream]: the cudaStream_t of the GPU worker running an
@@ -130,7 +173,8 @@ void Delete(void* param) { delete static_cast<EngineOp*>(param); }
 }  // namespace
 
 void PushCollective(Core* core, int process_set_id, std::vector<TensorOp> ops,
-                    const std::vector<void*>& inputs, const std::vector<void*>& outputs, int priority) {
+                    const std::vector<void*>& inputs, const std::vector<void*>& outputs,
+                    const std::vector<bool>& of_array, int priority) {
   auto who = [&ops](size_t i) { return std::string(OpTypeName(ops[i].meta.op)) + " '" + ops[i].meta.name + "'"; };
   for (size_t i = 0; i < ops.size(); ++i) {
     const auto* in = static_cast<const ::mxnet::NDArray*>(inputs[i]);
@@ -156,6 +200,7 @@ void PushCollective(Core* core, int process_set_id, std::vector<TensorOp> ops,
                                           ": all tensors of one grouped call must be on one device; "
                                           "make one call per device"));
     }
+    if (of_array[i]) DescribeFromArray(&ops[i], *in, *out, who(i));
     // Core::Check decides whether GPU tensors can run (NCCL built or not).
     ops[i].meta.device = ops[i].input.device = ops[i].output.device = device;
   }

@@ -30,7 +30,7 @@
 #include "backend/gpu_communicator.h"
 #include "backend/world.h"
 #include "core/device_runtime.h"
-#include "scale.h"
+#include "common/scale.h"
 
 namespace mxplugin {
 namespace host_gpu {

@@ -36,11 +36,13 @@ for count in (1, 3, 17, 262_143, 262_145, 2_621_441):
                 np.testing.assert_allclose(got.asnumpy().astype("float64"), want, rtol=tol, atol=tol,
                                            err_msg=f"rank {r}: {count} x {dtype} {op_name} {what}")
 
-# Large tensors in one batch (Communicator::AllreduceMany): pieces that end
-# one tensor and start the next, tensors smaller than a slice between large
-# ones, each tensor's own prescale and postscale, and two dtypes at once
-# (two batches), in place and out of place.
-SIZES = (262_145, 70_001, 300_000, 65_537, 1_048_577)
+# Tensors in one batch (Communicator::AllreduceMany; the shared-memory data
+# plane takes small ones too, unfused): pieces that end one tensor and start
+# the next, tensors smaller than a slice between large ones, each tensor's
+# own prescale and postscale (folded into the copy out, with and without
+# scaling in one piece), and two dtypes at once (two batches), in place and
+# out of place.
+SIZES = (262_145, 70_001, 3, 300_000, 17, 65_537, 1_048_577)
 for dtype, tol in (("float32", 1e-5), ("float16", 3e-2)):
     seed += 1
     per = [[values(c, k, dtype, seed + i).astype("float64") for i, c in enumerate(SIZES)] for k in range(n)]
@@ -49,12 +51,14 @@ for dtype, tol in (("float32", 1e-5), ("float16", 3e-2)):
     outs = hvd.grouped_allreduce(xs, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0, name=f"batch.{dtype}")
     hvd.grouped_allreduce_(copies, op=hvd.Average, name=f"batch.{dtype}.inplace")
     singles = [x.copy() for x in xs]
-    for i, x in enumerate(singles):  # one request each, prescales differing, submitted together
-        hvd.allreduce_(x, op=hvd.Sum, prescale_factor=float(i + 1), name=f"single.{dtype}.{i}")
+    posts = [0.5 if i % 2 else 1.0 for i in range(len(SIZES))]
+    for i, x in enumerate(singles):  # one request each, scales differing, submitted together
+        hvd.allreduce_(x, op=hvd.Sum, prescale_factor=float(i + 1), postscale_factor=posts[i],
+                       name=f"single.{dtype}.{i}")
     for i in range(len(SIZES)):
         total = sum(per[k][i] for k in range(n))
         for what, got, want in (("grouped", outs[i], total * 1.5), ("grouped in place", copies[i], total / n),
-                                ("single", singles[i], total * (i + 1))):
+                                ("single", singles[i], total * (i + 1) * posts[i])):
             np.testing.assert_allclose(got.asnumpy().astype("float64"), want, rtol=tol, atol=tol,
                                        err_msg=f"rank {r}: batch tensor {i} ({SIZES[i]} x {dtype}) {what}")
 finish()

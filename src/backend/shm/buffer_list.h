@@ -10,18 +10,21 @@
 
 #include "backend/communicator.h"
 #include "backend/shm/stream_copy.h"
+#include "common/scale.h"
+#include "common/types.h"
 
 namespace mxplugin {
 namespace shm {
 
 class BufferList {
  public:
-  BufferList(const std::vector<Communicator::Buffer>& buffers, size_t element_bytes) {
+  BufferList(const std::vector<Communicator::Buffer>& buffers, DataType dtype)
+      : dtype_(dtype), element_bytes_(static_cast<int64_t>(DataTypeSize(dtype))) {
     starts_.push_back(0);
     for (const auto& b : buffers) {
       if (b.count <= 0) continue;
       buffers_.push_back(b);
-      starts_.push_back(starts_.back() + b.count * static_cast<int64_t>(element_bytes));
+      starts_.push_back(starts_.back() + b.count * element_bytes_);
     }
   }
 
@@ -34,10 +37,17 @@ class BufferList {
     });
   }
 
-  // Copies src to outputs [offset, offset + n), with non-temporal stores.
+  // Copies src to outputs [offset, offset + n), times each buffer's
+  // postscale: with non-temporal stores when there is nothing to scale.
+  // (offset and n are whole elements.)
   void Scatter(int64_t offset, const char* src, int64_t n) const {
     ForEachPart(offset, n, [&](const Communicator::Buffer& b, int64_t within, int64_t len, int64_t at) {
-      StreamCopy(static_cast<char*>(b.recv) + within, src + at, static_cast<size_t>(len));
+      char* dst = static_cast<char*>(b.recv) + within;
+      if (b.postscale == 1.0) {
+        StreamCopy(dst, src + at, static_cast<size_t>(len));
+      } else {
+        CopyAndScale(dst, src + at, len / element_bytes_, dtype_, b.postscale);
+      }
     });
   }
 
@@ -66,6 +76,8 @@ class BufferList {
     }
   }
 
+  DataType dtype_;
+  int64_t element_bytes_;
   std::vector<Communicator::Buffer> buffers_;  // the non-empty ones
   std::vector<int64_t> starts_;                 // byte offset of each, then the total
 };

@@ -33,8 +33,9 @@ inline void CpuRelax() {
 // own input with slice j of every other slot, into slice j of its slot, and
 // (3) allreduces that slice with the ranks of local rank j on the other
 // hosts, so each byte crosses the network once per host, not once per rank;
-// after a second barrier (4) it copies every slice out, with non-temporal
-// stores (stream_copy.h). Pieces are small enough that the segment's traffic
+// after a second barrier (4) it copies every slice out, times its buffer's
+// postscale (an Average's 1/size among them: no pass of its own), with
+// non-temporal stores when there is nothing to scale (stream_copy.h). Pieces are small enough that the segment's traffic
 // stays in the shared cache, so DRAM sees about one read of the input and
 // one write of the output per rank. Two slot sets alternate, so a rank may
 // copy in the next piece while slower peers still copy out this one: the
@@ -107,7 +108,7 @@ Status HierarchicalCommunicator::Allreduce(const void* send, void* recv, int64_t
 // end one buffer and start the next.
 Status HierarchicalCommunicator::AllreduceMany(const std::vector<Buffer>& buffers, DataType dtype, ReduceOp op) {
   const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
-  const BufferList list(buffers, static_cast<size_t>(esize));
+  const BufferList list(buffers, dtype);
   const int64_t total = list.bytes();
   const int64_t align = std::max<int64_t>(64 / esize, 1);  // elements per 64 bytes
   auto slice = [&](int64_t elements, int j, int64_t* lo, int64_t* hi) {

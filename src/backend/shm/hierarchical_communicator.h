@@ -53,6 +53,7 @@ class HierarchicalCommunicator : public Communicator {
 
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) override;
   Status AllreduceMany(const std::vector<Buffer>& buffers, DataType dtype, ReduceOp op) override;
+  bool BatchesSmallBuffers() const override { return true; }
   Status Allgatherv(const void* send, int64_t send_count, void* recv, const std::vector<int64_t>& counts,
                     const std::vector<int64_t>& displs, DataType dtype) override {
     return flat_->Allgatherv(send, send_count, recv, counts, displs, dtype);

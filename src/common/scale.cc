@@ -1,4 +1,4 @@
-#include "scale.h"
+#include "common/scale.h"
 
 #include <algorithm>
 #include <cstring>
