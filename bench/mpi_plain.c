@@ -4,14 +4,23 @@
  *
  *   mpiexec -n 2 mpi_plain ITERS WARMUP BYTES [BYTES ...]
  *
+ *   mpiexec -n 2 mpi_plain --pass ITERS WARMUP BYTES [BYTES ...]
+ *
  * For each size, every measured call starts after a barrier and is timed
  * around the MPI call alone; a call's time is the slowest rank's. Rank 0
  * prints one line per size: "bytes <n> reps <r> seconds <t1> <t2> ...",
  * each t the mean of r back-to-back calls (r > 1 only for small messages,
- * to rise above the timer's resolution). */
+ * to rise above the timer's resolution).
+ *
+ * With --pass, each size also gets a line "pass <n> seconds <t1> ...": every
+ * rank at once making one pass over its own buffer (read and write, in
+ * place), timed the same way: the least memory traffic of any in-place
+ * allreduce, which on one host bounds it from below when memory bandwidth is
+ * the limit. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static double time_calls(float* buf, int count, int reps) {
   MPI_Barrier(MPI_COMM_WORLD);
@@ -24,15 +33,33 @@ static double time_calls(float* buf, int count, int reps) {
   return slowest;
 }
 
+/* One read-and-write pass over buf on every rank at once; the slowest rank's
+ * time. `factor` is 1 at run time but unknown to the compiler, so the pass
+ * is not optimised away. */
+static double time_pass(float* buf, int count, float factor) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  double start = MPI_Wtime();
+  for (int i = 0; i < count; ++i) buf[i] *= factor;
+  double mine = MPI_Wtime() - start, slowest = 0.0;
+  MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return slowest;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  int with_pass = argc > 1 && strcmp(argv[1], "--pass") == 0;
+  if (with_pass) {
+    --argc;
+    ++argv;
+  }
   if (argc < 4) {
-    if (rank == 0) fprintf(stderr, "usage: mpi_plain ITERS WARMUP BYTES [BYTES ...]\n");
+    if (rank == 0) fprintf(stderr, "usage: mpi_plain [--pass] ITERS WARMUP BYTES [BYTES ...]\n");
     MPI_Finalize();
     return 2;
   }
+  const float factor = argc > 1000000 ? 2.0f : 1.0f;
   int iters = atoi(argv[1]), warmup = atoi(argv[2]);
   for (int a = 3; a < argc; ++a) {
     long long bytes = atoll(argv[a]);
@@ -51,6 +78,14 @@ int main(int argc, char** argv) {
       if (rank == 0 && it >= warmup) printf(" %.9f", t);
     }
     if (rank == 0) printf("\n");
+    if (with_pass) {
+      if (rank == 0) printf("pass %lld seconds", bytes);
+      for (int it = 0; it < warmup + iters; ++it) {
+        double t = time_pass(buf, count, factor);
+        if (rank == 0 && it >= warmup) printf(" %.9f", t);
+      }
+      if (rank == 0) printf("\n");
+    }
     fflush(stdout);
     free(buf);
   }

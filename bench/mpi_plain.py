@@ -61,6 +61,16 @@ def parse(out):
     return rows
 
 
+def parse_pass(out):
+    """{bytes: [seconds per pass, ...]} from the output of a --pass run."""
+    rows = {}
+    for line in out.splitlines():
+        fields = line.split()
+        if fields[:1] == ["pass"]:
+            rows[int(fields[1])] = [float(v) for v in fields[3:]]
+    return rows
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--ranks", type=int, default=2)

@@ -6,7 +6,10 @@ across fake hosts (needs root: tests/fake_cluster.py):
 - 1 host x 2 ranks (this machine, MPI free to use shared memory): mxplugin's
   grouped_allreduce_ with the hierarchical (shared-memory) allreduce and with
   flat MPI (MXPLUGIN_HIERARCHICAL_ALLREDUCE=0), against the plain
-  single-threaded MPI program bench/mpi_plain.c, in interleaved rounds.
+  single-threaded MPI program bench/mpi_plain.c, in interleaved rounds. The
+  same program also times the memory floor: both ranks at once making one
+  read-and-write pass over their own buffer (--pass), the least memory
+  traffic of any in-place allreduce.
 - 2 hosts x 2 ranks, each host's link limited to 2 and 10 Gbit/s (tc tbf):
   the same three, plus the lower bound from the link rate. Every run here
   uses UCX_TLS=tcp,self (so traffic between fake hosts crosses the links:
@@ -32,7 +35,7 @@ sys.path.insert(0, HERE)
 
 from fake_cluster import ENV, FakeCluster  # noqa: E402
 from mpi_harness import mpiexec_path, rank_env  # noqa: E402
-from mpi_plain import RESNET50_GRADIENT_BYTES, build, parse  # noqa: E402
+from mpi_plain import RESNET50_GRADIENT_BYTES, build, parse, parse_pass  # noqa: E402
 
 ALLREDUCE = os.path.join(HERE, "allreduce.py")
 RUN_TIMEOUT_S = 300
@@ -53,9 +56,10 @@ def plain_median(text):
 
 
 def one_host(exe, iters, rounds=3):
-    """Rounds of (plain, hierarchical, flat), interleaved: this machine's
-    memory bandwidth varies from minute to minute. Each method's figure is
-    the median of its round medians; the plain program's is its best round."""
+    """Rounds of (plain with the memory pass, hierarchical, flat),
+    interleaved: this machine's memory bandwidth varies from minute to
+    minute. Each method's figure is the median of its round medians; the
+    plain program's and the pass's are their best rounds."""
     def run(cmd, env):
         out = subprocess.run(cmd, capture_output=True, text=True, env=rank_env(env), cwd=REPO, timeout=900)
         if out.returncode != 0:
@@ -63,15 +67,17 @@ def one_host(exe, iters, rounds=3):
         return out.stdout
 
     mpiexec = [mpiexec_path(), "-n", "2"]
-    plain = mpiexec + [exe, str(iters), "3", str(RESNET50_GRADIENT_BYTES)]
-    rows = {"plain": [], "hierarchical": [], "flat": []}
+    plain = mpiexec + [exe, "--pass", str(iters), "3", str(RESNET50_GRADIENT_BYTES)]
+    rows = {"plain": [], "memory_pass": [], "hierarchical": [], "flat": []}
     for _ in range(rounds):
-        rows["plain"].append(plain_median(run(plain, {})))
+        text = run(plain, {})
+        rows["plain"].append(plain_median(text))
+        rows["memory_pass"].append(statistics.median(parse_pass(text)[RESNET50_GRADIENT_BYTES]))
         for mode, flag in (("hierarchical", "1"), ("flat", "0")):
             text = run(mpiexec + [sys.executable, ALLREDUCE, "--no-curve", "--iters", str(iters), "--output",
                                   os.devnull], {"MXPLUGIN_HIERARCHICAL_ALLREDUCE": flag})
             rows[mode].append(grouped_median(text))
-    return {"rounds_s": rows, "plain_s": min(rows["plain"]),
+    return {"rounds_s": rows, "plain_s": min(rows["plain"]), "memory_pass_s": min(rows["memory_pass"]),
             "hierarchical_s": statistics.median(rows["hierarchical"]), "flat_s": statistics.median(rows["flat"])}
 
 
@@ -121,7 +127,8 @@ def main():
     one = result["one_host_2_ranks"]
     print(f"1 host x 2 ranks: plain MPI {one['plain_s'] * 1e3:.1f} ms, hierarchical {one['hierarchical_s'] * 1e3:.1f} "
           f"ms ({one['hierarchical_s'] / one['plain_s']:.2f}x), flat {one['flat_s'] * 1e3:.1f} ms "
-          f"({one['flat_s'] / one['plain_s']:.2f}x)")
+          f"({one['flat_s'] / one['plain_s']:.2f}x), memory pass {one['memory_pass_s'] * 1e3:.1f} ms "
+          f"({one['memory_pass_s'] / one['plain_s']:.2f}x)")
     ms = lambda v: "n/a" if v is None else f"{v * 1e3:.0f} ms"  # noqa: E731
     for row in result["two_hosts_2_ranks"]:
         print(f"2 hosts x 2 ranks at {row['rate_mbit'] / 1000:g} Gbit/s: bound {ms(row['link_bound_s'])}, "

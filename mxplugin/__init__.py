@@ -7,26 +7,43 @@ A core-only build (MXPLUGIN_WITH_MXNET=0, for machines without MXNet) offers
 the start-up, topology and build queries of basics.py and the exceptions;
 its core module is `mxplugin._loader.core_module`.
 """
-try:
-    from mxplugin._build_info import MXNET_BUILT as _MXNET_BUILT
-except ImportError:  # not built yet, or built before core-only builds: the full API
-    _MXNET_BUILT = True
-
-from mxplugin.basics import (ProcessSet, add_process_set, ccl_built, cross_rank, cross_size, cuda_built,
-                             ddl_built, gloo_built, gloo_enabled, global_process_set, init, is_initialized,
-                             local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built,
-                             rank, remove_process_set, rocm_built, shutdown, size, start_timeline,
-                             stop_timeline)
-from mxplugin.errors import MismatchError, MXPluginError, NotInitializedError, PeerFailureError
-
-if _MXNET_BUILT:
-    from mxplugin.compression import Compression
-    from mxplugin.functions import allgather_object, broadcast_object, broadcast_parameters
-    from mxplugin import kvstore as _kvstore  # noqa: F401  (registers kvstore="mxplugin")
-    from mxplugin.trainer import DistributedOptimizer, DistributedTrainer
-    from mxplugin.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, allreduce_, alltoall,
-                              barrier, broadcast, broadcast_, grouped_allgather, grouped_allreduce,
-                              grouped_allreduce_, grouped_reducescatter, reducescatter)
-    from mxplugin import elastic
+import os as _os
+import sys as _sys
 
 __version__ = "0.1.0"
+
+
+def _launcher_process():
+    """Whether this process is the launcher itself (`python -m mxplugin.run`
+    or the `mxplugin-run` script). It needs nothing of MXNet, whose import
+    costs about 3 s of CPU per launch. Only interpreter options may come
+    before `-m` (anything else is a script and its arguments); unsure means no."""
+    if _sys.argv and _os.path.basename(_sys.argv[0]) == "mxplugin-run":
+        return True
+    argv = getattr(_sys, "orig_argv", [])
+    for i, arg in enumerate(argv[1:], start=1):
+        if arg == "-m":
+            return argv[i + 1:i + 2] == ["mxplugin.run"]
+        if not arg.startswith("-"):
+            return False
+    return False
+
+
+if _launcher_process():
+    def __getattr__(name):
+        """The API on first use (PEP 562), should the launcher ask for it.
+        Private names are submodules being imported (the import system asks
+        for them here first), never the API."""
+        if name.startswith("_"):
+            raise AttributeError(f"module 'mxplugin' has no attribute {name!r}")
+        import importlib
+
+        _api = importlib.import_module("mxplugin._api")
+        if name not in _api.__all__:
+            raise AttributeError(f"module 'mxplugin' has no attribute {name!r}")
+        value = getattr(_api, name)
+        globals()[name] = value
+        return value
+else:  # the whole API at import, kvstore="mxplugin" registered, as users expect
+    from mxplugin._api import *  # noqa: F401,F403
+    from mxplugin._api import __all__  # noqa: F401
