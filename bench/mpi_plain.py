@@ -51,23 +51,16 @@ def measure(ranks, iters, warmup, sizes):
     return parse(out)
 
 
-def parse(out):
-    """{bytes: [seconds per call, ...]} from the program's output."""
+def parse(out, tag="bytes"):
+    """{bytes: [seconds, ...]} from the program's output: per call from its
+    "bytes <n> reps <r> seconds ..." lines, or per pass from the "pass <n>
+    seconds ..." lines of a --pass run (tag "pass")."""
+    first = {"bytes": 5, "pass": 3}[tag]
     rows = {}
     for line in out.splitlines():
         fields = line.split()
-        if fields[:1] == ["bytes"]:
-            rows[int(fields[1])] = [float(v) for v in fields[5:]]
-    return rows
-
-
-def parse_pass(out):
-    """{bytes: [seconds per pass, ...]} from the output of a --pass run."""
-    rows = {}
-    for line in out.splitlines():
-        fields = line.split()
-        if fields[:1] == ["pass"]:
-            rows[int(fields[1])] = [float(v) for v in fields[3:]]
+        if fields[:1] == [tag]:
+            rows[int(fields[1])] = [float(v) for v in fields[first:]]
     return rows
 
 

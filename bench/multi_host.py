@@ -35,7 +35,7 @@ sys.path.insert(0, HERE)
 
 from fake_cluster import ENV, FakeCluster  # noqa: E402
 from mpi_harness import mpiexec_path, rank_env  # noqa: E402
-from mpi_plain import RESNET50_GRADIENT_BYTES, build, parse, parse_pass  # noqa: E402
+from mpi_plain import RESNET50_GRADIENT_BYTES, build, parse  # noqa: E402
 
 ALLREDUCE = os.path.join(HERE, "allreduce.py")
 RUN_TIMEOUT_S = 300
@@ -55,7 +55,7 @@ def plain_median(text):
     return statistics.median(times)
 
 
-def one_host(exe, iters, rounds=3):
+def one_host(exe, iters, rounds):
     """Rounds of (plain with the memory pass, hierarchical, flat),
     interleaved: this machine's memory bandwidth varies from minute to
     minute. Each method's figure is the median of its round medians; the
@@ -72,7 +72,7 @@ def one_host(exe, iters, rounds=3):
     for _ in range(rounds):
         text = run(plain, {})
         rows["plain"].append(plain_median(text))
-        rows["memory_pass"].append(statistics.median(parse_pass(text)[RESNET50_GRADIENT_BYTES]))
+        rows["memory_pass"].append(statistics.median(parse(text, "pass")[RESNET50_GRADIENT_BYTES]))
         for mode, flag in (("hierarchical", "1"), ("flat", "0")):
             text = run(mpiexec + [sys.executable, ALLREDUCE, "--no-curve", "--iters", str(iters), "--output",
                                   os.devnull], {"MXPLUGIN_HIERARCHICAL_ALLREDUCE": flag})
@@ -115,6 +115,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--iters", type=int, default=8, help="measured iterations per figure (default 8)")
     p.add_argument("--rates", default="2000,10000", help="link rates in Mbit/s (default 2000,10000)")
+    p.add_argument("--rounds", type=int, default=5, help="interleaved rounds on one host (default 5)")
     p.add_argument("--output", default=os.path.join(HERE, "results", "multi_host.json"))
     args = p.parse_args()
     why_not = FakeCluster.unavailable()
@@ -122,7 +123,7 @@ def main():
         raise SystemExit(f"bench/multi_host.py: fake-host cluster: {why_not}")
     with tempfile.TemporaryDirectory() as workdir:
         exe = build(workdir)
-        result = {"bytes": RESNET50_GRADIENT_BYTES, "one_host_2_ranks": one_host(exe, args.iters),
+        result = {"bytes": RESNET50_GRADIENT_BYTES, "one_host_2_ranks": one_host(exe, args.iters, args.rounds),
                   "two_hosts_2_ranks": [two_hosts(exe, int(r), args.iters) for r in args.rates.split(",")]}
     one = result["one_host_2_ranks"]
     print(f"1 host x 2 ranks: plain MPI {one['plain_s'] * 1e3:.1f} ms, hierarchical {one['hierarchical_s'] * 1e3:.1f} "
