@@ -32,12 +32,13 @@ def _launcher_process():
 if _launcher_process():
     def __getattr__(name):
         """The API on first use (PEP 562), should the launcher ask for it.
-        Private names are submodules being imported (the import system asks
-        for them here first), never the API."""
-        if name.startswith("_"):
-            raise AttributeError(f"module 'mxplugin' has no attribute {name!r}")
+        `from mxplugin import <submodule>` asks here first too: submodule
+        names are never the API, and must not load it."""
         import importlib
+        import importlib.util
 
+        if name.startswith("_") or importlib.util.find_spec(f"mxplugin.{name}") is not None:
+            raise AttributeError(f"module 'mxplugin' has no attribute {name!r}")
         _api = importlib.import_module("mxplugin._api")
         if name not in _api.__all__:
             raise AttributeError(f"module 'mxplugin' has no attribute {name!r}")
@@ -46,4 +47,3 @@ if _launcher_process():
         return value
 else:  # the whole API at import, kvstore="mxplugin" registered, as users expect
     from mxplugin._api import *  # noqa: F401,F403
-    from mxplugin._api import __all__  # noqa: F401

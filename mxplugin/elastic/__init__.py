@@ -30,4 +30,4 @@ def __getattr__(name):
 
 
 def __dir__():
-    return sorted(list(globals()) + __all__)
+    return sorted(set(globals()) | set(__all__))

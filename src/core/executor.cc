@@ -233,7 +233,7 @@ Status Executor::RunOne(Request& req, const Response& resp) {
   return Status::Internal("unknown op type");
 }
 
-// Large tensors of one dtype and op: reduced where they lie, in one call to
+// Direct allreduces of one dtype and op: reduced where they lie, in one call to
 // the data plane (Communicator::AllreduceMany), which applies postscales
 // (folded into its copy of the result where it makes one); prescale is one
 // pass over each input (copy-and-scale into the output when out of place).

@@ -1,7 +1,8 @@
 // Runs negotiated responses for one process set on this rank's requests:
 // fuses small allreduces into the fusion buffer (prescale fused into the copy
-// in, postscale into the copy out), reduces large ones where they lie, and
-// runs the other collectives.
+// in, postscale into the copy out), reduces large ones where they lie (every
+// CPU one, when the data plane batches small buffers itself), and runs the
+// other collectives.
 #pragma once
 
 #include <functional>

@@ -180,6 +180,7 @@ void PushCollective(Core* core, int process_set_id, std::vector<TensorOp> ops,
     const auto* in = static_cast<const ::mxnet::NDArray*>(inputs[i]);
     const auto* out = static_cast<const ::mxnet::NDArray*>(outputs[i]);
     for (const auto* array : {in, out}) {
+      if (array->is_none()) throw Error(Status::InvalidArgument(who(i) + ": an NDArray without data (empty handle)"));
       if (array->storage_type() != ::mxnet::kDefaultStorage) {
         throw Error(Status::InvalidArgument(who(i) + ": sparse NDArrays are not supported; use tostype('default')"));
       }
