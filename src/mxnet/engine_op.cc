@@ -70,14 +70,23 @@ bool DataTypeOfArray(int type_flag, DataType* out, std::string* name) {
   }
 }
 
+// "float32, float64, ...": the dtypes DataTypeOfArray takes, for messages.
+std::string SupportedArrayTypes() {
+  std::string text, unused;
+  DataType dtype;
+  for (int flag = 0; flag <= mshadow::kBfloat16; ++flag) {
+    if (DataTypeOfArray(flag, &dtype, &unused)) text += (text.empty() ? "" : ", ") + std::string(DataTypeName(dtype));
+  }
+  return text;
+}
+
 // Fills the dtype and shapes of `op` from its input array (MXP_DTYPE_OF_ARRAY).
 void DescribeFromArray(TensorOp* op, const ::mxnet::NDArray& in, const ::mxnet::NDArray& out,
                        const std::string& who) {
   std::string type_name;
   if (!DataTypeOfArray(in.dtype(), &op->meta.dtype, &type_name)) {
-    throw Error(Status::WrongType(who + ": dtype " + type_name +
-                                  " is not supported (use one of float16, float32, float64, int32, int64, int8, "
-                                  "uint8)"));
+    throw Error(Status::WrongType(who + ": dtype " + type_name + " is not supported (use one of " +
+                                  SupportedArrayTypes() + ")"));
   }
   const ::mxnet::TShape& shape = in.shape();
   op->meta.shape.assign(shape.begin(), shape.end());

@@ -35,12 +35,12 @@ inline void CpuRelax() {
 // hosts, so each byte crosses the network once per host, not once per rank;
 // after a second barrier (4) it copies every slice out, times its buffer's
 // postscale (an Average's 1/size among them: no pass of its own), with
-// non-temporal stores when there is nothing to scale (stream_copy.h). Pieces are small enough that the segment's traffic
-// stays in the shared cache, so DRAM sees about one read of the input and
-// one write of the output per rank. Two slot sets alternate, so a rank may
-// copy in the next piece while slower peers still copy out this one: the
-// next piece's first barrier cannot pass until they are done, which is what
-// the set after that needs.
+// non-temporal stores when there is nothing to scale (stream_copy.h). Pieces
+// are small enough that the segment's traffic stays in the shared cache, so
+// DRAM sees about one read of the input and one write of the output per
+// rank. Two slot sets alternate, so a rank may copy in the next piece while
+// slower peers still copy out this one: the next piece's first barrier
+// cannot pass until they are done, which is what the set after that needs.
 
 size_t HierarchicalCommunicator::SegmentBytes(int local_size) {
   return kHeaderBytes + 2 * static_cast<size_t>(local_size) * kPieceBytes;
