@@ -1,0 +1,62 @@
+"""DistributedOptimizer: horovod.mxnet's optimizer wrapper, which averages
+each gradient across ranks before the wrapped optimizer's update (for the
+Module API and custom loops; DistributedTrainer reduces gradients itself)."""
+import mxnet as mx
+
+from mxplugin import basics
+from mxplugin.errors import ArgumentError
+from mxplugin.ops import Average, allreduce_
+
+
+class DistributedOptimizer(mx.optimizer.Optimizer):
+    """Wraps an optimizer so each update first averages its gradient across
+    ranks (horovod.mxnet semantics; for the Module API and custom loops)."""
+
+    def __init__(self, optimizer, gradient_predivide_factor=1.0, num_groups=0,
+                 process_set=basics.global_process_set):
+        if not gradient_predivide_factor > 0:
+            raise ArgumentError("gradient_predivide_factor must be positive")
+        self._optimizer = optimizer
+        self._predivide = float(gradient_predivide_factor)
+        self._num_groups = num_groups
+        self._process_set = process_set
+
+    def __getattr__(self, item):
+        return getattr(self._optimizer, item)
+
+    def create_state_multi_precision(self, index, weight):
+        return self._optimizer.create_state_multi_precision(index, weight)
+
+    def create_state(self, index, weight):
+        return self._optimizer.create_state(index, weight)
+
+    def _allreduce(self, index, grad):
+        ps = self._process_set
+        if not ps.included() or ps.size() == 1:
+            return
+        if isinstance(index, (tuple, list)):
+            for i, g in zip(index, grad):
+                allreduce_(g, name=f"optimizer.{i}", priority=-i, op=Average,
+                           prescale_factor=1.0 / self._predivide, postscale_factor=self._predivide,
+                           process_set=ps)
+        else:
+            allreduce_(grad, name=f"optimizer.{index}", priority=-int(index), op=Average,
+                       prescale_factor=1.0 / self._predivide, postscale_factor=self._predivide,
+                       process_set=ps)
+
+    def update(self, index, weight, grad, state):
+        self._allreduce(index, grad)
+        self._optimizer.update(index, weight, grad, state)
+
+    def update_multi_precision(self, index, weight, grad, state):
+        self._allreduce(index, grad)
+        self._optimizer.update_multi_precision(index, weight, grad, state)
+
+    def set_learning_rate(self, lr):
+        self._optimizer.set_learning_rate(lr)
+
+    def set_lr_mult(self, args_lr_mult):
+        self._optimizer.set_lr_mult(args_lr_mult)
+
+    def set_wd_mult(self, args_wd_mult):
+        self._optimizer.set_wd_mult(args_wd_mult)
