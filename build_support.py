@@ -52,6 +52,14 @@ def find_mpicc(env):
     sys.exit("mxplugin: no mpicc found. `pip install mpich`, or set MPICC to your MPI's mpicc.")
 
 
+def mpi_beside_python(mpicc, env):
+    """Whether `mpicc` is the PyPI `mpich` package's, next to this Python
+    (not $MPICC, a cluster's MPI, nor one found on PATH)."""
+    if env.get("MPICC"):
+        return False
+    return os.path.realpath(os.path.dirname(mpicc)) == os.path.realpath(os.path.dirname(sys.executable))
+
+
 def mpi_flags(mpicc):
     out = subprocess.check_output([mpicc, "-show"], text=True).strip()
     inc, libdirs, libs, rpaths = [], [], [], []

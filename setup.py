@@ -32,7 +32,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -81,6 +81,10 @@ BUILD_INFO = {
     "MPICC": lasting(os.path.realpath(mpicc)),
     "MPIEXEC": lasting(build_support.find_mpiexec(mpicc)),
     "MPI_LIBRARY": lasting(build_support.find_mpi_library(mpi_libdirs)),
+    # The `mpich` wheel of the building Python's environment: an installed
+    # wheel of mxplugin prefers the one in its own environment (an install
+    # requirement) over this path, which belongs to wherever it was built.
+    "MPI_FROM_WHEEL": build_support.mpi_beside_python(mpicc, os.environ),
     "MXNET_BUILT": MXNET is not None,
     "MXNET_VERSION": MXNET["version"] if MXNET else "",
     "CUDA_BUILT": CUDA is not None,
@@ -231,7 +235,10 @@ setup(
     name="mxplugin",
     version="0.1.0",
     description="Data-parallel distributed training for Apache MXNet Gluon (Horovod-compatible API)",
-    packages=["mxplugin", "mxplugin.parallel"],
+    # Every subpackage, found rather than listed: a listed set once left out
+    # mxplugin.elastic, and an installed (non-editable) package then failed
+    # at `import mxplugin`.
+    packages=find_packages(include=["mxplugin", "mxplugin.*"]),
     package_data={"mxplugin": ["*.pyi", "*.pxd", "*.pxi"]},
     ext_modules=cythonize_ext(),
     cmdclass={"build_ext": ParallelBuildExt},
@@ -242,7 +249,10 @@ setup(
     # Test extras pinned to the last releases that support numpy 1.23 (MXNet
     # 1.9.1 needs numpy < 1.24): unpinned, pip downloads and discards newer
     # scikit-learn and scipy wheels (about 240 MB) while it backtracks.
-    extras_require={"test": ["pytest", "scikit-learn>=1.5,<1.8", "scipy>=1.11,<1.16"],
+    # The build's own requirements are in the test extra too: the packaging
+    # test builds an sdist and a wheel without an isolated environment.
+    extras_require={"test": ["pytest", "scikit-learn>=1.5,<1.8", "scipy>=1.11,<1.16",
+                             "build", "cython>=3.0", "setuptools>=64", "wheel"],
                     "bench": ["matplotlib"],
                     "nccl-cu12": ["nvidia-nccl-cu12>=2.14"], "nccl-cu13": ["nvidia-nccl-cu13"]},
     entry_points={"console_scripts": ["mxplugin-run = mxplugin.run:main"]},

@@ -26,9 +26,14 @@ def _mpi_library_candidates():
     env = os.environ.get("MXPLUGIN_MPI_LIBRARY")
     if env:
         yield env
+    # Built against the `mpich` wheel: this environment's own copy (an install
+    # requirement) first, since the build's may be another environment's.
+    beside = [path for prefix in (sys.prefix, os.path.dirname(os.path.dirname(sys.executable)))
+              for path in sorted(glob.glob(os.path.join(prefix, "lib", "libmpi.so.*")))]
+    if getattr(_build_info, "MPI_FROM_WHEEL", False):
+        yield from beside
     yield getattr(_build_info, "MPI_LIBRARY", "")
-    for prefix in (sys.prefix, os.path.dirname(os.path.dirname(sys.executable))):
-        yield from sorted(glob.glob(os.path.join(prefix, "lib", "libmpi.so.*")))
+    yield from beside
 
 
 def _nccl_library_candidates():

@@ -163,12 +163,13 @@ def is_executable(path):
 def find_mpiexec():
     """The mpiexec of the MPI mxplugin was built with, else the likeliest match."""
     info = load_build_info()
-    candidates = [
-        getattr(info, "MPIEXEC", None),
-        # an MPI installed into the same environment (e.g. the `mpich` wheel)
-        os.path.join(os.path.dirname(sys.executable), "mpiexec"),
-        shutil.which("mpiexec"),
-    ]
+    # an MPI installed into the same environment (e.g. the `mpich` wheel)
+    beside_python = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    candidates = [getattr(info, "MPIEXEC", None), beside_python, shutil.which("mpiexec")]
+    if getattr(info, "MPI_FROM_WHEEL", False):
+        # built against the `mpich` wheel: this environment's own, which the
+        # loader also takes its libmpi from (the build's may be another's)
+        candidates.insert(0, beside_python)
     for path in candidates:
         if is_executable(path):
             return path

@@ -36,9 +36,18 @@ class DistributedTrainer(mx.gluon.Trainer):
         states) are averaged in one fused reduction of the flat buffers.
 
     gradient_predivide_factor f: gradients are scaled by 1/f before the sum
-    and by f/size after it; in step() the latter is folded into the
-    optimizer's rescale_grad (free), in allreduce_grads() it is applied on
-    the reduced buffer so the gradients you see are averages.
+    and by f/size after it; the latter is folded into the optimizer's
+    rescale_grad (free), in step() and in the update() that follows
+    allreduce_grads().
+
+    Note [Reduced gradients are sums]: after allreduce_grads() the
+    gradients hold what one process on the combined batch would hold: the
+    sum over the process set's ranks (divided by f), as a multi-device
+    gluon.Trainer's allreduce_grads() and Horovod's CPU build leave them.
+    So code between allreduce_grads() and update() (clip_global_norm at a
+    single-process threshold, a gradient-norm log) sees one process's
+    numbers; update(batch_size), with the per-rank batch size as in step(),
+    applies f/size with the usual 1/batch_size.
     """
 
     def __init__(self, params, optimizer, optimizer_params=None, compression=Compression.none,
@@ -80,6 +89,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._local_sgd_warmup = int(local_sgd_warmup_steps)
         self._local_sgd_states = bool(local_sgd_average_states)
         self._steps = 0
+        self._grads_summed = False  # allreduce_grads() left sums that the next update() scales
         self._local_rescale = None
         self.num_reductions = 0  # gradient or parameter reductions run (one per bucket set)
         self._layout_agreed = False  # ranks' parameters compared (at the first reduction)
@@ -126,7 +136,9 @@ class DistributedTrainer(mx.gluon.Trainer):
         ps = self._process_set
         return ps.included() and ps.size() > 1
 
-    def _reduce(self, average_in_core):
+    def _reduce(self):
+        """Sums each gradient over the process set (prescaled by 1/f); the
+        f/size that makes it an average is left to the update's rescale_grad."""
         layout = self._prepare()
         if not self._world():
             return
@@ -134,20 +146,16 @@ class DistributedTrainer(mx.gluon.Trainer):
             self._check_layout_agrees(layout)
         self._layout_agreed = True
         self.num_reductions += 1
-        post = self._predivide if average_in_core else 1.0
-        op = Average if average_in_core else Sum
         for i, bucket in enumerate(layout.buckets):
             sent, ctx = self._compression.compress(bucket.grad)
-            allreduce_(sent, name=f"{self._prefix}bucket{i}", priority=-i, op=op,
-                       prescale_factor=1.0 / self._predivide, postscale_factor=post,
-                       process_set=self._process_set)
+            allreduce_(sent, name=f"{self._prefix}bucket{i}", priority=-i, op=Sum,
+                       prescale_factor=1.0 / self._predivide, process_set=self._process_set)
             if sent is not bucket.grad:
                 bucket.grad[:] = self._compression.decompress(sent, ctx)
         for index, p in layout.excluded:  # sparse or multi-context: plain per-tensor path
             for g in p.list_grad():
-                allreduce_(g, name=f"{self._prefix}param{index}", priority=-index, op=op,
-                           prescale_factor=1.0 / self._predivide, postscale_factor=post,
-                           process_set=self._process_set)
+                allreduce_(g, name=f"{self._prefix}param{index}", priority=-index, op=Sum,
+                           prescale_factor=1.0 / self._predivide, process_set=self._process_set)
 
     def _check_layout_agrees(self, layout):
         """Once, at the first reduction (which every rank reaches): ranks
@@ -177,15 +185,19 @@ class DistributedTrainer(mx.gluon.Trainer):
         return self._predivide / self._process_set.size() if self._world() else 1.0
 
     def allreduce_grads(self):
-        """Averages gradients across ranks (for clipping between this and update())."""
-        self._reduce(average_in_core=True)
+        """Sums gradients across ranks: they then hold what one process on the
+        combined batch would hold (Note [Reduced gradients are sums]), for
+        clipping between this and update()."""
+        self._reduce()
+        self._grads_summed = self._world()
 
     def step(self, batch_size, ignore_stale_grad=False):
         self._steps += 1
         if self._local_sgd_steps and self._steps > self._local_sgd_warmup:
             self._local_sgd_step(batch_size, ignore_stale_grad)
             return
-        self._reduce(average_in_core=False)
+        self._reduce()
+        self._grads_summed = False  # this step's own reduction is scaled here
         self._local_rescale = self._scale / batch_size
         self._check_and_rescale_grad(self._scale * self._fold_factor() / batch_size)
         self._update(ignore_stale_grad)
@@ -220,13 +232,18 @@ class DistributedTrainer(mx.gluon.Trainer):
             grouped_allreduce_(by_ctx[ctx], name=name, op=Average, process_set=self._process_set)
 
     def update(self, batch_size, ignore_stale_grad=False):
+        """Updates with the gradients as they are: after allreduce_grads(),
+        sums over the ranks, scaled here to the average step() takes (pass
+        the per-rank batch size, as to step()); without it, this rank's own."""
         self._prepare()
+        fold = self._fold_factor() if self._grads_summed else 1.0
+        self._grads_summed = False
         self._local_rescale = self._scale / batch_size
-        self._check_and_rescale_grad(self._scale / batch_size)
+        self._check_and_rescale_grad(self._scale * fold / batch_size)
         self._update(ignore_stale_grad)
 
     def _allreduce_grads(self):
-        self._reduce(average_in_core=True)
+        self.allreduce_grads()
 
     # -- update -------------------------------------------------------------------
     def _update(self, ignore_stale_grad=False):

@@ -29,6 +29,14 @@ def test_trainer_features(np_):
     assert_spmd_ok("check_trainer_features.py", np_)
 
 
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_clipping_between_allreduce_grads_and_update_matches_one_process(np_):
+    """allreduce_grads() leaves one process's gradient sums (Note [Reduced
+    gradients are sums]): clipping at one process's threshold gives its
+    weights, SGD-momentum and Adam, hybridized and not."""
+    assert_spmd_ok("check_trainer_features.py", np_, args=["clipping"])
+
+
 def test_save_and_load_states_across_restart(tmp_path):
     assert_spmd_ok("check_trainer_features.py", 2, args=["save", tmp_path])
     assert os.path.exists(tmp_path / "trainer.states")

@@ -1,5 +1,6 @@
 """DistributedTrainer features against single-process gluon.Trainer on the
-whole batch. argv[1]: 'features' (default), 'save' or 'resume' (argv[2]: dir)."""
+whole batch. argv[1]: 'features' (default), 'clipping', 'save' or 'resume'
+(argv[2]: dir)."""
 import os
 import sys
 
@@ -10,13 +11,14 @@ from mxnet import autograd, gluon
 GLOBAL_BATCH = 12
 
 
-def make_net(seed, in_units=10, deferred=False):
+def make_net(seed, in_units=10, deferred=False, hybridize=True):
     mx.random.seed(seed)
     net = gluon.nn.HybridSequential()
     net.add(gluon.nn.Dense(8, in_units=0 if deferred else in_units, activation="relu"),
             gluon.nn.Dense(3, in_units=0 if deferred else 8))
     net.initialize(mx.init.Uniform(0.5))
-    net.hybridize(static_alloc=True)
+    if hybridize:
+        net.hybridize(static_alloc=True)
     return net
 
 
@@ -89,22 +91,48 @@ def check_deferred_init(rank, size):
     same(net, ref, "deferred init")
 
 
-def check_clipping_and_lr(rank, size):
+def check_clipping(rank, size):
+    """Note [Reduced gradients are sums]: between allreduce_grads() and
+    update() the gradients are one process's on the combined batch, so
+    clipping at one process's threshold gives its weights. The norms are
+    compared too, and the threshold must bind (else the check proves nothing)."""
+    max_norm = 1.0
+    for optimizer, params in (("sgd", {"learning_rate": 0.1, "momentum": 0.9}), ("adam", {"learning_rate": 0.01})):
+        for hybridize in (False, True):
+            what = f"allreduce_grads + clip_global_norm({max_norm}) + update, {optimizer}, " \
+                   f"{'hybridized' if hybridize else 'not hybridized'}"
+            ref, net = make_net(1, hybridize=hybridize), make_net(1, hybridize=hybridize)
+            rt = gluon.Trainer(ref.collect_params(), optimizer, dict(params), kvstore=None)
+            # A predivide factor f leaves sums divided by f (update() undoes
+            # it); one rank reduces nothing, so divides by nothing.
+            predivide = 2.0 if optimizer == "adam" else 1.0
+            tr = hvd.DistributedTrainer(net.collect_params(), optimizer, dict(params),
+                                        gradient_predivide_factor=predivide)
+            for s in range(4):
+                norms = []
+                for n, t, r, f in ((ref, rt, None, 1.0), (net, tr, rank, predivide if size > 1 else 1.0)):
+                    x, y = batch(s, r, size if r is not None else None)
+                    backward(n, x, y)
+                    t.allreduce_grads()
+                    grads = [p.grad() for p in n.collect_params().values()]
+                    norms.append(gluon.utils.clip_global_norm(grads, max_norm / f) * f)
+                    t.update(x.shape[0])
+                assert norms[0] > 1.5 * max_norm, f"{what}: the threshold does not bind (norm {norms[0]})"
+                assert_close(np.float32(norms[1]), np.float32(norms[0]), rtol=1e-4,
+                             what=f"{what}: global norm at step {s}")
+                rt.set_learning_rate(rt.learning_rate * 0.5)
+                tr.set_learning_rate(tr.learning_rate * 0.5)
+            assert tr.learning_rate == rt.learning_rate
+            same(net, ref, what)
+    # update() without allreduce_grads(): this rank's own gradients, as before.
     ref, net = make_net(1), make_net(1)
     rt = gluon.Trainer(ref.collect_params(), "sgd", {"learning_rate": 0.1}, kvstore=None)
     tr = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
-    for s in range(3):
-        for n, t, r in ((ref, rt, None), (net, tr, rank)):
-            x, y = batch(s, r, size if r is not None else None)
-            backward(n, x, y)
-            t.allreduce_grads()
-            grads = [p.grad() for p in n.collect_params().values()]
-            gluon.utils.clip_global_norm(grads, 0.05 * x.shape[0])
-            t.update(x.shape[0])
-        rt.set_learning_rate(rt.learning_rate * 0.5)
-        tr.set_learning_rate(tr.learning_rate * 0.5)
-    assert tr.learning_rate == rt.learning_rate
-    same(net, ref, "allreduce_grads + clip + update, set_learning_rate")
+    x, y = batch(0, rank, size)
+    for n, t in ((ref, rt), (net, tr)):
+        backward(n, x, y)
+        t.update(x.shape[0])
+    same(net, ref, "update() without allreduce_grads(): local gradients")
 
 
 def check_predivide_fp16(rank, size):
@@ -210,11 +238,12 @@ def main():
         check_save(sys.argv[2], rank, size)
     elif mode == "resume":
         check_resume(sys.argv[2], rank, size)
+    elif mode == "clipping":
+        check_clipping(rank, size)
     else:
         check_kvstore_plugin(rank, size)
         check_two_trainers(rank, size)
         check_deferred_init(rank, size)
-        check_clipping_and_lr(rank, size)
         check_predivide_fp16(rank, size)
         check_reinit_and_stale(rank, size)
         check_inference_between_steps(rank, size)

@@ -1,0 +1,198 @@
+"""The package as users install it: an sdist built from this tree, a wheel
+built from that sdist, installed into a fresh virtual environment (its
+dependencies from the package index, as a user's would be) and used from a
+directory outside the source tree, through the installed `mxplugin-run`.
+
+An editable install (the README's, and the rest of this suite's) imports
+from the source tree, so it cannot see a subpackage or file missing from the
+package: `mxplugin.elastic` once was, and `import mxplugin` then failed for
+everyone who ran `pip install .`."""
+import glob
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import textwrap
+
+import pytest
+
+from mpi_harness import REPO
+
+# Modules run by path as scripts (they import their siblings as top-level
+# modules, so that a rank's supervisor does not load MXNet): shipped, not imported.
+SCRIPTS_RUN_BY_PATH = {"mxplugin.elastic.supervisor"}
+
+# A rank's job through the installed launcher: collectives, a trainer step,
+# and where mxplugin was imported from.
+JOB = """
+import mxnet as mx
+import mxplugin as hvd
+from mxnet import autograd, gluon
+
+hvd.init()
+total = hvd.allreduce(mx.nd.ones(3) * (hvd.rank() + 1), op=hvd.Sum).asnumpy().tolist()
+net = gluon.nn.Dense(2, in_units=3)
+net.initialize(mx.init.Constant(0.5))
+trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+with autograd.record():
+    loss = net(mx.nd.ones((4, 3)) * (hvd.rank() + 1)).sum()
+loss.backward()
+trainer.step(4)
+print(f"rank {hvd.rank()} of {hvd.size()} sum {total} weight {net.weight.data()[0, 0].asscalar():.6f} "
+      f"from {hvd.__file__}", flush=True)
+"""
+
+# An elastic job through the installed launcher: its ranks run under the
+# installed package's supervisor script.
+ELASTIC_JOB = """
+import mxnet as mx
+import mxplugin as hvd
+
+hvd.init()
+state = hvd.elastic.ObjectState(step=0)
+
+@hvd.elastic.run
+def train(state):
+    while state.step < 3:
+        hvd.allreduce(mx.nd.ones(2), name="step").wait_to_read()
+        state.step += 1
+        state.commit()
+    return state.step
+
+print(f"elastic rank {hvd.rank()} of {hvd.size()} steps {train(state)}", flush=True)
+"""
+
+
+def run(cmd, cwd, env, timeout, what):
+    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, f"{what}: exit {result.returncode}\n--- stdout\n{result.stdout}\n" \
+                                   f"--- stderr\n{result.stderr}"
+    return result.stdout + result.stderr
+
+
+def outside_env(venv):
+    """The environment of a user of the fresh venv: nothing of this
+    checkout or of the suite's own venv on any path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    suite_bin = os.path.dirname(sys.executable)
+    path = [p for p in env.get("PATH", "").split(os.pathsep) if p and os.path.realpath(p) != os.path.realpath(suite_bin)]
+    env["PATH"] = os.pathsep.join([os.path.join(venv, "bin")] + path)
+    env["VIRTUAL_ENV"] = venv
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    """A fresh venv holding mxplugin installed from a wheel built from an sdist."""
+    for module in ("build", "Cython"):
+        if importlib.util.find_spec(module) is None:
+            pytest.fail(f"building the package needs '{module}': the test extra installs it "
+                        "(pip install -e '.[test]')")
+    work = tmp_path_factory.mktemp("packaging")
+    dist = str(work / "dist")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # --no-isolation: the build's requirements are this venv's own (the test
+    # extra holds Cython); an isolated build would fetch and install MXNet again.
+    run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", dist, REPO], REPO, env, 300,
+        "building the sdist")
+    sdist, = glob.glob(os.path.join(dist, "mxplugin-*.tar.gz"))
+    run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", dist, sdist],
+        str(work), env, 900, "building a wheel from the sdist")
+    wheel, = glob.glob(os.path.join(dist, "mxplugin-*.whl"))
+    venv = str(work / "venv")
+    run([sys.executable, "-m", "venv", venv], str(work), env, 120, "creating a fresh venv")
+    user_env = outside_env(venv)
+    run([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q", wheel], str(work), user_env, 900,
+        "installing the wheel into the fresh venv")
+    return {"venv": venv, "env": user_env, "sdist": sdist, "wheel": wheel, "cwd": str(work)}
+
+
+def test_sdist_holds_what_the_build_needs(installed):
+    with tarfile.open(installed["sdist"]) as tar:
+        names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    for needed in ("setup.py", "build_support.py", "pyproject.toml", "mxplugin/_core.pyx", "mxplugin/_core.pxd",
+                   "src/c_api.h", "cuda/scale_kernels.cu", "mxplugin/elastic/supervisor.py"):
+        assert needed in names, f"{needed} missing from the sdist"
+    assert "mxplugin/_build_info.py" not in names, "the sdist ships one machine's build info"
+
+
+def test_every_module_imports_from_the_installed_package(installed):
+    venv = installed["venv"]
+    check = textwrap.dedent(f"""
+        import importlib, os, pkgutil, sys
+        import mxplugin
+        root = os.path.dirname(mxplugin.__file__)
+        assert root.startswith({venv!r}), root
+        names = sorted(m.name for m in pkgutil.walk_packages(mxplugin.__path__, "mxplugin."))
+        skip = {sorted(SCRIPTS_RUN_BY_PATH)!r}
+        for name in names:
+            if name not in skip:
+                importlib.import_module(name)
+        for name in skip:
+            path = os.path.join(os.path.dirname(root), *name.split(".")) + ".py"
+            assert os.path.isfile(path), path
+        import mxplugin.elastic, mxplugin.parallel, mxplugin.mpi_ops
+        print("imported", len(names), "modules:", " ".join(names))
+    """)
+    out = run([os.path.join(venv, "bin", "python"), "-c", check], installed["cwd"], installed["env"], 300,
+              "importing every module")
+    for name in ("mxplugin.elastic.runner", "mxplugin.parallel.layers", "mxplugin._core", "mxplugin.mpi_ops"):
+        assert name in out, out
+
+
+def test_installed_launcher_runs_a_two_rank_job(installed):
+    venv, cwd = installed["venv"], installed["cwd"]
+    script = os.path.join(cwd, "job.py")
+    with open(script, "w") as f:
+        f.write(JOB)
+    launcher = os.path.join(venv, "bin", "mxplugin-run")
+    out = run([launcher, "--check-build"], cwd, installed["env"], 120, "mxplugin-run --check-build")
+    assert "MPI" in out, out
+    out = run([launcher, "-np", "2", os.path.join(venv, "bin", "python"), script], cwd, installed["env"], 300,
+              "a 2-rank job through the installed mxplugin-run")
+    lines = sorted(line for line in out.splitlines() if line.startswith("rank "))
+    assert len(lines) == 2, out
+    for rank, line in enumerate(lines):
+        assert line.startswith(f"rank {rank} of 2 sum [3.0, 3.0, 3.0] "), line
+        assert f"from {venv}" in line, line
+    # Both ranks took the same averaged step: the same weight everywhere.
+    assert len({line.split(" weight ")[1].split()[0] for line in lines}) == 1, out
+
+
+def test_installed_launcher_runs_an_elastic_job(installed):
+    venv, cwd = installed["venv"], installed["cwd"]
+    script = os.path.join(cwd, "elastic_job.py")
+    with open(script, "w") as f:
+        f.write(ELASTIC_JOB)
+    out = run([os.path.join(venv, "bin", "mxplugin-run"), "-np", "2", "--min-np", "2", "--max-np", "2",
+               os.path.join(venv, "bin", "python"), script], cwd, installed["env"], 300,
+              "an elastic job through the installed mxplugin-run")
+    assert sorted(line for line in out.splitlines() if line.startswith("elastic rank ")) == [
+        "elastic rank 0 of 2 steps 3", "elastic rank 1 of 2 steps 3"], out
+
+
+def test_no_source_tree_on_the_installed_path(installed):
+    """The checks above mean something only if the fresh venv cannot reach this checkout."""
+    out = run([os.path.join(installed["venv"], "bin", "python"), "-c", "import sys; print('\\n'.join(sys.path))"],
+              installed["cwd"], installed["env"], 60, "reading sys.path")
+    assert not any(os.path.realpath(p) == os.path.realpath(REPO) for p in out.splitlines() if p), out
+    assert shutil.which("mxplugin-run", path=installed["env"]["PATH"]).startswith(installed["venv"])
+
+
+def test_horovod_module_layout():
+    """`from horovod.mxnet.mpi_ops import ...` becomes `from mxplugin.mpi_ops import ...`:
+    the same objects as the package's own, and every name horovod.mxnet.mpi_ops offers for MXNet."""
+    import mxplugin
+    from mxplugin import mpi_ops
+
+    for name in ("allreduce", "allreduce_", "grouped_allreduce", "grouped_allreduce_", "allgather",
+                 "grouped_allgather", "broadcast", "broadcast_", "alltoall", "reducescatter",
+                 "grouped_reducescatter", "init", "shutdown", "size", "rank", "local_rank", "local_size",
+                 "cross_rank", "cross_size", "is_initialized", "mpi_threads_supported", "ProcessSet",
+                 "global_process_set", "add_process_set", "remove_process_set", "Average", "Sum", "Adasum",
+                 "Min", "Max", "Product", "nccl_built", "mpi_built"):
+        assert getattr(mpi_ops, name) is getattr(mxplugin, name), name
