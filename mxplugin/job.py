@@ -18,6 +18,7 @@ KeyboardInterrupt`) still comes through. A process in another
 session cannot read the terminal, so when stdin is a terminal the job gets
 no stdin."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -29,6 +30,10 @@ _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Lines MPICH's launcher prints when a job is stopped by a signal.
 _LAUNCHER_NOISE = ("[mpiexec@", "[proxy:", "=====", "=   ", "YOUR APPLICATION TERMINATED", "This typically refers",
                    "Please see the FAQ")
+
+
+# The tag --prefix-output puts before each line of a rank.
+_RANK_TAG = re.compile(r"^\[[0-9?]+\]<std(out|err)>:")
 
 
 class _Pump(threading.Thread):
@@ -67,11 +72,12 @@ class _Pump(threading.Thread):
             self.line(line)
 
     def line(self, line):
-        # Ranks' tracebacks arrive interleaved, even within a line ("Keyboard
-        # InterruptTraceback (most recent..."), so this works on pieces, not
+        # Ranks' tracebacks arrive interleaved line by line (each line whole,
+        # Note [Whole lines] in line_relay.py), so this works on lines, not
         # structure: a traceback printed while stopping is reduced to its
-        # last line, and dropped whole when that is KeyboardInterrupt.
-        text = line.decode("utf-8", "replace")
+        # last line, and dropped whole when that is KeyboardInterrupt. A
+        # rank's tag (--prefix-output) is not part of what is judged.
+        text = _RANK_TAG.sub("", line.decode("utf-8", "replace"), count=1)
         rest = text.replace("Traceback (most recent call last):", "").replace("KeyboardInterrupt", "")
         if not rest.strip() or text.startswith(("  ",) + _LAUNCHER_NOISE):
             return

@@ -24,6 +24,7 @@ examples:
   mxplugin-run -np 8 -H server1:4,server2:4 python train.py
   mxplugin-run -np 8 --hostfile hosts.txt python train.py   # lines "server1 slots=4"
   mxplugin-run -np 2 --timeline-filename /tmp/timeline.json python train.py
+  mxplugin-run -np 2 --prefix-output python train.py   # lines start "[0]<stdout>:"
   mxplugin-run --min-np 2 --max-np 4 -H a:2,b:2 python train.py   # elastic
   mxplugin-run --min-np 2 --host-discovery-script ./hosts.sh python train.py
   mxplugin-run --check-build
@@ -100,6 +101,10 @@ def build_parser():
         "--checkpoint-path", metavar="FILE",
         help="rank 0 also writes each committed state here; a new world starts from it when no rank "
              "of the last world survived to hand the state over")
+    parser.add_argument(
+        "--prefix-output", action="store_true",
+        help="start every line a rank prints with its rank, as horovodrun does: '[1]<stdout>:' "
+             "or '[1]<stderr>:' (lines are kept whole either way)")
     parser.add_argument(
         "--timeline-filename", dest="timeline", metavar="FILE",
         help="record a timeline of collective operations to FILE "
@@ -249,12 +254,21 @@ def openmpi_arguments(num_proc, hosts, env, rsh="ssh", iface=None):
     return args
 
 
+def line_relay(prefix_output):
+    """What goes before each rank's command so that its lines arrive whole
+    (Note [Whole lines], line_relay.py): run by path, like the elastic
+    supervisor, so it costs no MXNet import; the same Python and mxplugin
+    at the same path on every host, as for the ranks themselves."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "line_relay.py")
+    return [sys.executable, "-S", script] + (["--prefix"] if prefix_output else []) + ["--"]
+
+
 def mpiexec_command(mpiexec, flavour, args, hosts, env):
     if flavour == "openmpi":
         launch = openmpi_arguments(args.num_proc, hosts, env, args.rsh, args.network_interface)
     else:
         launch = mpich_arguments(args.num_proc, hosts, args.rsh, args.network_interface)
-    return [mpiexec] + launch + list(args.command)
+    return [mpiexec] + launch + line_relay(args.prefix_output) + list(args.command)
 
 
 # ------------------------------------------------------------------- running
@@ -303,7 +317,8 @@ def launch_elastic(args, hosts):
         # -disable-auto-cleanup: a lost rank must not take the survivors
         # (and the state they hold) down with it.
         return ([mpiexec] + mpich_arguments(size, world_hosts, args.rsh, args.network_interface)
-                + ["-disable-auto-cleanup", sys.executable, supervisor] + list(args.command))
+                + ["-disable-auto-cleanup"] + line_relay(args.prefix_output) + [sys.executable, supervisor]
+                + list(args.command))
 
     return ElasticDriver(args, env, PROG, world_command).run()
 
