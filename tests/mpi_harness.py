@@ -36,15 +36,16 @@ def rank_env(extra=None):
     return env
 
 
-def run_spmd(script, np, args=(), env=None, timeout=240, auto_cleanup=True):
+def run_spmd(script, np, args=(), env=None, timeout=240, auto_cleanup=True, launch=()):
     """Runs tests/spmd/<script> on `np` ranks; returns (returncode, stdout, stderr)."""
     return run_program([sys.executable, os.path.join(SPMD_DIR, script), *map(str, args)], np, env, timeout,
-                       auto_cleanup, what=script)
+                       auto_cleanup, what=script, launch=launch)
 
 
-def run_program(argv, np, env=None, timeout=240, auto_cleanup=True, what=None):
-    """Runs `argv` on `np` ranks under mpiexec; returns (returncode, stdout, stderr)."""
-    cmd = [mpiexec_path(), "-n", str(np)]
+def run_program(argv, np, env=None, timeout=240, auto_cleanup=True, what=None, launch=()):
+    """Runs `argv` on `np` ranks under mpiexec, with the mpiexec options
+    `launch` (e.g. fake_hosts.launch_options'); returns (returncode, stdout, stderr)."""
+    cmd = [mpiexec_path(), *launch, "-n", str(np)]
     if not auto_cleanup:
         cmd.append("-disable-auto-cleanup")  # keep survivors running when a rank dies
     return run_command(cmd + list(argv), timeout, env, what=f"{what or os.path.basename(argv[0])} on {np} ranks")
@@ -65,9 +66,9 @@ def run_command(cmd, timeout, env=None, what=None):
     return proc.returncode, out, err
 
 
-def assert_spmd_ok(script, np, args=(), env=None, timeout=240):
+def assert_spmd_ok(script, np, args=(), env=None, timeout=240, launch=()):
     """Runs the script and checks that every rank printed 'PASS <rank>'."""
-    rc, out, err = run_spmd(script, np, args, env, timeout)
+    rc, out, err = run_spmd(script, np, args, env, timeout, launch=launch)
     passed = sorted(int(r) for r in re.findall(r"PASS (\d+)", out))
     assert rc == 0 and passed == list(range(np)), (
         f"{script} on {np} ranks: exit {rc}, passed ranks {passed}\n--- stdout\n{out}\n--- stderr\n{err}")

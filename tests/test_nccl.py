@@ -3,12 +3,16 @@ fused and direct allreduces over 1-3 lanes, ordering against the producer's
 stream, argument errors) and the errors every build gives for GPU tensors it
 cannot run (check_gpu_errors.py, which needs no GPU).
 
-The GPU tests need a build with NCCL, CuPy and a GPU per rank; they skip,
-saying which is missing, anywhere else."""
+The GPU tests need a build with NCCL, CuPy and a GPU; they skip, saying
+which is missing, anywhere else. Where the ranks outnumber the GPUs, each
+rank runs as a fake host of its own on GPU 0 (tests/fake_hosts.py; GPU.md),
+which needs MPICH's launcher. test_fake_hosts_are_separate_hosts checks that
+launch with no GPU."""
 import pytest
 
+import fake_hosts
 from gpu_probe import no_gpu_reason
-from mpi_harness import assert_spmd_ok
+from mpi_harness import assert_spmd_ok, mpiexec_path
 from mxplugin._loader import core_module as core
 
 
@@ -31,6 +35,19 @@ def gpu_count():
 GPUS, WHY = gpu_count()
 
 
+@pytest.fixture(scope="module")
+def fakessh(tmp_path_factory):
+    return fake_hosts.write_fakessh(str(tmp_path_factory.mktemp("fakessh")))
+
+
+def launch_or_skip(ranks, gpus, fakessh):
+    """The mpiexec options that run `ranks` ranks here, or a skip saying why none can."""
+    launch, why = fake_hosts.launch_options(ranks, gpus, mpiexec_path(), fakessh)
+    if launch is None:
+        pytest.skip(why)
+    return launch
+
+
 def test_gpu_tensors_that_cannot_run_are_clear_errors():
     assert_spmd_ok("check_gpu_errors.py", 1)
 
@@ -43,9 +60,17 @@ def test_nccl_one_rank(streams):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(GPUS < 2, reason=WHY or f"needs 2 GPUs (NCCL runs one rank per GPU); this machine has {GPUS}")
-def test_nccl_two_ranks():
-    assert_spmd_ok("check_nccl.py", 2, timeout=300)
+@pytest.mark.skipif(GPUS < 1, reason=WHY or "needs a GPU")
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_nccl_several_ranks(ranks, fakessh):
+    assert_spmd_ok("check_nccl.py", ranks, timeout=300, launch=launch_or_skip(ranks, GPUS, fakessh))
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_fake_hosts_are_separate_hosts(ranks, fakessh):
+    """The launch the tests above use when the ranks outnumber the GPUs, on
+    any machine with MPICH (as if it had one GPU)."""
+    assert_spmd_ok("check_fake_hosts.py", ranks, launch=launch_or_skip(ranks, 1, fakessh))
 
 
 @pytest.mark.gpu
