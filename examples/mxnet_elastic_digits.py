@@ -9,9 +9,14 @@ batch-size x ranks, and the learning rate follows it (lr = base lr x ranks,
 set again after every reset). The state (weights, optimizer, epoch, batch)
 is committed every --commit-every steps and at the end of every epoch: a
 lost rank costs at most the steps since the last commit.
+
+With --until-exists PATH the training goes on past --epochs, an epoch at a
+time, until the file PATH exists: a run that something else ends, once it
+has seen what it waits for (tests/test_elastic.py: a new world, say).
 """
 import argparse
 import logging
+import os
 import time
 
 import mxnet as mx
@@ -34,6 +39,9 @@ def parse_args():
     p.add_argument("--log-steps", action="store_true", help="rank 0 prints a line per step and per commit")
     p.add_argument("--min-accuracy", type=float, default=0.0,
                    help="exit with status 1 if the final test accuracy is below this")
+    p.add_argument("--until-exists", metavar="PATH",
+                   help="after --epochs, keep training until the file PATH exists (rank 0 looks at the end of "
+                        "every epoch)")
     return p.parse_args()
 
 
@@ -71,11 +79,21 @@ def main():
         if args.log_steps and hvd.rank() == 0:
             logging.info("commit %d: step %d", state.commits, state.step)
 
+    def another_epoch():
+        if state.epoch < args.epochs:
+            return True
+        if args.until_exists is None:
+            return False
+        # Rank 0 looks and every rank takes its answer: ranks that looked for
+        # themselves could see the file appear at different moments and part.
+        missing = not os.path.exists(args.until_exists) if hvd.rank() == 0 else None
+        return hvd.broadcast_object(missing, root_rank=0, name="until_exists")
+
     @hvd.elastic.run
     def train(state):
         rank, size = hvd.rank(), hvd.size()
         per_step = args.batch_size * size
-        while state.epoch < args.epochs:
+        while another_epoch():
             order = np.random.RandomState(args.seed + state.epoch).permutation(len(x_train))
             start, done = time.time(), 0
             while state.sample + per_step <= len(x_train):

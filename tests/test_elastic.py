@@ -2,8 +2,11 @@
 mxplugin-run --min-np/--max-np with ranks lost, hosts added, the reset
 limit, every rank lost at once, and --min-np out of reach. The digits MLP
 of examples/mxnet_elastic_digits.py trains throughout, with its
-per-step and per-commit lines (rank 0) as the record of what happened.
+per-step and per-commit lines (rank 0) as the record of what happened, and
+past its epochs until the test has seen what it waits for (a kill, a new
+world), so that no run ends too soon on a fast machine.
 Skips, saying why, where namespaces cannot be made (not root, no `ip`)."""
+import itertools
 import os
 import re
 import subprocess
@@ -22,6 +25,7 @@ COMMIT_EVERY = 3
 RUN_TIMEOUT_S = 300
 # Survivors notice a lost peer within this (the launcher's default is longer).
 PEER_TIMEOUT = {"MXPLUGIN_PEER_TIMEOUT_SECONDS": "10"}
+RUN_NUMBERS = itertools.count()  # each run's own release file in the module's cluster
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +35,21 @@ def cluster():
 
 
 def start(cluster, *options, epochs=12, env=None):
+    """The launcher on the first host, training the example; returns (proc,
+    log, release): the example trains past `epochs` until finish() creates
+    the file `release`, however fast the machine."""
+    release = os.path.join(cluster.dir, f"release{next(RUN_NUMBERS)}")
     argv = [sys.executable, "-m", "mxplugin.run", "--rsh", cluster.rsh, "--network-interface", IFACE, *options,
             sys.executable, EXAMPLE, "--epochs", str(epochs), "--log-steps", "--commit-every", str(COMMIT_EVERY),
-            "--min-accuracy", "0.95"]
-    return cluster.start(0, argv, env=rank_env({**ENV, **PEER_TIMEOUT, **(env or {})}), cwd=REPO)
+            "--min-accuracy", "0.95", "--until-exists", release]
+    proc, log = cluster.start(0, argv, env=rank_env({**ENV, **PEER_TIMEOUT, **(env or {})}), cwd=REPO)
+    return proc, log, release
 
 
-def finish(proc, log, timeout=RUN_TIMEOUT_S):
+def finish(proc, log, release, timeout=RUN_TIMEOUT_S):
+    """Lets the training end (it has done what the test waited for, or
+    failed to) and waits for the launcher; (exit code, output)."""
+    open(release, "w").close()
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -65,6 +77,11 @@ COMMIT = re.compile(r"^commit (\d+): step (\d+)")
 RESUMES = re.compile(r"rank (\d+) of (\d+) resumes at step (\d+), weights digest (\S+)")
 
 
+def steps_at(ranks):
+    """A step line of a world of `ranks` ranks."""
+    return lambda line: (m := STEP.match(line)) is not None and int(m.group(3)) == ranks
+
+
 def commit_line(n):
     return lambda line: (m := COMMIT.match(line)) is not None and int(m.group(1)) >= n
 
@@ -73,16 +90,35 @@ def matches(pattern, lines):
     return [m for m in map(pattern.match, lines) if m]
 
 
+def steps_lost_at_the_reset(lines, world1, report):
+    """Checks that nothing committed is lost: world 1 (from line `world1`
+    on) starts from world 0's newest commit; returns the work lost, the
+    steps world 0 took after it. Rank 0 prints a commit's line once
+    commit() returns, after its host check, a collective that the lost rank
+    may never join: so the newest commit is the last one printed or, made
+    but not printed, the next one."""
+    last = matches(COMMIT, lines[:world1])[-1]
+    printed, printed_step = int(last.group(1)), int(last.group(2))
+    m = re.search(r"resumes from commit (\d+)", "\n".join(lines[world1:]))
+    steps = {int(r.group(3)) for r in map(RESUMES.search, lines[world1:]) if r}
+    assert m and len(steps) == 1, report
+    commit, step = int(m.group(1)), steps.pop()
+    assert (commit, step) == (printed, printed_step) or (commit == printed + 1 and step > printed_step), report
+    lost = int(matches(STEP, lines[:world1])[-1].group(1)) - step
+    assert 0 <= lost <= COMMIT_EVERY, report
+    return lost
+
+
 def without_steps(text):
     return "\n".join(line for line in text.splitlines() if not STEP.match(line))[-6000:]
 
 
 def test_a_lost_rank_costs_at_most_the_steps_since_the_last_commit(cluster):
-    proc, log = start(cluster, "--min-np", "2", "--max-np", "3", "-H", cluster.host_list((1, 1, 1)))
+    proc, log, release = start(cluster, "--min-np", "2", "--max-np", "3", "-H", cluster.host_list((1, 1, 1)))
     assert log.wait_for(commit_line(4), 120), log.text()[-4000:]
     killed_at = kill_ranks(cluster, 2)
-    resumed = log.wait_for(lambda line: (m := STEP.match(line)) is not None and m.group(3) == "2", 120)
-    code, text = finish(proc, log)
+    resumed = log.wait_for(steps_at(2), 120)
+    code, text = finish(proc, log, release)
     report = f"exit {code}\n{without_steps(text)}"
     assert code == 0 and resumed, report
     lines = text.splitlines()
@@ -90,13 +126,7 @@ def test_a_lost_rank_costs_at_most_the_steps_since_the_last_commit(cluster):
     # The survivors left because the launcher told them (at once), not
     # because their collectives timed out.
     assert re.search(r"the launcher says rank 2 on \S+ ended \(signal 9\)", text), report
-    # Nothing committed is lost: world 1 starts from world 0's last commit,
-    # and the work lost is the steps world 0 took after it.
-    last_commit = matches(COMMIT, lines[:world1])[-1]
-    m = re.search(r"resumes from commit (\d+)", "\n".join(lines[world1:]))
-    assert m and int(m.group(1)) == int(last_commit.group(1)), report
-    lost = int(matches(STEP, lines[:world1])[-1].group(1)) - int(last_commit.group(2))
-    assert 0 <= lost <= COMMIT_EVERY, report
+    lost = steps_lost_at_the_reset(lines, world1, report)
     assert f"left out from now on: {cluster.hosts[2]}" in text, report
     assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
     print(f"kill to first step at 2 ranks: {resumed[1] - killed_at:.1f} s; steps lost {lost}")
@@ -107,20 +137,21 @@ def test_a_lost_host_takes_only_its_rank_the_others_hand_over(cluster):
     proxy), as when a machine fails: mpiexec ends and kills the other
     ranks' process groups, but the ranks outlive that in sessions of their
     own and hand their state over when the launcher tells them."""
-    proc, log = start(cluster, "--min-np", "2", "--max-np", "3", "-H", cluster.host_list((1, 1, 1)), epochs=10)
+    proc, log, release = start(cluster, "--min-np", "2", "--max-np", "3", "-H", cluster.host_list((1, 1, 1)),
+                               epochs=10)
     assert log.wait_for(commit_line(4), 120), log.text()[-4000:]
     for pid in cluster.pids(2, ""):
         os.kill(pid, 9)
-    code, text = finish(proc, log)
+    # Released at once: with a rank gone, world 0 cannot finish any more.
+    code, text = finish(proc, log, release)
     report = f"exit {code}\n{without_steps(text)}"
     assert code == 0, report
     assert re.search(rf"lost rank 2 on {cluster.hosts[2]} \(gone without a word: its host was probably lost\)",
                      text), report
     lines = text.splitlines()
     world1 = next(i for i, line in enumerate(lines) if "world 1: 2 ranks" in line)
-    last_commit = matches(COMMIT, lines[:world1])[-1]
-    m = re.search(r"resumes from commit (\d+) \(the state handed over", "\n".join(lines[world1:]))
-    assert m and int(m.group(1)) == int(last_commit.group(1)), report
+    steps_lost_at_the_reset(lines, world1, report)
+    assert re.search(r"resumes from commit \d+ \(the state handed over", "\n".join(lines[world1:])), report
     assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
 
 
@@ -128,14 +159,17 @@ def test_a_host_found_by_discovery_joins_at_the_next_commit_with_the_state(clust
     hosts_file = os.path.join(cluster.dir, "hosts")
     with open(hosts_file, "w") as f:
         f.write(f"{cluster.hosts[0]}:1\n{cluster.hosts[1]}:1\n")
-    proc, log = start(cluster, "--min-np", "2", "--max-np", "3", "--host-discovery-script", f"cat {hosts_file}",
-                      epochs=10)
+    proc, log, release = start(cluster, "--min-np", "2", "--max-np", "3", "--host-discovery-script",
+                               f"cat {hosts_file}", epochs=10)
     assert log.wait_for(commit_line(3), 120), log.text()[-4000:]
     with open(hosts_file, "a") as f:
         f.write(f"{cluster.hosts[2]}:1\n")
-    code, text = finish(proc, log)
+    # World 0 trains on, past its epochs if need be, until a commit after
+    # the launcher noticed the host; released once the new world trains.
+    grown = log.wait_for(steps_at(3), 120)
+    code, text = finish(proc, log, release)
     report = f"exit {code}\n{without_steps(text)}"
-    assert code == 0, report
+    assert code == 0 and grown, report
     assert "world 1: 3 ranks" in text, report
     lines = text.splitlines()
     world1 = next(i for i, line in enumerate(lines) if "world 1: 3 ranks" in line)
@@ -151,13 +185,13 @@ def test_a_host_found_by_discovery_joins_at_the_next_commit_with_the_state(clust
 
 
 def test_the_reset_limit_stops_the_job(cluster):
-    proc, log = start(cluster, "--min-np", "1", "--max-np", "3", "--reset-limit", "1", "-H",
-                      cluster.host_list((1, 1, 1)), epochs=40)
+    proc, log, release = start(cluster, "--min-np", "1", "--max-np", "3", "--reset-limit", "1", "-H",
+                               cluster.host_list((1, 1, 1)))
     assert log.wait_for(commit_line(3), 120), log.text()[-4000:]
     kill_ranks(cluster, 2)
-    assert log.wait_for(lambda line: (m := STEP.match(line)) is not None and m.group(3) == "2", 120), log.text()
+    assert log.wait_for(steps_at(2), 120), log.text()
     kill_ranks(cluster, 1)
-    code, text = finish(proc, log)
+    code, text = finish(proc, log, release)
     report = f"exit {code}\n{without_steps(text)}"
     assert code == 1, report
     assert re.search(r"stopping: world 1: lost rank 1 on \S+ \(signal 9\).*reset 2, over --reset-limit 1", text), report
@@ -165,11 +199,11 @@ def test_the_reset_limit_stops_the_job(cluster):
 
 def test_every_rank_lost_resumes_from_the_checkpoint(cluster):
     checkpoint = os.path.join(cluster.dir, "state.ckpt")
-    proc, log = start(cluster, "--min-np", "3", "--max-np", "3", "--checkpoint-path", checkpoint, "-H",
-                      cluster.host_list((1, 1, 1)), epochs=10)
+    proc, log, release = start(cluster, "--min-np", "3", "--max-np", "3", "--checkpoint-path", checkpoint, "-H",
+                               cluster.host_list((1, 1, 1)), epochs=10)
     assert log.wait_for(commit_line(4), 120), log.text()[-4000:]
     kill_ranks(cluster, 0, 1, 2)
-    code, text = finish(proc, log)
+    code, text = finish(proc, log, release)
     report = f"exit {code}\n{without_steps(text)}"
     assert code == 0, report
     assert "every rank was lost; resuming from the newest committed state" in text, report
@@ -179,10 +213,10 @@ def test_every_rank_lost_resumes_from_the_checkpoint(cluster):
 
 
 def test_every_rank_lost_without_a_checkpoint_stops_the_job(cluster):
-    proc, log = start(cluster, "--min-np", "2", "--max-np", "2", "-H", cluster.host_list((1, 1)), epochs=40)
+    proc, log, release = start(cluster, "--min-np", "2", "--max-np", "2", "-H", cluster.host_list((1, 1)))
     assert log.wait_for(commit_line(2), 120), log.text()[-4000:]
     kill_ranks(cluster, 0, 1)
-    code, text = finish(proc, log)
+    code, text = finish(proc, log, release)
     report = f"exit {code}\n{text[-4000:]}"
     assert code == 1, report
     assert "every rank was lost and there is no committed state to resume from" in text, report
@@ -190,8 +224,8 @@ def test_every_rank_lost_without_a_checkpoint_stops_the_job(cluster):
 
 def test_min_np_out_of_reach_fails_after_the_timeout(cluster):
     t0 = time.monotonic()
-    proc, log = start(cluster, "--min-np", "3", "-H", cluster.host_list((1, 1)), "--elastic-timeout", "3")
-    code, text = finish(proc, log, timeout=60)
+    proc, log, release = start(cluster, "--min-np", "3", "-H", cluster.host_list((1, 1)), "--elastic-timeout", "3")
+    code, text = finish(proc, log, release, timeout=60)
     took = time.monotonic() - t0
     assert code == 1, text
     assert "--min-np 3 not reached within --elastic-timeout 3 s: 2 slots usable" in text, text

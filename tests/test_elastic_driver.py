@@ -32,11 +32,14 @@ def test_elastic_launch_on_one_machine():
     assert "epoch 2: test accuracy" in done.stdout + done.stderr
 
 
-def test_ctrl_c_stops_an_elastic_job_rather_than_restart_it():
+def test_ctrl_c_stops_an_elastic_job_rather_than_restart_it(tmp_path):
     """The launcher's interrupt reaches every rank; ranks ending by it are
     not lost ranks, so no new world starts."""
+    # Never created: the job trains until the Ctrl-C, however fast the machine.
+    never = str(tmp_path / "never")
     proc = subprocess.Popen([sys.executable, "-m", "mxplugin.run", "--min-np", "2", "--max-np", "2", sys.executable,
-                             "examples/mxnet_elastic_digits.py", "--epochs", "500", "--log-steps"],
+                             "examples/mxnet_elastic_digits.py", "--epochs", "2", "--until-exists", never,
+                             "--log-steps"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=rank_env(), cwd=REPO,
                             start_new_session=True)
     try:

@@ -168,12 +168,14 @@ def wait_for_files(paths, timeout):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_is_forwarded_to_ranks(tmp_path, sig):
     # Each rank marks itself ready, then exits 7 when the signal arrives.
+    # Its sleep only bounds a rank that the signal never reaches: it outlasts
+    # every wait of this test, so a slow forward cannot end it first.
     code = (
         "import os, signal, sys, time\n"
         "signal.signal(signal.SIGTERM, lambda *a: sys.exit(7))\n"
         "signal.signal(signal.SIGINT, lambda *a: sys.exit(7))\n"
         f"open(os.path.join({str(tmp_path)!r}, 'ready' + os.environ['PMI_RANK']), 'w').close()\n"
-        "time.sleep(30)\n"
+        f"time.sleep({3 * TIMEOUT})\n"
     )
     child = subprocess.Popen(launcher("-np", "2", sys.executable, "-c", code), cwd=REPO,
                              env=launcher_env(), stdout=subprocess.PIPE,
@@ -194,8 +196,8 @@ import os, sys, time
 import mxnet as mx
 import mxplugin as hvd
 hvd.init()
-print("ready", hvd.rank(), flush=True)
 try:
+    print("ready", hvd.rank(), flush=True)  # within the try: a Ctrl-C typed after it is caught below
     while True:
         hvd.allreduce(mx.nd.ones(4), name="x").wait_to_read()
         time.sleep(0.05)
@@ -234,7 +236,6 @@ def ctrl_c_at_a_terminal(*job_args):
                     break
                 out += data
             if typed is None and out.count(b"ready") >= 2:
-                time.sleep(0.5)
                 os.write(fd, b"\x03")
                 typed = time.monotonic()
     finally:
