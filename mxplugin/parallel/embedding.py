@@ -44,7 +44,7 @@ class VocabParallelEmbedding(_ParallelBlock):
         y = F.Embedding(local * inside, weight, input_dim=self._local_rows, output_dim=self._output_dim,
                         dtype=self._dtype)
         y = F.broadcast_mul(y, inside.expand_dims(-1).astype(y.dtype))
-        return reduce_from_group(y, self._mesh.mp_set, name=self.name)
+        return reduce_from_group(y, self._mesh.mp_set, name=self.label)
 
     def load_full(self, weight):
         """Sets this rank's rows from the full (input_dim, output_dim) table."""

@@ -16,6 +16,15 @@ blocks always run imperatively. hybridize() is accepted (so a container can
 hybridize its other children) but leaves them un-hybridized, and they cannot
 be traced into a parent's symbolic graph: put them in nn.Sequential or a plain
 Block, not in a hybridized HybridSequential/HybridBlock.
+
+Note [Collective names]
+Collectives pair up across ranks by name. Gluon's block names ("dense3")
+count the blocks each process has created, so a rank that built one more
+block (an evaluation copy, a model to save) names every later layer
+differently. The layers therefore name their collectives by a label that is
+the same on every rank: the child path when parallelize() made the layer
+("encoder.ffn.0"), else the class name, followed by the counter per process
+set that next_name() adds.
 """
 import mxnet as mx
 import numpy as np
@@ -71,6 +80,7 @@ class _ParallelBlock(gluon.HybridBlock):
         super().__init__(**kwargs)
         self._mesh = mesh if mesh is not None else default_mesh()
         self._shards = {}
+        self.label = type(self).__name__  # Note [Collective names]
 
     @property
     def mesh(self):
@@ -88,7 +98,7 @@ class _ParallelBlock(gluon.HybridBlock):
 
     def _gather(self, data, axis, what):
         ps = self._mesh.mp_set
-        return gather_axis(data, axis, next_name(ps, f"{self.name}.{what}"), ps)
+        return gather_axis(data, axis, next_name(ps, f"{self.label}.{what}"), ps)
 
     def full_arrays(self):
         """{attribute name: whole array} of every parameter, gathered over the
@@ -199,13 +209,13 @@ class ColumnParallelDense(_ParallelDense):
 
     def hybrid_forward(self, F, x, weight, bias=None):
         self._check_imperative(F)
-        x = copy_to_group(x, self._mesh.mp_set, name=self.name)
+        x = copy_to_group(x, self._mesh.mp_set, name=self.label)
         y = F.FullyConnected(x, weight, bias, no_bias=bias is None, num_hidden=self._local_units,
                              flatten=self._flatten)
         if self.act is not None:
             y = self.act(y)
         if self._gather_output:
-            y = gather_from_group(y, self._mesh.mp_set, axis=-1, name=self.name)
+            y = gather_from_group(y, self._mesh.mp_set, axis=-1, name=self.label)
         return y
 
     def full_weight(self):
@@ -256,9 +266,9 @@ class RowParallelDense(_ParallelDense):
                     "use flatten=False (as the Dense it replaces should) to apply it along the last axis")
             x = x.reshape((0, -1))
         if not self._input_is_parallel:
-            x = scatter_to_group(x, self._mesh.mp_set, axis=-1, name=self.name)
+            x = scatter_to_group(x, self._mesh.mp_set, axis=-1, name=self.label)
         partial = F.FullyConnected(x, weight, no_bias=True, num_hidden=self._units, flatten=self._flatten)
-        y = reduce_from_group(partial, self._mesh.mp_set, name=self.name)
+        y = reduce_from_group(partial, self._mesh.mp_set, name=self.label)
         if bias is not None:
             y = F.broadcast_add(y, bias)
         if self.act is not None:

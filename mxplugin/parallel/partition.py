@@ -261,6 +261,7 @@ def parallelize(net, mesh=None, plan="auto", verbose=False):
         new = placement.replace(node.block, mesh)
         if new is None:
             continue
+        new.label = node.path  # Note [Collective names] in layers.py
         replace_child(node.parent, node.key, node.block, new)
         for above in node.ancestors(by_path):
             imperative[id(above.block)] = above.block
