@@ -363,6 +363,18 @@ def check_errors():
             "a per-rank attribute that does not exist")
     refused(serial_lm, {"1.attn": parallel.HeadParallel(), "1.attn.query": parallel.ColwiseParallel()},
             ["'1.attn.query'", "also named"], "a head-split child named again")
+    # a row layer cannot flatten a split 3-d input (the serial columns would interleave)
+    def flattening():
+        net = nn.HybridSequential()
+        net.add(nn.Dense(4, in_units=3, flatten=False), nn.Dense(2, in_units=20))
+        net.initialize()
+        return net
+
+    auto = parallel.auto_plan(flattening(), mesh, classifier=False)
+    assert auto == {} and any("flattens its input" in note for note in auto.notes), f"rank {rank}: {auto}"
+    flat = parallel.parallelize(flattening(), mesh, {"0": parallel.ColwiseParallel(), "1": parallel.RowwiseParallel()})
+    raises(["input_is_parallel with flatten=True", "(2, 5, 2)"], lambda: flat(mx.nd.ones((2, 5, 3))),
+           "flattening a split input")
     # a parallelized network is not split again
     pnet = parallel.parallelize(serial_mlp(), mesh, MLP_PLAN)
     raises(["'0'", "already split"], lambda: parallel.parallelize(pnet, mesh, {"0": parallel.ColwiseParallel()}),
