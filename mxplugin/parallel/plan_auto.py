@@ -8,9 +8,13 @@ Only what is safe to read from structure alone:
   forward and one backward per pair. Pairs do not overlap and are taken
   from the front.
 - The final classifier: the network's last layer (following the last child
-  of Sequential blocks) when it is a Dense whose weight is at least as large
-  as every other Dense weight (classifier="auto"), or always (True), gets
+  of Sequential blocks), when it is a Dense that widens (more classes than
+  input features) and whose weight is at least as large as every other
+  Dense weight (classifier="auto"), or whenever it divides (True), gets
   ShardedOutput: the scores stay split, for ShardedSoftmaxCrossEntropyLoss.
+  It is decided first, so it never becomes the second half of a pair. A
+  feed-forward block's closing Dense narrows (4096 -> 1024) and is not taken
+  for a classifier.
 A block with its own forward is opaque here (its data flow is not known), so
 attention is never split automatically: name it with HeadParallel.
 Each choice, and each pair passed over, is explained in Plan.notes.
@@ -65,8 +69,8 @@ def auto_plan(net, mesh=None, classifier="auto"):
     """The Plan that parallelize(net, mesh, "auto") applies (Note [What auto
     splits]); print it to see what was chosen and why.
 
-    classifier: "auto" (shard the final Dense when its weight is the
-    largest), True (shard it whenever it divides), False (never)."""
+    classifier: "auto" (shard the final Dense when it widens and its weight
+    is the largest), True (shard it whenever it divides), False (never)."""
     if classifier not in ("auto", True, False):
         raise ArgumentError(f"auto_plan: classifier must be 'auto', True or False, got {classifier!r}")
     mesh = mesh if mesh is not None else default_mesh()
@@ -79,8 +83,11 @@ def auto_plan(net, mesh=None, classifier="auto"):
         units = final.weight.shape[0]
         largest = max(n.block.weight.shape[0] * n.block.weight.shape[1] for n in nodes if _plain_dense(n.block))
         why = _why_not(final, units, "units", mesh, shared)
-        if why is None and classifier == "auto" and units * final.weight.shape[1] < largest:
-            why = "its weight is not the largest Dense weight (classifier=True shards it anyway)"
+        if why is None and classifier == "auto":
+            if units <= final.weight.shape[1]:
+                why = "it does not widen (classes <= input features; classifier=True shards it anyway)"
+            elif units * final.weight.shape[1] < largest:
+                why = "its weight is not the largest Dense weight (classifier=True shards it anyway)"
         if why is None:
             placements[final_path] = ShardedOutput()
             notes.append(f"{final_path}: final classifier {describe(final)}: classes split over mp={mesh.mp}; "

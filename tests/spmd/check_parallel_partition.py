@@ -227,6 +227,9 @@ def check_mlp():
     assert plan == MLP_PLAN, f"rank {rank}: auto plan\n{plan}\nis not the hand-written {MLP_PLAN}"
     if rank == 0:
         common.say(f"auto plan of the MLP on {mesh}:\n{plan}")
+    ffn = nn.HybridSequential()  # its narrowing last Dense is no classifier
+    ffn.add(nn.Dense(4 * D, in_units=D, flatten=False), nn.GELU(), nn.Dense(D, in_units=4 * D, flatten=False))
+    assert parallel.auto_plan(ffn, mesh) == {"0": parallel.ColwiseParallel(), "2": parallel.RowwiseParallel()}
     # initialised serial network: each rank keeps its slices of the existing weights
     serial, pnet = initialised(serial_mlp), initialised(serial_mlp)
     out = parallel.parallelize(pnet, mesh, MLP_PLAN)
