@@ -282,7 +282,11 @@ def check_transformer():
     train_both(pnet, serial, "lm", "LM")
     # uninitialised serial LM: initialize() after parallelize gives the serial initial values
     mx.random.seed(SEED)
-    fresh = parallel.parallelize(serial_lm(), mesh, LM_PLAN)
+    patterns = {"0": parallel.VocabParallel(), "*.attn": parallel.HeadParallel(per_rank=("_units",)),
+                "*.ffn.0": parallel.ColwiseParallel(), "?.ffn.[2]": parallel.RowwiseParallel(),
+                "2": parallel.ShardedOutput()}
+    fresh = parallel.parallelize(serial_lm(), mesh, patterns)
+    assert [type(fresh[1].ffn[i]) for i in (0, 2)] == [parallel.ColumnParallelDense, parallel.RowParallelDense]
     fresh.initialize(mx.init.Xavier())
     same_as_serial(fresh, initialised(serial_lm), "LM parallelized before initialize()")
     # hybridize(): layer norms compiled, the blocks above split layers imperative
