@@ -120,7 +120,7 @@ class _ParallelBlock(gluon.HybridBlock):
             mine.lr_mult, mine.wd_mult, mine.grad_req = theirs.lr_mult, theirs.wd_mult, theirs.grad_req
             if theirs._data is None:
                 continue
-            whole = theirs.data()
+            whole = theirs.list_data()[0]
             mine.initialize(init=mx.init.Zero(), ctx=theirs.list_ctx(), force_reinit=True)
             mine.set_data(whole if index is None else whole[index])
 

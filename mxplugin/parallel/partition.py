@@ -15,7 +15,7 @@ serial weights (or, uninitialised, draws the whole array as the serial block
 would and keeps its slice), and the serial arrays are dropped with the serial
 blocks. Everything is checked before anything changes: an error leaves the
 network as it was. Every rank must call it alike; it makes no collective
-call itself.
+call of its own (mesh=None builds default_mesh(), which is one, on first use).
 
 Note [Imperative ancestors]
 A split layer runs collectives imperatively, so no block above it may be
