@@ -134,7 +134,7 @@ def _check_shared(entries, nodes):
         places.setdefault(id(node.block), []).append(node.path)
         for param in node.block._reg_params.values():
             owners.setdefault(id(param), []).append((node.path, param.name))
-    for node, placement, key in entries:
+    for node, placement, _ in entries:
         if isinstance(placement, Replicate) or not node.block._reg_params:
             continue
         where = places[id(node.block)]
