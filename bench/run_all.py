@@ -1,7 +1,7 @@
 """Runs every benchmark and writes docs/benchmarks.md (tables, and PNG plots
 when matplotlib is installed: `pip install -e '.[bench]'`).
 
-    python bench/run_all.py            # everything, ~25 minutes on 2 cores
+    python bench/run_all.py            # everything, ~27 minutes on 2 cores
     python bench/run_all.py --report   # only re-render the report from bench/results/
 
 bench/results/*.json are committed: the report is rendered from them, and
@@ -24,6 +24,7 @@ sys.path.insert(0, HERE)
 
 from mpi_harness import mpiexec_path, rank_env  # noqa: E402
 from report_multi_host import multi_host_section  # noqa: E402
+from tensor_parallel import report_section as tensor_parallel_section  # noqa: E402
 
 EXAMPLE = os.path.join(REPO, "examples", "mxnet_imagenet_resnet50.py")
 EXAMPLE_ARGS = ["--batch-size", "8", "--image-size", "112", "--num-batches", "12", "--num-epochs", "1",
@@ -81,6 +82,7 @@ def run_all():
     if os.geteuid() == 0:  # fake hosts need network namespaces
         run(1, [os.path.join(HERE, "multi_host.py")])
     single_process("2threads_after")
+    run(1, [os.path.join(HERE, "tensor_parallel.py")])  # starts its own 1- and 2-rank runs
     example = {"1": example_throughput(1), "1x2threads": example_throughput(1, threads=2, batch_size=16),
                "2": example_throughput(2)}
     example["scaling_efficiency"] = (example["2"]["median_images_per_s"] /
@@ -111,7 +113,7 @@ REFERENCE_NOTE = [
 REQUIRED = ("allreduce.json", "mpi_plain_before.json", "mpi_plain_after.json", "trainer_update.json",
             "fused_kernels.json", "step_breakdown_1ranks.json", "step_breakdown_2ranks.json",
             "trainer_scaling.json", "trainer_single_2threads_before.json", "trainer_single_2threads_after.json",
-            "example.json")
+            "example.json", "tensor_parallel.json")
 
 
 def load(name):
@@ -336,6 +338,7 @@ def report():
                   f"Per-rank scaling efficiency (2 ranks x 1 thread vs 1 x 1): **{ex['scaling_efficiency']:.3f}**; "
                   f"2 ranks against one process with 2 threads on the same global batch: "
                   f"**{ex['vs_one_process_all_cores']:.3f}**.", ""]
+    lines += tensor_parallel_section(load("tensor_parallel.json"))
     lines += multi_host_section(load("multi_host.json"), DOCS)
     lines += _gpu_section(load("gpu_kernels.json"), load("gpu_allreduce.json"))
     with open(os.path.join(DOCS, "benchmarks.md"), "w") as f:

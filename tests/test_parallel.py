@@ -31,3 +31,16 @@ def test_tensor_parallel_example_learns_100k_classes(np_):
     result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=rank_env(), cwd=REPO)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "100000 classes, 50000 classes per rank" in result.stdout, result.stdout
+
+
+@pytest.mark.parametrize("np_", [2, 4])
+@pytest.mark.parametrize("model", ["mlp", "transformer"])
+def test_partitioned_model_matches_serial(model, np_):
+    # np 2: mesh 1 x 2; np 4: 2 x 2. Forward, training with the sharded loss
+    # and DistributedTrainer(mesh=), serial checkpoints both ways.
+    out, _ = assert_spmd_ok("check_parallel_partition.py", np_, args=[model], timeout=180)
+    print(out)
+
+
+def test_partition_refuses_what_cannot_be_split():
+    assert_spmd_ok("check_parallel_partition.py", 2, args=["errors"], timeout=120)

@@ -16,6 +16,15 @@ blocks always run imperatively. hybridize() is accepted (so a container can
 hybridize its other children) but leaves them un-hybridized, and they cannot
 be traced into a parent's symbolic graph: put them in nn.Sequential or a plain
 Block, not in a hybridized HybridSequential/HybridBlock.
+
+Note [Collective names]
+Collectives pair up across ranks by name. Gluon's block names ("dense3")
+count the blocks each process has created, so a rank that built one more
+block (an evaluation copy, a model to save) names every later layer
+differently. The layers therefore name their collectives by a label that is
+the same on every rank: the child path when parallelize() made the layer
+("encoder.ffn.0"), else the class name, followed by the counter per process
+set that next_name() adds.
 """
 import mxnet as mx
 import numpy as np
@@ -59,30 +68,19 @@ def _check_shape(value, shape, what):
         raise ArgumentError(f"{what} has shape {tuple(value.shape)}, expected {tuple(shape)}")
 
 
-class _ParallelDense(gluon.HybridBlock):
-    """What both splits share: the mesh, the parameters, hybridize() policy."""
+class _ParallelBlock(gluon.HybridBlock):
+    """What every tensor-parallel block shares: the mesh, the hybridize()
+    policy, and shards described by an index into the full array.
 
-    def __init__(self, units, in_units, weight_shape, weight_index, bias_shape, bias_index, use_bias,
-                 activation, mesh, flatten, dtype, weight_initializer, bias_initializer, **kwargs):
+    `_shards` maps each parameter's attribute name to the index (a tuple of
+    slices) of this rank's block in the full array, or None for a parameter
+    that is replicated whole."""
+
+    def __init__(self, mesh, **kwargs):
         super().__init__(**kwargs)
         self._mesh = mesh if mesh is not None else default_mesh()
-        self._units, self._in_units, self._flatten = units, in_units, flatten
-        self._weight_index = weight_index
-        self._bias_index = bias_index
-        with self.name_scope():
-            self.weight = self.params.get("weight", shape=weight_shape, dtype=dtype,
-                                          init=_ShardOf((units, in_units), weight_index, weight_initializer),
-                                          allow_deferred_init=False)
-            mark_distributed(self.weight)
-            if use_bias:
-                init = bias_initializer if bias_index is None else _ShardOf((units,), bias_index, bias_initializer)
-                self.bias = self.params.get("bias", shape=bias_shape, dtype=dtype, init=init,
-                                            allow_deferred_init=False)
-                if bias_index is not None:
-                    mark_distributed(self.bias)
-            else:
-                self.bias = None
-            self.act = gluon.nn.Activation(activation, prefix=activation + "_") if activation else None
+        self._shards = {}
+        self.label = type(self).__name__  # Note [Collective names]
 
     @property
     def mesh(self):
@@ -97,6 +95,61 @@ class _ParallelDense(gluon.HybridBlock):
             raise NotImplementedError(
                 f"{type(self).__name__} runs its collectives imperatively and cannot be part of a hybridized "
                 "graph; hold it in nn.Sequential or a plain Block instead of a hybridized HybridBlock")
+
+    def _gather(self, data, axis, what):
+        ps = self._mesh.mp_set
+        return gather_axis(data, axis, next_name(ps, f"{self.label}.{what}"), ps)
+
+    def full_arrays(self):
+        """{attribute name: whole array} of every parameter, gathered over the
+        mp group where split (a collective call over the group)."""
+        raise NotImplementedError
+
+    def load_full_arrays(self, arrays):
+        """Sets this rank's shards from {attribute name: whole array}."""
+        raise NotImplementedError
+
+    def take_values(self, serial_params):
+        """Takes this rank's shards of the values of `serial_params`
+        ({attribute name: Parameter} of the serial block this one replaces),
+        and their lr_mult, wd_mult and grad_req. Uninitialised serial
+        parameters leave this block's own uninitialised: its initializers
+        draw the whole array as the serial ones would (_ShardOf)."""
+        for attr, index in self._shards.items():
+            mine, theirs = getattr(self, attr), serial_params[attr]
+            mine.lr_mult, mine.wd_mult, mine.grad_req = theirs.lr_mult, theirs.wd_mult, theirs.grad_req
+            if theirs._data is None:
+                continue
+            whole = theirs.list_data()[0]
+            mine.initialize(init=mx.init.Zero(), ctx=theirs.list_ctx(), force_reinit=True)
+            mine.set_data(whole if index is None else whole[index])
+
+
+class _ParallelDense(_ParallelBlock):
+    """What both Dense splits share: the parameters and the full-array helpers."""
+
+    def __init__(self, units, in_units, weight_shape, weight_index, bias_shape, bias_index, use_bias,
+                 activation, mesh, flatten, dtype, weight_initializer, bias_initializer, **kwargs):
+        super().__init__(mesh, **kwargs)
+        self._units, self._in_units, self._flatten = units, in_units, flatten
+        self._weight_index = weight_index
+        self._bias_index = bias_index
+        self._shards["weight"] = weight_index
+        with self.name_scope():
+            self.weight = self.params.get("weight", shape=weight_shape, dtype=dtype,
+                                          init=_ShardOf((units, in_units), weight_index, weight_initializer),
+                                          allow_deferred_init=False)
+            mark_distributed(self.weight)
+            if use_bias:
+                init = bias_initializer if bias_index is None else _ShardOf((units,), bias_index, bias_initializer)
+                self.bias = self.params.get("bias", shape=bias_shape, dtype=dtype, init=init,
+                                            allow_deferred_init=False)
+                self._shards["bias"] = bias_index
+                if bias_index is not None:
+                    mark_distributed(self.bias)
+            else:
+                self.bias = None
+            self.act = gluon.nn.Activation(activation, prefix=activation + "_") if activation else None
 
     def load_full(self, weight, bias=None):
         """Sets this rank's shard from the full (unsplit) weight of shape
@@ -121,9 +174,14 @@ class _ParallelDense(gluon.HybridBlock):
         when the bias is split)."""
         raise NotImplementedError
 
-    def _gather(self, data, axis, what):
-        ps = self._mesh.mp_set
-        return gather_axis(data, axis, next_name(ps, f"{self.name}.{what}"), ps)
+    def full_arrays(self):
+        arrays = {"weight": self.full_weight()}
+        if self.bias is not None:
+            arrays["bias"] = self.full_bias()
+        return arrays
+
+    def load_full_arrays(self, arrays):
+        self.load_full(arrays["weight"], arrays.get("bias"))
 
 
 class ColumnParallelDense(_ParallelDense):
@@ -151,13 +209,13 @@ class ColumnParallelDense(_ParallelDense):
 
     def hybrid_forward(self, F, x, weight, bias=None):
         self._check_imperative(F)
-        x = copy_to_group(x, self._mesh.mp_set, name=self.name)
+        x = copy_to_group(x, self._mesh.mp_set, name=self.label)
         y = F.FullyConnected(x, weight, bias, no_bias=bias is None, num_hidden=self._local_units,
                              flatten=self._flatten)
         if self.act is not None:
             y = self.act(y)
         if self._gather_output:
-            y = gather_from_group(y, self._mesh.mp_set, axis=-1, name=self.name)
+            y = gather_from_group(y, self._mesh.mp_set, axis=-1, name=self.label)
         return y
 
     def full_weight(self):
@@ -199,11 +257,18 @@ class RowParallelDense(_ParallelDense):
     def hybrid_forward(self, F, x, weight, bias=None):
         self._check_imperative(F)
         if self._flatten and x.ndim > 2:
+            if self._input_is_parallel:
+                # Flattening (N, T, in_units/mp) would interleave the positions'
+                # feature blocks; the serial layer's flattened columns are not
+                # this rank's contiguous block.
+                raise ArgumentError(
+                    f"{self.name}: input_is_parallel with flatten=True takes 2-d inputs, got shape {x.shape}; "
+                    "use flatten=False (as the Dense it replaces should) to apply it along the last axis")
             x = x.reshape((0, -1))
         if not self._input_is_parallel:
-            x = scatter_to_group(x, self._mesh.mp_set, axis=-1, name=self.name)
+            x = scatter_to_group(x, self._mesh.mp_set, axis=-1, name=self.label)
         partial = F.FullyConnected(x, weight, no_bias=True, num_hidden=self._units, flatten=self._flatten)
-        y = reduce_from_group(partial, self._mesh.mp_set, name=self.name)
+        y = reduce_from_group(partial, self._mesh.mp_set, name=self.label)
         if bias is not None:
             y = F.broadcast_add(y, bias)
         if self.act is not None:

@@ -80,7 +80,7 @@ class ShardedSoftmaxCrossEntropyLoss(gluon.loss.Loss):
         if F is not mx.nd:
             raise NotImplementedError("ShardedSoftmaxCrossEntropyLoss runs collectives imperatively and cannot "
                                       "be part of a hybridized graph")
-        name = next_name(self._mesh.mp_set, f"{self.name}.xent")
+        name = next_name(self._mesh.mp_set, "xent")  # Note [Collective names] in layers.py
         loss = _ShardedCrossEntropy(self._mesh, name)(pred, label)
         if sample_weight is not None:
             loss = F.broadcast_mul(loss, sample_weight.reshape(loss.shape))

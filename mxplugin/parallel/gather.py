@@ -1,0 +1,98 @@
+"""Serial checkpoints of a parallelized network: gather the split weights
+into whole arrays under the serial network's structural names (what
+gluon's save_parameters writes and load_parameters reads), and load such a
+file back keeping each rank's slices.
+
+    parallel.save_serial_parameters(net, "model.params")   # every rank calls
+    serial = build_serial_model()
+    serial.load_parameters("model.params")                 # plain Gluon
+
+Gathering is a collective call over each mp group: every rank of the mesh
+makes it, in the same order as its other collectives.
+"""
+import mxnet as mx
+
+from mxplugin import basics
+from mxplugin.errors import ArgumentError
+from mxplugin.parallel._tree import child_path
+from mxplugin.parallel.layers import _ParallelBlock
+
+
+def _places(block, path=""):
+    """(structural prefix, block) for every block, pre-order, as gluon's
+    _collect_params_with_prefix walks them."""
+    yield path, block
+    for key, child in block._children.items():
+        yield from _places(child, child_path(path, key))
+
+
+def _param_name(prefix, attr):
+    return f"{prefix}.{attr}" if prefix else attr
+
+
+def gather_serial_parameters(net):
+    """{structural name: whole NDArray on the CPU} of every parameter of a
+    parallelized network: split weights gathered over the mp group, the
+    others as they are. The names are those of the serial network the
+    partitioner started from. A collective call over every mp group."""
+    arrays = {}
+    for prefix, block in _places(net):
+        if isinstance(block, _ParallelBlock):
+            whole = block.full_arrays()
+        else:
+            whole = {attr: p.list_data()[0] for attr, p in block._reg_params.items() if p._data is not None}
+            missing = [attr for attr, p in block._reg_params.items() if p._data is None]
+            if missing:
+                raise ArgumentError(f"gather_serial_parameters: '{_param_name(prefix, missing[0])}' is not "
+                                    "initialised")
+        for attr, data in whole.items():
+            arrays[_param_name(prefix, attr)] = data.as_in_context(mx.cpu())
+    return arrays
+
+
+def save_serial_parameters(net, filename, root_rank=0):
+    """Writes the whole parameters of a parallelized network to `filename`
+    in gluon's format (ndarray.save of {structural name: array}), so that the
+    serial network's load_parameters reads it. Every rank calls it (the
+    gathers are collective); only global rank `root_rank` writes."""
+    arrays = gather_serial_parameters(net)
+    if basics.rank() == root_rank:
+        mx.nd.save(filename, arrays)
+
+
+def load_serial_parameters(net, filename, ctx=None):
+    """Loads a serial checkpoint (from save_parameters of the serial network,
+    or save_serial_parameters) into a parallelized network: each rank keeps
+    its slices of the split weights. Parameters not yet initialised are
+    initialised on `ctx` (default: the current context). Names must match
+    both ways; an ArgumentError names the first that does not."""
+    loaded = mx.nd.load(filename)
+    if not isinstance(loaded, dict):
+        raise ArgumentError(f"{filename} holds a list of arrays, not named parameters")
+    loaded = {k[4:] if k.startswith(("arg:", "aux:")) else k: v for k, v in loaded.items()}
+    ctx = ctx if ctx is not None else mx.context.current_context()
+    expected = set()
+    for prefix, block in _places(net):
+        if not block._reg_params:
+            continue
+        names = {attr: _param_name(prefix, attr) for attr in block._reg_params}
+        for attr, name in names.items():
+            if name not in loaded:
+                raise ArgumentError(f"{filename} has no parameter '{name}' (the network's {block.name} needs it)")
+            expected.add(name)
+            param = block._reg_params[attr]
+            if param._data is None:
+                param.initialize(init=mx.init.Zero(), ctx=ctx)
+        if isinstance(block, _ParallelBlock):
+            block.load_full_arrays({attr: loaded[name] for attr, name in names.items()})
+        else:
+            for attr, name in names.items():
+                param, value = block._reg_params[attr], loaded[name]
+                if all(param.shape) and tuple(param.shape) != value.shape:
+                    raise ArgumentError(f"{filename}: '{name}' has shape {value.shape}, the network's "
+                                        f"{param.name} {tuple(param.shape)}")
+                param.set_data(value)
+    extra = sorted(set(loaded) - expected)
+    if extra:
+        raise ArgumentError(f"{filename} has parameters the network lacks: {', '.join(extra[:5])}"
+                            f"{' ...' if len(extra) > 5 else ''}")

@@ -1,0 +1,271 @@
+"""The partitioner: turns a serial Gluon network into a tensor-parallel one.
+
+    net = build_serial_model()
+    net.load_parameters("serial.params")          # or initialize(), or nothing yet
+    parallel.parallelize(net, mesh, {"ffn.0": parallel.ColwiseParallel(),
+                                     "ffn.2": parallel.RowwiseParallel(),
+                                     "head": parallel.ShardedOutput()})
+
+Note [Partitioning in place]
+parallelize() replaces the children a plan names with tensor-parallel
+blocks (placements.py) in their parents, under the same child names, so the
+network's structural parameter names stay the serial ones and gather.py can
+write a serial checkpoint. Each replacement takes this rank's slices of the
+serial weights (or, uninitialised, draws the whole array as the serial block
+would and keeps its slice), and the serial arrays are dropped with the serial
+blocks. Everything is checked before anything changes: an error leaves the
+network as it was. Every rank must call it alike; it makes no collective
+call of its own (mesh=None builds default_mesh(), which is one, on first use).
+
+Note [Imperative ancestors]
+A split layer runs collectives imperatively, so no block above it may be
+traced into a static graph. parallelize() refuses a network whose ancestors
+of a split child are hybridized, and afterwards keeps those ancestors
+imperative: their hybridize() only passes the call on to their children, so
+net.hybridize() still hybridizes every block that holds no split layer
+(layer norms, replicated Dense, whole sub-networks).
+"""
+import fnmatch
+import types
+
+from mxnet import gluon
+
+from mxplugin import basics
+from mxplugin.errors import ArgumentError
+from mxplugin.parallel._tree import ELEMENTWISE, SEQUENTIAL, describe, replace_child, walk
+from mxplugin.parallel.layers import _ParallelBlock
+from mxplugin.parallel.mesh import default_mesh
+from mxplugin.parallel.placements import Placement, Replicate, ShardedOutput
+
+
+class Plan:
+    """An ordered {child path or pattern: Placement}, with notes saying why
+    (auto_plan fills them). print(plan) shows both."""
+
+    def __init__(self, placements, notes=()):
+        if not hasattr(placements, "items"):
+            raise TypeError(f"a plan is a dict of child name -> placement, got {type(placements).__name__}")
+        for key, placement in placements.items():
+            if not isinstance(key, str):
+                raise TypeError(f"plan keys are child names or patterns (str), got {key!r}")
+            if not isinstance(placement, Placement):
+                raise TypeError(f"plan entry '{key}': {placement!r} is not a placement (ColwiseParallel(), "
+                                "RowwiseParallel(), ShardedOutput(), VocabParallel(), HeadParallel(...), Replicate())")
+        self.placements = dict(placements)
+        self.notes = list(notes)
+
+    def __eq__(self, other):
+        other = other.placements if isinstance(other, Plan) else other
+        return isinstance(other, dict) and self.placements == other
+
+    def __repr__(self):
+        return f"Plan({self.placements!r})"
+
+    def __str__(self):
+        width = max((len(k) for k in self.placements), default=0)
+        lines = [f"{len(self.placements)} placement(s); every other child replicated"]
+        lines += [f"  {key:<{width}}  {placement}" for key, placement in self.placements.items()]
+        if self.notes:
+            lines += ["notes:"] + [f"  {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+def _is_pattern(key):
+    return any(c in key for c in "*?[")
+
+
+def _matches(pattern, path):
+    """fnmatch per dotted segment: '*' never crosses a dot."""
+    parts, pats = path.split("."), pattern.split(".")
+    return len(parts) == len(pats) and all(fnmatch.fnmatchcase(p, q) for p, q in zip(parts, pats))
+
+
+def _missing_child(key, by_path):
+    parts = key.split(".")
+    for i in range(len(parts)):
+        parent = ".".join(parts[:i])
+        if ".".join(parts[:i + 1]) not in by_path:
+            node = by_path[parent]
+            children = ", ".join(node.block._children) or "none"
+            where = f"'{parent}' ({describe(node.block)})" if parent else "the network"
+            return f"plan entry '{key}': {where} has no child '{parts[i]}' (its children: {children})"
+    return f"plan entry '{key}' names no child"
+
+
+def _resolve(net, plan):
+    """[(node, placement, plan key)] in tree order, HeadParallel's children
+    included; raises ArgumentError for names that match nothing or twice."""
+    nodes = walk(net)
+    by_path = {}
+    for node in nodes:
+        by_path.setdefault(node.path, node)
+    chosen = {}  # path -> (placement, key)
+    for key, placement in plan.placements.items():
+        if _is_pattern(key):
+            paths = [n.path for n in nodes if n.path and _matches(key, n.path)]
+            if not paths:
+                raise ArgumentError(f"plan pattern '{key}' matches no child of the network")
+        elif key in by_path and key:
+            paths = [key]
+        else:
+            raise ArgumentError(_missing_child(key, by_path) if key else "plan entry '': name a child, not the "
+                                "network itself")
+        for path in paths:
+            if path in chosen:
+                raise ArgumentError(f"child '{path}' is named by two plan entries: '{chosen[path][1]}' "
+                                    f"({chosen[path][0]}) and '{key}' ({placement})")
+            chosen[path] = (placement, key)
+    for path, (placement, key) in list(chosen.items()):
+        for child, implied in placement.children(by_path[path].block).items():
+            sub = f"{path}.{child}"
+            if sub in chosen:
+                raise ArgumentError(f"child '{sub}' is split by {placement} on '{path}' and also named by plan "
+                                    f"entry '{chosen[sub][1]}'")
+            if sub in by_path:
+                chosen[sub] = (implied, f"{key} ({type(placement).__name__})")
+    order = {node.path: i for i, node in enumerate(nodes)}
+    return [(by_path[p], pl, k) for p, (pl, k) in sorted(chosen.items(), key=lambda kv: order[kv[0]])], nodes
+
+
+def _check_shared(entries, nodes):
+    """A split block must have one place in the tree and share no parameter."""
+    places, owners = {}, {}
+    for node in nodes:
+        places.setdefault(id(node.block), []).append(node.path)
+        for param in node.block._reg_params.values():
+            owners.setdefault(id(param), []).append((node.path, param.name))
+    for node, placement, _ in entries:
+        if isinstance(placement, Replicate) or not node.block._reg_params:
+            continue
+        where = places[id(node.block)]
+        if len(where) > 1:
+            raise ArgumentError(f"child '{node.path}' cannot be split: the same block is used twice, registered "
+                                f"as {', '.join(repr(w) for w in where)}; give each place a block of its own")
+        for param in node.block._reg_params.values():
+            others = [p for p, _ in owners[id(param)] if p != node.path]
+            if others:
+                raise ArgumentError(f"child '{node.path}' cannot be split: its parameter '{param.name}' is shared "
+                                    f"with {', '.join(repr(o) for o in others)} (tied weights); untie them or "
+                                    "leave both replicated")
+
+
+def _check_entry(node, placement, mesh, by_path):
+    if isinstance(node.block, _ParallelBlock):
+        raise ArgumentError(f"child '{node.path}' is already split ({type(node.block).__name__})")
+    placement.check(node.path, node.block, mesh)
+    for above in node.ancestors(by_path):
+        if isinstance(above.block, _ParallelBlock):
+            raise ArgumentError(f"child '{node.path}' is inside the split layer '{above.path}'")
+        if isinstance(above.block, gluon.HybridBlock) and above.block._active:
+            where = f"'{above.path}'" if above.path else "the network"
+            raise ArgumentError(
+                f"child '{node.path}' cannot be split while {where} ({type(above.block).__name__}) is hybridized: "
+                "a split layer runs collectives imperatively and cannot be part of a static graph. Call "
+                "net.hybridize(False) before parallelize(); afterwards net.hybridize() hybridizes every block "
+                "that holds no split layer, and the blocks above split layers run imperatively")
+
+
+def _check_sequential(nodes, placements):
+    """Note [Split features between layers] in placements.py, checked where the
+    order of children is known: inside Sequential and HybridSequential (a
+    nested one is read as part of its parent's sequence)."""
+
+    def scan(path, container, split_by):
+        for key, child in container._children.items():
+            here = f"{path}.{key}" if path else key
+            placement = placements.get(here)
+            if isinstance(child, SEQUENTIAL) and placement is None:
+                split_by = scan(here, child, split_by)
+                continue
+            consumes = placement is not None and placement.input_split
+            if split_by is not None and not consumes and not isinstance(child, ELEMENTWISE):
+                src, src_placement = split_by
+                if isinstance(src_placement, ShardedOutput):
+                    raise ArgumentError(
+                        f"'{src}' (ShardedOutput) gives the network's split scores, but '{here}' "
+                        f"({describe(child)}) comes after it: ShardedOutput must be the last layer (element-wise "
+                        "blocks aside)")
+                raise ArgumentError(
+                    f"'{src}' ({src_placement}) leaves its output split over the mp group, but '{here}' "
+                    f"({describe(child)}) comes next and needs whole features: follow '{src}' by a RowwiseParallel "
+                    "Dense (activations and dropout may come between), or use ColwiseParallel(gather_output=True)")
+            if consumes and split_by is None:
+                raise ArgumentError(
+                    f"'{here}' ({placement}) expects its input split over the mp group, but nothing before it in "
+                    f"'{path or 'the network'}' splits it: split the Dense before it with ColwiseParallel(), or "
+                    "use RowwiseParallel(input_is_parallel=False)")
+            if consumes:
+                split_by = None
+            if placement is not None and placement.output_split:
+                split_by = (here, placement)
+        return split_by
+
+    for node in nodes:
+        nested = isinstance(node.parent, SEQUENTIAL) and node.path not in placements
+        if not isinstance(node.block, SEQUENTIAL) or nested:
+            continue
+        split_by = scan(node.path, node.block, None)
+        if split_by is not None and not isinstance(split_by[1], ShardedOutput):
+            raise ArgumentError(
+                f"'{split_by[0]}' ({split_by[1]}) leaves its output split over the mp group, and nothing after it "
+                f"in '{node.path or 'the network'}' gathers it: follow it by a RowwiseParallel Dense, use "
+                "ColwiseParallel(gather_output=True), or ShardedOutput() for a classifier")
+
+
+def _imperative_hybridize(self, active=True, **kwargs):
+    """Kept imperative by parallelize() (Note [Imperative ancestors]): passes
+    hybridize() on to the children only."""
+    gluon.Block.hybridize(self, active, **kwargs)
+
+
+def parallelize(net, mesh=None, plan="auto", verbose=False):
+    """Splits the children of `net` that `plan` names over the mesh's
+    model-parallel group, in place, and returns `net` (Note [Partitioning in
+    place]).
+
+    plan: {child path or pattern: placement}, a Plan, or "auto" (auto_plan:
+      Dense -> activation/dropout -> Dense chains in Sequential blocks, and a
+      large final classifier). Paths are the child names of save_parameters
+      ("0", "encoder.attn.query"); '*' in a pattern matches one name
+      ("layers.*.ffn.0"). Children not named stay replicated.
+    verbose: print the plan applied, on global rank 0.
+
+    Every rank calls it alike (same network, same plan). Build trainers from
+    net.collect_params() afterwards: the split children have new parameters.
+    """
+    if not isinstance(net, gluon.Block):
+        raise TypeError(f"parallelize takes a gluon Block, got {type(net).__name__}")
+    mesh = mesh if mesh is not None else default_mesh()
+    if isinstance(plan, str):
+        if plan != "auto":
+            raise ArgumentError(f"plan must be a dict of placements, a Plan or 'auto', got {plan!r}")
+        from mxplugin.parallel.plan_auto import auto_plan
+
+        plan = auto_plan(net, mesh)
+    elif not isinstance(plan, Plan):
+        plan = Plan(plan)
+    if verbose and basics.rank() == 0:
+        print(f"parallelize on {mesh}:\n{plan}", flush=True)
+    entries, nodes = _resolve(net, plan)
+    by_path = {}
+    for node in nodes:
+        by_path.setdefault(node.path, node)
+    for node, placement, _ in entries:
+        if not isinstance(placement, Replicate):
+            _check_entry(node, placement, mesh, by_path)
+    _check_shared(entries, nodes)
+    _check_sequential(nodes, {node.path: placement for node, placement, _ in entries})
+
+    imperative = {}
+    for node, placement, _ in entries:
+        new = placement.replace(node.block, mesh)
+        if new is None:
+            continue
+        new.label = node.path  # Note [Collective names] in layers.py
+        replace_child(node.parent, node.key, node.block, new)
+        for above in node.ancestors(by_path):
+            imperative[id(above.block)] = above.block
+    for block in imperative.values():
+        if isinstance(block, gluon.HybridBlock):
+            object.__setattr__(block, "hybridize", types.MethodType(_imperative_hybridize, block))
+    return net

@@ -1,0 +1,232 @@
+"""Placements: how the partitioner splits one child of a serial network.
+
+A plan (see partition.py) maps child paths to placements. Each placement
+checks that it can split the block it is given (`check`, raising
+ArgumentError that names the child and what disagreed) and builds the
+tensor-parallel block that replaces it and takes over this rank's slices of
+the serial block's weights (`replace`).
+
+    ColwiseParallel()   Dense -> ColumnParallelDense; output split over the mp
+                        group unless gather_output=True
+    RowwiseParallel()   Dense -> RowParallelDense; input split over the mp group
+                        unless input_is_parallel=False; output whole
+    ShardedOutput()     the classifier: Dense -> ColumnParallelDense whose split
+                        scores are the network's output, for
+                        ShardedSoftmaxCrossEntropyLoss
+    VocabParallel()     Embedding -> VocabParallelEmbedding; output whole
+    HeadParallel(...)   a user's attention block: Q/K/V column-wise, output
+                        projection row-wise, head count divided by mp
+    Replicate()         left as it is (what every unnamed child gets)
+
+Note [Split features between layers]
+ColwiseParallel's default (gather_output=False) and RowwiseParallel's
+(input_is_parallel=True) are the Megatron-LM pair, as PyTorch's placements
+of the same names: the hidden features stay split between the two layers and
+the pair costs one allreduce forward and one backward. Between them only
+element-wise blocks may act (activations, dropout). In a Sequential the
+partitioner checks this; in a block with its own forward it cannot, and the
+user's forward must hold to it.
+"""
+from dataclasses import dataclass
+
+from mxnet import gluon
+
+from mxplugin.errors import ArgumentError
+from mxplugin.parallel._tree import describe
+from mxplugin.parallel.embedding import VocabParallelEmbedding
+from mxplugin.parallel.layers import ColumnParallelDense, RowParallelDense
+
+
+class Placement:
+    """Base of the placements. `output_split`: the replacement's output is this
+    rank's block of features; `input_split`: its input must be."""
+    output_split = False
+    input_split = False
+
+    def check(self, path, block, mesh):
+        """Raises ArgumentError if `block` (at `path`) cannot be split so."""
+
+    def replace(self, block, mesh):
+        """The tensor-parallel block that replaces `block`, holding this rank's
+        slices of its weights; None to keep `block` (after changing it)."""
+        return None
+
+    def children(self, block):
+        """{child key: placement} this placement implies for `block`'s children."""
+        return {}
+
+
+def _fail(path, block, placement, why):
+    raise ArgumentError(f"parallelize: child '{path}' ({describe(block)}) cannot take {placement}: {why}")
+
+
+def _check_dense(path, block, placement, mesh, split_dim):
+    if not isinstance(block, gluon.nn.Dense):
+        _fail(path, block, placement, "it is not a gluon.nn.Dense")
+    if type(block).hybrid_forward is not gluon.nn.Dense.hybrid_forward:
+        _fail(path, block, placement, f"{type(block).__name__} overrides Dense's forward, which the split "
+              "layer would not run")
+    units, in_units = block.weight.shape
+    if not in_units:
+        _fail(path, block, placement, "its in_units are not known yet (deferred initialisation); give the Dense "
+              "in_units=..., or run one forward pass before parallelize()")
+    width = units if split_dim == "units" else in_units
+    if width % mesh.mp:
+        _fail(path, block, placement, f"{split_dim}={width} is not divisible by the model-parallel size "
+              f"mp={mesh.mp}")
+
+
+def _dense_args(dense):
+    units, in_units = dense.weight.shape
+    bias = dense.bias
+    return dict(units=units, in_units=in_units, use_bias=bias is not None,
+                activation=dense.act._act_type if dense.act is not None else None, flatten=dense._flatten,
+                dtype=dense.weight.dtype, weight_initializer=dense.weight.init,
+                bias_initializer=bias.init if bias is not None else "zeros", prefix=dense.prefix)
+
+
+@dataclass(frozen=True)
+class ColwiseParallel(Placement):
+    """Dense split by output features (rows of the weight). The input must be
+    the same on every rank of the mp group. gather_output=False (default):
+    each rank returns its units/mp features, for a RowwiseParallel Dense
+    after element-wise blocks (Note [Split features between layers]);
+    True: every rank gets all units."""
+    gather_output: bool = False
+
+    @property
+    def output_split(self):
+        return not self.gather_output
+
+    def check(self, path, block, mesh):
+        _check_dense(path, block, self, mesh, "units")
+
+    def replace(self, block, mesh):
+        layer = ColumnParallelDense(gather_output=self.gather_output, mesh=mesh, **_dense_args(block))
+        layer.take_values(block._reg_params)
+        return layer
+
+
+@dataclass(frozen=True)
+class RowwiseParallel(Placement):
+    """Dense split by input features (columns of the weight); the partial
+    products are summed over the mp group and every rank gets the whole
+    output. input_is_parallel=True (default): the input is this rank's block
+    of features from a ColwiseParallel Dense; False: the whole input, sliced
+    here."""
+    input_is_parallel: bool = True
+
+    @property
+    def input_split(self):
+        return self.input_is_parallel
+
+    def check(self, path, block, mesh):
+        _check_dense(path, block, self, mesh, "in_units")
+
+    def replace(self, block, mesh):
+        layer = RowParallelDense(input_is_parallel=self.input_is_parallel, mesh=mesh, **_dense_args(block))
+        layer.take_values(block._reg_params)
+        return layer
+
+
+@dataclass(frozen=True)
+class ShardedOutput(Placement):
+    """The classifier: a Dense split by classes whose split scores are the
+    network's output (mp rank m returns classes [m*C/mp, (m+1)*C/mp)). Train
+    with ShardedSoftmaxCrossEntropyLoss, measure with sharded_accuracy."""
+    output_split = True
+
+    def check(self, path, block, mesh):
+        _check_dense(path, block, self, mesh, "units")
+
+    def replace(self, block, mesh):
+        layer = ColumnParallelDense(gather_output=False, mesh=mesh, **_dense_args(block))
+        layer.take_values(block._reg_params)
+        return layer
+
+
+@dataclass(frozen=True)
+class VocabParallel(Placement):
+    """Embedding split by rows (the vocabulary); every rank gets the whole
+    embeddings (one allreduce forward)."""
+
+    def check(self, path, block, mesh):
+        if not isinstance(block, gluon.nn.Embedding):
+            _fail(path, block, self, "it is not a gluon.nn.Embedding")
+        if type(block).hybrid_forward is not gluon.nn.Embedding.hybrid_forward:
+            _fail(path, block, self, f"{type(block).__name__} overrides Embedding's forward")
+        if block._kwargs["sparse_grad"]:
+            _fail(path, block, self, "sparse_grad=True is not supported (the shard's gradient is dense)")
+        vocab = block._kwargs["input_dim"]
+        if vocab % mesh.mp:
+            _fail(path, block, self, f"input_dim={vocab} is not divisible by the model-parallel size mp={mesh.mp}")
+
+    def replace(self, block, mesh):
+        kw = block._kwargs
+        layer = VocabParallelEmbedding(kw["input_dim"], kw["output_dim"], mesh=mesh, dtype=kw["dtype"],
+                                       weight_initializer=block.weight.init, prefix=block.prefix)
+        layer.take_values(block._reg_params)
+        return layer
+
+
+@dataclass(frozen=True)
+class HeadParallel(Placement):
+    """A user's multi-head attention block, split by heads: mp rank m computes
+    heads [m*H/mp, (m+1)*H/mp).
+
+    projections: the children computing Q, K and V (Dense, each with heads *
+      head_size output features, head-major: feature h * head_size + d, as a
+      reshape to (..., heads, head_size) reads them); split column-wise.
+    output: the child projecting the concatenated heads back; split row-wise.
+    num_heads: the block's integer attribute holding the head count, which its
+      forward reads; divided by mp on each rank.
+    per_rank: other integer attributes the forward reads that count features
+      of all heads together (e.g. "_units" in a reshape to (N, T, units));
+      divided by mp as well.
+
+    The contract: the forward computes the heads' shapes only from these
+    attributes (or from -1 in reshapes), and mixes heads only through the
+    output projection. Fused QKV projections (one Dense for all three) are not
+    supported: their rows are not head-major over the three."""
+    projections: tuple = ("query", "key", "value")
+    output: str = "proj"
+    num_heads: str = "_num_heads"
+    per_rank: tuple = ()
+
+    def check(self, path, block, mesh):
+        heads = getattr(block, self.num_heads, None)
+        if not isinstance(heads, int) or isinstance(heads, bool):
+            _fail(path, block, self, f"it has no integer attribute '{self.num_heads}' (num_heads= names the "
+                  f"attribute holding the head count)")
+        if heads % mesh.mp:
+            _fail(path, block, self, f"{self.num_heads}={heads} heads are not divisible by the model-parallel "
+                  f"size mp={mesh.mp}")
+        for attr in self.per_rank:
+            value = getattr(block, attr, None)
+            if not isinstance(value, int) or isinstance(value, bool):
+                _fail(path, block, self, f"it has no integer attribute '{attr}' (named in per_rank)")
+            if value % mesh.mp:
+                _fail(path, block, self, f"{attr}={value} is not divisible by the model-parallel size mp={mesh.mp}")
+        for key in (*self.projections, self.output):
+            if key not in block._children:
+                _fail(path, block, self, f"it has no child '{key}' (children: {', '.join(block._children) or 'none'})")
+        for key in self.projections:
+            units = block._children[key].weight.shape[0] if isinstance(block._children[key], gluon.nn.Dense) else 0
+            if units and units % heads:
+                _fail(path, block, self, f"projection '{key}' has {units} output features, not a multiple of "
+                      f"{self.num_heads}={heads}")
+
+    def children(self, block):
+        plan = {key: ColwiseParallel() for key in self.projections}
+        plan[self.output] = RowwiseParallel()
+        return plan
+
+    def replace(self, block, mesh):
+        for attr in (self.num_heads, *self.per_rank):
+            setattr(block, attr, getattr(block, attr) // mesh.mp)
+        return None
+
+
+@dataclass(frozen=True)
+class Replicate(Placement):
+    """Left whole on every rank (what every child the plan does not name gets)."""
