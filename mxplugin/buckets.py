@@ -154,7 +154,10 @@ class Bucket:
 class Layout:
     """All buckets of a trainer, in reduction order (last layers first)."""
 
-    def __init__(self, params, optimizer, bucket_bytes, num_buckets=0, include_distributed=False):
+    def __init__(self, params, optimizer, bucket_bytes, num_buckets=0, include_distributed=False,
+                 bucket_states=True):
+        # bucket_states=False: the buckets hold no optimizer states (sharded
+        # trainers keep them per slice, sharding.py)
         self.fused = has_flat_state(optimizer)
         groups = OrderedDict()
         self.excluded = []
@@ -173,7 +176,7 @@ class Layout:
         self.buckets = []
         for members in groups.values():
             self.buckets.extend(self._cut(members, bucket_bytes, num_buckets))
-        for b in self.buckets:
+        for b in self.buckets if bucket_states else ():
             b.create_states(optimizer, self.fused)
         self.local_states = {index: optimizer.create_state_multi_precision(index, p.data())
                              for index, p in self.local}

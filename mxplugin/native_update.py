@@ -70,17 +70,30 @@ def supports(optimizer, bucket):
             and bucket.ctx.device_type != "gpu")
 
 
-def update(optimizer, bucket, core_module):
-    """Runs the optimizer's update of the whole bucket as one core kernel."""
+def _kernel_call(optimizer, indices, state):
+    """(kind, states, params) of one fused update of the parameters
+    `indices` (one group: the first one's settings hold for all)."""
     name = type(optimizer).__name__.lower()
-    index = bucket.index
+    index = indices[0]
     # Count every member (Adam's and LAMB's step t is per parameter, and a
     # later per-parameter update or a checkpoint must see the right count).
-    optimizer._update_count([i for i, _ in bucket.entries])
+    optimizer._update_count(list(indices))
     lr, wd = optimizer._get_lr(index), optimizer._get_wd(index)
     if name in ("adam", "lamb"):
         handler = _adam if name == "adam" else _lamb
-        kind, states, params = handler(optimizer, lr, wd, bucket.state, optimizer._index_update_count[index])
-    else:
-        kind, states, params = _SUPPORTED[name](optimizer, lr, wd, bucket.state)
+        return handler(optimizer, lr, wd, state, optimizer._index_update_count[index])
+    return _SUPPORTED[name](optimizer, lr, wd, state)
+
+
+def update(optimizer, bucket, core_module):
+    """Runs the optimizer's update of the whole bucket as one core kernel."""
+    kind, states, params = _kernel_call(optimizer, [i for i, _ in bucket.entries], bucket.state)
     core_module.fused_update_multi(kind, bucket.weights, bucket.grad, states, params, bucket.segments)
+
+
+def update_flat(optimizer, indices, weight, grad, state, core_module):
+    """One core kernel over flat float32 `weight`, `grad` and `state` that
+    hold parts of the parameters `indices` (a slice of a bucket, element-wise
+    optimizers only)."""
+    kind, states, params = _kernel_call(optimizer, indices, state)
+    core_module.fused_update(kind, weight, grad, states, params)

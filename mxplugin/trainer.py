@@ -9,7 +9,7 @@ from collections import OrderedDict
 
 import mxnet as mx
 
-from mxplugin import basics, native_update
+from mxplugin import basics, native_update, sharding
 from mxplugin.compression import Compression
 from mxplugin.errors import ArgumentError, MismatchError, values_by_rank
 from mxplugin.buckets import Layout
@@ -30,6 +30,12 @@ class DistributedTrainer(mx.gluon.Trainer):
         buffers when the optimizer is element-wise (True).
       mesh: a parallel.ProcessMesh; gradients (model-parallel shards
         included) are then averaged over its data-parallel group only.
+      shard_optimizer_states: each rank keeps the optimizer states (and
+        multi-precision master weights) of 1/N of every bucket: gradients
+        are reduce-scattered, each rank updates its slice, the weights are
+        allgathered (Note [Sharded optimizer states] in sharding.py). For
+        the element-wise optimizers (sharding.SHARDABLE_OPTIMIZERS); others
+        are refused here, as are compression and local SGD (False).
       local_sgd_steps K, local_sgd_warmup_steps W: after W ordinary steps,
         each rank updates on its own gradients and every K steps the
         parameters (and, with local_sgd_average_states, the optimizer
@@ -53,7 +59,8 @@ class DistributedTrainer(mx.gluon.Trainer):
     def __init__(self, params, optimizer, optimizer_params=None, compression=Compression.none,
                  gradient_predivide_factor=1.0, prefix=None, num_groups=0,
                  process_set=basics.global_process_set, bucket_bytes=25 << 20, fused_update=True,
-                 mesh=None, local_sgd_steps=0, local_sgd_warmup_steps=0, local_sgd_average_states=False):
+                 mesh=None, local_sgd_steps=0, local_sgd_warmup_steps=0, local_sgd_average_states=False,
+                 shard_optimizer_states=False):
         if prefix is not None and not isinstance(prefix, str):
             raise TypeError("prefix must be a str or None")
         if not gradient_predivide_factor > 0:
@@ -88,6 +95,11 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._local_sgd_steps = int(local_sgd_steps)
         self._local_sgd_warmup = int(local_sgd_warmup_steps)
         self._local_sgd_states = bool(local_sgd_average_states)
+        self._shard = bool(shard_optimizer_states)
+        if self._shard:
+            sharding.check_shardable(self._optimizer, compression, self._local_sgd_steps)
+        self._shards = None  # sharding.ShardedStates of the layout, when sharded
+        self._slices_filled = False  # this step's reduce-scatter filled the slices' gradients
         self._steps = 0
         self._grads_summed = False  # allreduce_grads() left sums that the next update() scales
         self._local_rescale = None
@@ -99,9 +111,11 @@ class DistributedTrainer(mx.gluon.Trainer):
     def _ensure_layout(self):
         if self._layout is not None and self._layout.intact():
             return self._layout
-        old_states = self._layout.param_states() if self._layout is not None else None
+        old_states = self._param_states() if self._layout is not None else None
         self._layout = Layout(self._params, self._optimizer, self._bucket_bytes, self._num_groups,
-                              include_distributed=self._mesh is not None)
+                              include_distributed=self._mesh is not None, bucket_states=not self._shard)
+        if self._shard:
+            self._shards = sharding.ShardedStates(self._layout, self._optimizer, self._process_set, self._prefix)
         self._layout.fused = self._layout.fused and self._fused_update
         if not self._fused_update:  # per-parameter states, not views of flat ones
             for b in self._layout.buckets:
@@ -110,6 +124,8 @@ class DistributedTrainer(mx.gluon.Trainer):
         for states in (old_states, self._pending_states):
             if states:
                 self._layout.load_param_states(states)
+                if self._shards is not None:
+                    self._shards.load_param_states(states)
         self._pending_states = None
         # The core's optimizer kernels (src/optim/) run on host memory: buckets
         # on a GPU are updated per parameter by MXNet's own optimizer ops
@@ -136,9 +152,10 @@ class DistributedTrainer(mx.gluon.Trainer):
         ps = self._process_set
         return ps.included() and ps.size() > 1
 
-    def _reduce(self):
+    def _reduce(self, scatter=False):
         """Sums each gradient over the process set (prescaled by 1/f); the
-        f/size that makes it an average is left to the update's rescale_grad."""
+        f/size that makes it an average is left to the update's rescale_grad.
+        scatter (sharded states): each rank gets the sum of its slices only."""
         layout = self._prepare()
         if not self._world():
             return
@@ -146,7 +163,10 @@ class DistributedTrainer(mx.gluon.Trainer):
             self._check_layout_agrees(layout)
         self._layout_agreed = True
         self.num_reductions += 1
-        for i, bucket in enumerate(layout.buckets):
+        if scatter:
+            self._shards.reduce_scatter(self._predivide)
+            self._slices_filled = True
+        for i, bucket in enumerate(layout.buckets if not scatter else ()):
             sent, ctx = self._compression.compress(bucket.grad)
             allreduce_(sent, name=f"{self._prefix}bucket{i}", priority=-i, op=Sum,
                        prescale_factor=1.0 / self._predivide, process_set=self._process_set)
@@ -196,7 +216,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         if self._local_sgd_steps and self._steps > self._local_sgd_warmup:
             self._local_sgd_step(batch_size, ignore_stale_grad)
             return
-        self._reduce()
+        self._reduce(scatter=self._shard)
         self._grads_summed = False  # this step's own reduction is scaled here
         self._local_rescale = self._scale / batch_size
         self._check_and_rescale_grad(self._scale * self._fold_factor() / batch_size)
@@ -236,6 +256,10 @@ class DistributedTrainer(mx.gluon.Trainer):
         sums over the ranks, scaled here to the average step() takes (pass
         the per-rank batch size, as to step()); without it, this rank's own."""
         self._prepare()
+        if self._shard and self._world() and not self._grads_summed:
+            raise ArgumentError("update() of a trainer with shard_optimizer_states=True needs allreduce_grads() "
+                                "first: each rank updates only its slice of the parameters, from the gradients "
+                                "summed over all ranks. Call allreduce_grads() before update(), or step().")
         fold = self._fold_factor() if self._grads_summed else 1.0
         self._grads_summed = False
         self._local_rescale = self._scale / batch_size
@@ -265,12 +289,25 @@ class DistributedTrainer(mx.gluon.Trainer):
                     "(Blocks) for this iteration. If you are intentionally only using a subset, call step "
                     "with ignore_stale_grad=True to suppress this warning and skip updating of Parameters "
                     "with stale gradient")
-            if layout.fused and all(fresh) and native_update.supports(opt, bucket):
+            if self._shard and not all(fresh):
+                name = bucket.entries[fresh.index(False)][1].name
+                raise ArgumentError(f"shard_optimizer_states=True updates whole buckets, but Parameter `{name}` "
+                                    "has no new gradient (ignore_stale_grad=True cannot skip it: its slice "
+                                    "belongs to another rank's update). Set grad_req='null' on parameters "
+                                    "that do not train.")
+            if self._shard:
+                pass  # all buckets are updated below, slice by slice
+            elif layout.fused and all(fresh) and native_update.supports(opt, bucket):
                 native_update.update(opt, bucket, basics._core_module())
             else:
                 single.extend((index, p, bucket) for (index, p), f in zip(bucket.entries, fresh) if f)
             for _, p in bucket.entries:
                 p.data()._fresh_grad = False
+        if self._shard:
+            if not self._slices_filled:
+                self._shards.take_summed()  # allreduce_grads() summed whole buckets (or one rank)
+            self._slices_filled = False
+            self._shards.update(opt)
         self._update_with_mxnet_ops(sorted(single, key=lambda e: e[0]))
         self._update_local(layout, ignore_stale_grad)
         for index, p in layout.excluded:
@@ -330,6 +367,32 @@ class DistributedTrainer(mx.gluon.Trainer):
         finally:
             opt.rescale_grad = folded
 
+    def optimizer_state_bytes(self):
+        """Bytes of optimizer state (multi-precision master weights included)
+        this rank holds: with shard_optimizer_states, about 1/N of an
+        unsharded trainer's."""
+        layout = self._prepare()
+        excluded = {index for index, _ in layout.excluded}
+        arrays = [a for i, st in self._updaters[0].states.items() if i in excluded
+                  for a in sharding.state_arrays(st)]
+        arrays += [a for st in layout.local_states.values() for a in sharding.state_arrays(st)]
+        if self._shards is not None:
+            arrays += [a for s in self._shards.slices for a in sharding.state_arrays(s.state)]
+        for b in layout.buckets:
+            if b.state is not None:
+                arrays += sharding.state_arrays(b.state)
+            else:
+                arrays += [a for st in b.param_states.values() for a in sharding.state_arrays(st)]
+        return sum(sharding.nbytes(a) for a in arrays)
+
+    def _param_states(self):
+        """Per-parameter states of the layout (gathered from every rank's
+        slices when sharded: a collective)."""
+        states = self._layout.param_states()
+        if self._shards is not None:
+            states.update(self._shards.gathered_param_states())
+        return states
+
     # -- checkpoints ----------------------------------------------------------------
     def save_states(self, fname):
         """Saves optimizer states (per parameter, loadable by this class or gluon.Trainer)."""
@@ -342,9 +405,9 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     def states_bytes(self):
         """What save_states writes, without a file (elastic commits take it in memory)."""
-        layout = self._prepare()
+        self._prepare()
         states = dict(self._updaters[0].states)
-        states.update(layout.param_states())
+        states.update(self._param_states())
         return pickle.dumps((states, self._optimizer))
 
     def load_states_bytes(self, data):

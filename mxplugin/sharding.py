@@ -1,0 +1,246 @@
+"""Sharded optimizer states (ZeRO stage 1): each rank owns one slice of every
+bucket and keeps the optimizer states (and multi-precision master weights)
+of that slice only.
+
+Note [Sharded optimizer states]
+A step of a sharded trainer, per bucket (buckets.py), reduction order:
+  1. reduce-scatter of the flat gradient (Sum, prescaled by 1/f): this rank
+     gets the sum of its slice [lo, hi) only;
+  2. the slice's weights are copied out of the members' weight arrays
+     (weights stay separate arrays, see buckets.py) and updated with the
+     slice's states -- by the core's kernel (native_update.update_flat) or
+     the optimizer's MXNet op on the flat slice. Both are element-wise, so a
+     slice updated as one array equals per-parameter updates;
+  3. allgather of the updated slices into a flat buffer, copied back into
+     every member's weight.
+Reduce-scatter + allgather move the bytes of one allreduce. Slices follow
+reducescatter's split: rank r of n gets size // n elements, plus one when
+r < size % n, so any bucket size works (a rank may own nothing of a bucket
+smaller than n). Every step is asynchronous: the engine orders the copies,
+kernels and collectives by the arrays they read and write.
+
+The checkpoint (states_bytes) is the unsharded one: each state is
+allgathered per bucket and cut per parameter, and loading cuts this rank's
+slice out of per-parameter states, so a job resumes at any size, sharded or
+not.
+"""
+import mxnet as mx
+import numpy as np
+
+from mxplugin import basics, native_update
+from mxplugin.buckets import ELEMENTWISE_OPTIMIZERS, slice_state
+from mxplugin.errors import ArgumentError
+from mxplugin.compression import Compression
+from mxplugin.ops import Sum, _base_name, _core_module, _describe, _push, _record, _reduce_code, _set_id
+
+# Optimizers whose slices can be updated on their own: their state is
+# element-wise and so is their update (buckets.ELEMENTWISE_OPTIMIZERS).
+SHARDABLE_OPTIMIZERS = ELEMENTWISE_OPTIMIZERS
+
+
+def check_shardable(optimizer, compression, local_sgd_steps):
+    """Raises ArgumentError naming what cannot combine with sharded states."""
+    name = type(optimizer).__name__.lower()
+    if name not in SHARDABLE_OPTIMIZERS:
+        raise ArgumentError(
+            f"shard_optimizer_states=True cannot shard the states of optimizer '{name}': a slice of a bucket "
+            f"can be updated on its own only when the update is element-wise. Shardable: "
+            f"{', '.join(sorted(SHARDABLE_OPTIMIZERS))}. Use shard_optimizer_states=False for '{name}'.")
+    if compression is not Compression.none:
+        raise ArgumentError("shard_optimizer_states=True does not combine with gradient compression: the "
+                            "reduce-scatter sends the gradient as it is. Pass compression=Compression.none.")
+    if local_sgd_steps:
+        raise ArgumentError("shard_optimizer_states=True does not combine with local_sgd_steps: local SGD "
+                            "updates every parameter on every rank, which needs every state there.")
+
+
+def slice_bounds(size, n, r):
+    """[lo, hi) of rank r's slice of `size` elements split over n ranks, as
+    reducescatter splits a first dimension."""
+    q, extra = divmod(size, n)
+    lo = r * q + min(r, extra)
+    return lo, lo + q + (1 if r < extra else 0)
+
+
+def _map_state(state, fn):
+    if state is None:
+        return None
+    if isinstance(state, (tuple, list)):
+        return type(state)(_map_state(s, fn) for s in state)
+    if isinstance(state, mx.nd.NDArray):
+        return fn(state)
+    return state
+
+
+def state_arrays(state):
+    if isinstance(state, (tuple, list)):
+        return [a for s in state for a in state_arrays(s)]
+    return [state] if isinstance(state, mx.nd.NDArray) else []
+
+
+class BucketSlice:
+    """This rank's slice of one bucket: the reduced gradient, the weights and
+    the optimizer states of elements [lo, hi), and the flat buffer the
+    updated slices are gathered into."""
+
+    def __init__(self, bucket, rank, size, optimizer):
+        self.bucket = bucket
+        self.lo, self.hi = slice_bounds(bucket.size, size, rank)
+        self.size = self.hi - self.lo
+        dtype = bucket.grad.dtype
+        self.grad = mx.nd.zeros((self.size,), ctx=bucket.ctx, dtype=dtype)
+        self.weight = mx.nd.zeros((self.size,), ctx=bucket.ctx, dtype=dtype)
+        self.gathered = mx.nd.zeros((bucket.size,), ctx=bucket.ctx, dtype=dtype)
+        # (member, its elements [a, b), their place [x, y) in this slice)
+        self.pieces = []
+        for k, (start, stop) in enumerate(bucket.offsets):
+            a, b = max(start, self.lo), min(stop, self.hi)
+            if a < b:
+                self.pieces.append((k, a - start, b - start, a - self.lo, b - self.lo))
+        self.indices = [i for i, _ in bucket.entries]
+        self.state = None
+        if self.size:
+            self.load_weights()
+            self.state = optimizer.create_state_multi_precision(bucket.index, self.weight)
+
+    def load_weights(self):
+        """Copies the members' current weights into the slice (a user may have
+        set them since the last step)."""
+        for k, a, b, x, y in self.pieces:
+            self.weight[x:y] = self.bucket.weights[k].reshape((-1,))[a:b]
+
+    def store_weights(self):
+        """Copies the gathered flat weights back into every member."""
+        for w, (a, b) in zip(self.bucket.weights, self.bucket.offsets):
+            w[:] = self.gathered[a:b].reshape(w.shape)
+
+    def load_param_states(self, states):
+        """Cuts this slice out of per-parameter states (a checkpoint's)."""
+        if self.state is None:
+            return
+        for k, a, b, x, y in self.pieces:
+            src = states.get(self.bucket.entries[k][0])
+            if src is not None:
+                _copy_piece(self.state, src, a, b, x, y)
+
+
+def _copy_piece(dst, src, a, b, x, y):
+    if dst is None or src is None:
+        return
+    if isinstance(dst, (tuple, list)):
+        for d, s in zip(dst, src):
+            _copy_piece(d, s, a, b, x, y)
+    elif isinstance(dst, mx.nd.NDArray):
+        dst[x:y] = src.reshape((-1,))[a:b].as_in_context(dst.context).astype(dst.dtype, copy=False)
+
+
+class ShardedStates:
+    """The slices of all buckets of a layout, and the step that uses them
+    (Note [Sharded optimizer states])."""
+
+    def __init__(self, layout, optimizer, process_set, prefix):
+        self.layout = layout
+        self.process_set = process_set
+        self.prefix = prefix
+        size = process_set.size() if process_set.included() else 1
+        rank = process_set.rank() if process_set.included() else 0
+        self.world = size
+        self.slices = [BucketSlice(b, rank, size, optimizer) for b in layout.buckets]
+
+    def reduce_scatter(self, predivide):
+        """Step 1 for every bucket: this rank's slice of the summed gradient."""
+        if self.world == 1:
+            for s in self.slices:
+                s.grad[:] = s.bucket.grad  # one rank: the slice is the bucket
+            return
+        for i, s in enumerate(self.slices):
+            _reducescatter_into(s.bucket.grad, s.grad, f"{self.prefix}bucket{i}", 1.0 / predivide,
+                                self.process_set, -i)
+
+    def take_summed(self):
+        """Step 1 when allreduce_grads() already summed the whole buckets."""
+        for s in self.slices:
+            if s.size:
+                s.grad[:] = s.bucket.grad[s.lo:s.hi]
+
+    def update(self, optimizer):
+        """Steps 2 and 3: update the slices, gather them into the weights."""
+        core = basics._core_module()
+        kernel = native_update.has_kernel(optimizer)
+        for i, s in enumerate(self.slices):
+            if s.size:
+                s.load_weights()
+                if kernel and native_update.supports(optimizer, s.bucket):
+                    native_update.update_flat(optimizer, s.indices, s.weight, s.grad, s.state, core)
+                else:
+                    optimizer._update_count(s.indices[1:])  # update_multi_precision counts the first
+                    optimizer.update_multi_precision(s.indices[0], s.weight, s.grad, s.state)
+            else:
+                optimizer._update_count(s.indices)  # the step counts stay those of every rank
+            if self.world == 1:
+                s.gathered[:] = s.weight
+            else:
+                _allgather_into(s.weight, s.gathered, f"{self.prefix}gather{i}", self.process_set, -i)
+            s.store_weights()
+
+    def state_bytes(self):
+        return sum(nbytes(a) for s in self.slices for a in state_arrays(s.state))
+
+    def gathered_param_states(self):
+        """Per-parameter states as an unsharded trainer holds them (every rank
+        gets them: one allgather per state array of each bucket)."""
+        out = {}
+        for i, s in enumerate(self.slices):
+            full = self._gather_state(s, i)
+            for (index, p), (a, b) in zip(s.bucket.entries, s.bucket.offsets):
+                out[index] = slice_state(full, a, b, p.shape)
+        return out
+
+    def _gather_state(self, s, i):
+        template = s.state
+        if template is None:
+            return None
+        counter = iter(range(1 << 30))
+
+        def gather(arr):
+            j = next(counter)
+            out = mx.nd.zeros((s.bucket.size,), ctx=arr.context, dtype=arr.dtype)
+            if self.world == 1:
+                out[:] = arr
+            else:
+                _allgather_into(arr, out, f"{self.prefix}state{i}.{j}", self.process_set, 0)
+            return out
+
+        return _map_state(template, gather)
+
+    def load_param_states(self, states):
+        for s in self.slices:
+            s.load_param_states(states)
+
+
+def nbytes(arr):
+    """Bytes an NDArray holds."""
+    return int(arr.size) * np.dtype(arr.dtype).itemsize
+
+
+def _reducescatter_into(tensor, output, name, prescale, process_set, priority):
+    """reducescatter (Sum) of the flat `tensor` into this rank's preallocated
+    slice `output` (its size is the split slice_bounds gives)."""
+    dtype, device, shape = _describe(tensor)
+    base = _base_name("reducescatter", name)
+    m = _core_module()
+    entry = _record(base, m.OP_REDUCESCATTER, tensor, output, dtype, device, shape, out_shape=list(output.shape),
+                    reduce_op=_reduce_code(Sum),
+                    prescale=prescale, postscale=1.0)
+    _set_id(process_set)
+    _push([entry], process_set, priority, base)
+
+
+def _allgather_into(tensor, output, name, process_set, priority):
+    """allgather of each rank's slice into the preallocated flat `output`
+    (sizes known from slice_bounds, so no size exchange first)."""
+    dtype, device, shape = _describe(tensor)
+    base = _base_name("allgather", name)
+    m = _core_module()
+    entry = _record(base, m.OP_ALLGATHER, tensor, output, dtype, device, shape, out_shape=list(output.shape))
+    _push([entry], process_set, priority, base)
