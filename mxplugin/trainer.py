@@ -395,9 +395,14 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     # -- checkpoints ----------------------------------------------------------------
     def save_states(self, fname):
-        """Saves optimizer states (per parameter, loadable by this class or gluon.Trainer)."""
+        """Saves optimizer states (per parameter, loadable by this class or
+        gluon.Trainer). With shard_optimizer_states every rank of the process
+        set must call it (the states are gathered) and rank 0 writes."""
+        data = self.states_bytes()
+        if self._shards is not None and self._world() and self._process_set.rank() != 0:
+            return
         with open(fname, "wb") as f:
-            f.write(self.states_bytes())
+            f.write(data)
 
     def load_states(self, fname):
         with open(fname, "rb") as f:

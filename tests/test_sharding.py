@@ -11,3 +11,11 @@ def test_sharded_states_match_gluon_trainer(np_):
     state bytes per rank, refusals."""
     out, _ = assert_spmd_ok("check_sharded.py", np_)
     assert out.count("ok ") == 4, out
+
+
+def test_sharded_checkpoint_resumes_at_any_size_sharded_or_not(tmp_path):
+    """Saved at 2 ranks sharded (the file equals an unsharded trainer's);
+    resumed at 1, 2 and 3 ranks, sharded and not, matching one process."""
+    assert_spmd_ok("check_sharded_checkpoint.py", 2, args=["save", tmp_path])
+    for np_, mode in ((3, "sharded"), (1, "sharded"), (2, "unsharded"), (3, "unsharded")):
+        assert_spmd_ok("check_sharded_checkpoint.py", np_, args=["resume", tmp_path, mode])
