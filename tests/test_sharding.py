@@ -8,9 +8,9 @@ from mpi_harness import assert_spmd_ok
 @pytest.mark.parametrize("np_", [1, 2, 3])
 def test_sharded_states_match_gluon_trainer(np_):
     """Every shardable optimizer with odd bucket sizes, every hybridize mode,
-    state bytes per rank, refusals."""
+    state bytes per rank, refusals, float16 weights with multi_precision."""
     out, _ = assert_spmd_ok("check_sharded.py", np_)
-    assert out.count("ok ") == 4, out
+    assert out.count("ok ") == 5, out
 
 
 def test_sharded_checkpoint_resumes_at_any_size_sharded_or_not(tmp_path):

@@ -14,7 +14,7 @@ from mxnet import gluon
 import check_hybridize
 import check_trainer
 from mxplugin.errors import ArgumentError
-from mxplugin.sharding import SHARDABLE_OPTIMIZERS
+from mxplugin.sharding import SHARDABLE_OPTIMIZERS, state_arrays
 
 # 44 bytes: 11 float32 elements, so buckets of 11, 16+..., never a multiple of 2 or 3
 ODD_BUCKET_BYTES = 44
@@ -90,11 +90,60 @@ def check_refusals(rank, size):
             raise AssertionError(f"{options} was not refused")
 
 
+def float16_grads(step, rank, shapes):
+    """Gradients exactly representable in float16, whose sums over ranks are
+    too (multiples of 1/16 below 8)."""
+    rng = np.random.RandomState(100 * step + rank)
+    return [(rng.randint(-32, 33, shape) / 16.0).astype("float16") for shape in shapes]
+
+
+def check_float16_multi_precision(rank, size):
+    """float16 weights with multi_precision=True: each rank keeps the
+    float32 master weights of its slice only. MXNet's CPU build has no
+    float16 GEMM, so the gradients are set directly, as backward would."""
+    shapes = [(7, 5), (13,), (3, 3)]
+    for optimizer, params in (("sgd", {"momentum": 0.9}), ("adam", {})):
+        params = dict(params, learning_rate=0.05, wd=0.01, multi_precision=True)
+        nets = []
+        for shard in (None, True):
+            mx.random.seed(4)
+            pd = gluon.ParameterDict("fp16_")
+            for i, shape in enumerate(shapes):
+                pd.get(f"w{i}", shape=shape, dtype="float16")
+            pd.initialize(mx.init.Uniform(0.5))
+            if shard is None:
+                trainer = gluon.Trainer(pd, optimizer, dict(params), kvstore=None)
+            else:
+                trainer = hvd.DistributedTrainer(pd, optimizer, dict(params), shard_optimizer_states=True,
+                                                 bucket_bytes=22)  # 11 float16 elements
+            nets.append((pd, trainer))
+        for step in range(3):
+            per_rank = [float16_grads(step, r, shapes) for r in range(size)]
+            total = [sum(g[i].astype("float32") for g in per_rank).astype("float16") for i in range(len(shapes))]
+            for (pd, trainer), grads in zip(nets, (total, per_rank[rank])):
+                for p, g in zip(pd.values(), grads):
+                    p.grad()[:] = mx.nd.array(g, dtype="float16")
+                    p.data()._fresh_grad = True
+                trainer.step(4 * (size if trainer is nets[0][1] else 1))
+        (ref, _), (got, trainer) = nets
+        for (name, want), have in zip(ref.items(), got.values()):
+            assert have.data().dtype == np.float16
+            assert_close(have.data().asnumpy().astype("float32"), want.data().asnumpy().astype("float32"),
+                         rtol=1e-3, atol=1e-3, what=f"float16 multi-precision {optimizer}: {name}")
+        # every state array (the float32 master weights included) covers this rank's slice only
+        for sl in trainer._shards.slices:
+            arrays = state_arrays(sl.state)
+            assert any(a.dtype == np.float32 for a in arrays) or not sl.size, sl.state
+            assert all(a.size == sl.size for a in arrays), ([a.size for a in arrays], sl.size)
+        owned = sum(sl.size for sl in trainer._shards.slices)
+        assert owned <= sum(int(np.prod(sh)) for sh in shapes) // size + len(trainer._shards.slices), owned
+
 CASES = {
     "optimizers": check_optimizers,
     "hybridize": check_hybridize_modes,
     "state_bytes": check_state_bytes,
     "refusals": check_refusals,
+    "float16": check_float16_multi_precision,
 }
 
 
