@@ -160,6 +160,11 @@ class GluonState(ObjectState):
     GluonState(net, trainer, epoch=0, batch=0)."""
 
     def __init__(self, net, trainer, **values):
+        if getattr(trainer, "_shard", False):
+            # sync() gathers the trainer's states on rank 0 alone; sharded
+            # states are gathered by every rank together.
+            raise ValueError("GluonState does not support DistributedTrainer(shard_optimizer_states=True) yet: "
+                             "use shard_optimizer_states=False for elastic training")
         self.net, self.trainer = net, trainer
         super().__init__(**values)
 
