@@ -88,6 +88,15 @@ def check_refusals(rank, size):
             assert word in str(e), str(e)
         else:
             raise AssertionError(f"{options} was not refused")
+    from mxplugin.elastic import GluonState
+
+    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {}, shard_optimizer_states=True)
+    try:
+        GluonState(net, trainer, epoch=0)
+    except ValueError as e:
+        assert "shard_optimizer_states" in str(e), str(e)
+    else:
+        raise AssertionError("GluonState took a sharded trainer")
 
 
 def float16_grads(step, rank, shapes):

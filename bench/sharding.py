@@ -1,0 +1,104 @@
+"""Sharded optimizer states (ZeRO-1) on resnet50_v1 with Adam.
+
+    mxplugin-run -np N python bench/sharding.py memory --shard 0|1
+    mxplugin-run -np 2 python bench/sharding.py time
+
+memory: optimizer-state bytes per rank (trainer.optimizer_state_bytes()) and
+  the process's peak RSS after 3 steps, sharded or not (one setting per run,
+  so the peak RSS is that setting's).
+time: hybridized resnet50_v1, two copies of the model, one trained by an
+  unsharded and one by a sharded trainer, their steps interleaved; median
+  step time of each (batch 4 per rank, 3x64x64, 1 thread per rank).
+Results go to bench/results/sharding_<mode>_<np>[_<shard>].json.
+"""
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+
+import mxnet as mx
+from mxnet import autograd, gluon
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import mxplugin as hvd  # noqa: E402
+
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+ADAM = {"learning_rate": 1e-3, "wd": 1e-4}
+
+
+def model():
+    mx.random.seed(1)
+    net = gluon.model_zoo.vision.resnet50_v1(classes=100)
+    net.initialize(mx.init.Xavier())
+    net.hybridize(static_alloc=True, static_shape=True)
+    return net
+
+
+def step(net, trainer, batch, side):
+    x = mx.nd.random.uniform(shape=(batch, 3, side, side))
+    y = mx.nd.array([i % 100 for i in range(batch)])
+    with autograd.record():
+        loss = gluon.loss.SoftmaxCrossEntropyLoss()(net(x), y)
+    loss.backward()
+    trainer.step(batch)
+    mx.nd.waitall()
+
+
+def save(name, record):
+    if hvd.rank() == 0:
+        os.makedirs(RESULTS, exist_ok=True)
+        with open(os.path.join(RESULTS, name), "w") as f:
+            json.dump(record, f, indent=1)
+    print(json.dumps(record), flush=True)
+
+
+def memory(shard):
+    net = model()
+    trainer = hvd.DistributedTrainer(net.collect_params(), "adam", dict(ADAM), shard_optimizer_states=shard)
+    for _ in range(3):
+        step(net, trainer, 2, 32)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    mine = {"state_bytes": trainer.optimizer_state_bytes(), "peak_rss_bytes": rss,
+            "buckets": len(trainer._layout.buckets)}
+    everyone = hvd.allgather_object(mine)
+    save(f"sharding_memory_{hvd.size()}_{int(shard)}.json",
+         {"ranks": hvd.size(), "sharded": shard, "per_rank": everyone})
+
+
+def timing(rounds):
+    nets = [model(), model()]
+    trainers = [hvd.DistributedTrainer(n.collect_params(), "adam", dict(ADAM), shard_optimizer_states=s,
+                                       prefix=f"t{int(s)}.") for n, s in zip(nets, (False, True))]
+    times = {False: [], True: []}
+    for r in range(rounds + 1):
+        for (net, trainer), shard in zip(zip(nets, trainers), (False, True)):
+            hvd.barrier()
+            start = time.perf_counter()
+            step(net, trainer, 4, 64)
+            if r:  # round 0 builds the layouts and binds the graphs
+                times[shard].append(time.perf_counter() - start)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    save(f"sharding_time_{hvd.size()}.json", {"ranks": hvd.size(), "rounds": rounds,
+                                               "unsharded_step_s": med[False], "sharded_step_s": med[True],
+                                               "ratio": med[True] / med[False]})
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("mode", choices=["memory", "time"])
+    parser.add_argument("--shard", type=int, default=1)
+    parser.add_argument("--rounds", type=int, default=8)
+    args = parser.parse_args()
+    hvd.init()
+    if args.mode == "memory":
+        memory(bool(args.shard))
+    else:
+        timing(args.rounds)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
