@@ -56,6 +56,33 @@ def nccl_built():
     return int(mxp_nccl_built())
 
 
+cdef extern from "Python.h":
+    int Py_AtExit(void (*func)() noexcept)
+
+cdef extern from "stdlib.h" nogil:
+    void _c_exit "exit"(int status)
+
+cdef int _status_at_end = -1
+
+
+cdef void _exit_with_status_at_end() noexcept nogil:
+    if _status_at_end >= 0:
+        _c_exit(_status_at_end)
+
+
+def exit_at_end(int status):
+    """Makes the process end with exit(`status`) once the interpreter has
+    finalised (Py_AtExit), rather than as it would have (an interpreter
+    stopped by a KeyboardInterrupt kills itself with SIGINT there). C exit
+    handlers run as after any exit(). Note [Interrupted ranks end with a
+    code] in basics.py. False if no slot for it was left."""
+    global _status_at_end
+    if _status_at_end < 0 and Py_AtExit(_exit_with_status_at_end) != 0:
+        return False
+    _status_at_end = status
+    return True
+
+
 cdef class Op:
     """One tensor of a collective, as it crosses into the C API (mxp_op).
     input/output: data pointers (raw entry) or NDArrayHandles (MXNet entry),
@@ -237,6 +264,17 @@ cdef class Core:
         return dict(rank=t.rank, size=t.size, local_rank=t.local_rank, local_size=t.local_size,
                     cross_rank=t.cross_rank, cross_size=t.cross_size,
                     threads_multiple=bool(t.threads_multiple))
+
+    def stuck_transfer(self):
+        """Why the data plane is stuck with peers out of reach, or "" (Note
+        [Stuck transfers] in src/core/transfer_watchdog.h)."""
+        cdef char text[2048]
+        _check(mxp_core_stuck_transfer(self.c, text, sizeof(text)))
+        return text.decode(errors="replace")
+
+    def keep_running_when_stuck(self):
+        """Report a stuck data plane (stuck_transfer()) rather than end the process."""
+        _check(mxp_core_keep_running_when_stuck(self.c))
 
     def add_process_set(self, ranks):
         cdef int n = len(ranks)

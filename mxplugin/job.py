@@ -23,13 +23,17 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+
+from mxplugin.lost_hosts import MARKER, LostHostsWatch, reported_hosts
+from mxplugin.remote_shells import end, remote_shells
 
 # Signals that stop the job: SIGHUP too, since in its own session the job
 # would outlive a closed terminal.
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Lines MPICH's launcher prints when a job is stopped by a signal.
 _LAUNCHER_NOISE = ("[mpiexec@", "[proxy:", "=====", "=   ", "YOUR APPLICATION TERMINATED", "This typically refers",
-                   "Please see the FAQ")
+                   "Please see the FAQ", "Ctrl-C caught")
 
 
 # The tag --prefix-output puts before each line of a rank.
@@ -40,9 +44,10 @@ class _Pump(threading.Thread):
     """Copies one of the child's output pipes to ours as it comes; once the
     job is being stopped, line by line without the stop's noise."""
 
-    def __init__(self, source, sink, stopping):
+    def __init__(self, source, sink, stopping, on_unreachable=None):
         super().__init__(daemon=True)
         self.source, self.sink, self.stopping = source, sink, stopping
+        self.on_unreachable = on_unreachable  # called with the hosts a rank's line says it cannot reach
         self.pending = b""
         self.sink_gone = False  # our output was closed (`| head`): keep draining, drop the rest
 
@@ -51,6 +56,8 @@ class _Pump(threading.Thread):
             chunk = os.read(self.source.fileno(), 65536)
             if not chunk:
                 break
+            if self.on_unreachable is not None and MARKER in chunk:  # Note [Lost hosts]
+                self.on_unreachable(reported_hosts(chunk.decode("utf-8", "replace")))
             if self.stopping.is_set() or self.pending:
                 self.filter(chunk)
             else:
@@ -89,44 +96,161 @@ def exit_code(returncode):
     return 128 - returncode if returncode < 0 else returncode
 
 
-def run_job(command, env, prog, num_proc, received=None, on_interrupt=None):
-    """Runs mpiexec's command line; returns the exit code for the shell
-    (128 + the signal after an interrupt). OSError if it cannot start.
-    `received`: a list the interrupting signals are appended to;
-    `on_interrupt`: called at the first one, before the job is asked to stop."""
-    child = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL if os.isatty(0) else None,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-    stopping = threading.Event()
-    received = [] if received is None else received
-    pumps = [_Pump(child.stdout, sys.stdout.buffer, stopping), _Pump(child.stderr, sys.stderr.buffer, stopping)]
+# Note [Bounded stops]: mpiexec ends only when every host's proxy has told
+# it so, and a proxy on a host cut off from this machine never can: waiting
+# for it would keep the launcher forever. So after an interrupt mpiexec gets
+# FORCE_AFTER_S to stop the job; then the stop is forced: on_stop_overdue
+# runs when given (an elastic launcher tells its ranks to end at once, which
+# they do whatever they wait for), else mpiexec is asked again (it kills
+# the ranks on the hosts it reaches; ranks stuck inside MPI do not see an
+# interrupt until the call returns). After GIVE_UP_AFTER_S mpiexec is
+# abandoned: killed with the remote shells it started (the launcher's end of
+# each host's connection; what runs on a host cut off cannot be reached),
+# naming the hosts left behind. The launcher exits well within 10 s.
+FORCE_AFTER_S = 3.0
+GIVE_UP_AFTER_S = 6.0
+# The launcher's exit code when it gave up on mpiexec (not after an
+# interrupt): the job failed, and mpiexec cannot say how.
+EXIT_ABANDONED = 1
+# Output still in the pipes after mpiexec ended: how long to wait for it,
+# and after mpiexec was abandoned (something left behind may hold them).
+DRAIN_S = 10.0
+DRAIN_ABANDONED_S = 1.0
 
-    def interrupt(signum, _frame):
-        received.append(signum)
-        if not stopping.is_set():
-            stopping.set()
-            if on_interrupt is not None:
-                on_interrupt()
+
+class Job:
+    """mpiexec running a job: started by run(), which returns the exit code
+    for the shell (128 + the signal after an interrupt); OSError if it
+    cannot start. `hosts` (in mpiexec's order) name the hosts left behind;
+    `received` gets the interrupting signals; `on_interrupt` runs at the
+    first, before the job is asked to stop; `on_stop_overdue` forces the
+    stop when the job has not stopped FORCE_AFTER_S later (default: mpiexec
+    is asked again); `unreached()`, if given, describes what is left
+    running when mpiexec is abandoned (default: the hosts of its remote
+    shells still running). Note [Bounded stops]."""
+
+    def __init__(self, command, env, prog, num_proc, hosts=(), received=None, on_interrupt=None,
+                 on_stop_overdue=None, unreached=None):
+        self.command, self.env, self.prog, self.num_proc, self.hosts = command, env, prog, num_proc, list(hosts)
+        self.received = [] if received is None else received
+        self.on_interrupt, self.on_stop_overdue, self.unreached = on_interrupt, on_stop_overdue, unreached
+        self.child = None
+        self.started = threading.Event()
+        self.ended = threading.Event()
+        self.stopping = threading.Event()
+        self.abandoned = False
+        self.unreachable = set()  # hosts the ranks say they cannot reach (Note [Lost hosts])
+        self.lock = threading.Lock()
+
+    def wait(self, timeout=None):
+        """True once mpiexec has ended (or was abandoned), waiting up to `timeout`."""
+        return self.ended.wait(timeout)
+
+    def reported_unreachable(self):
+        with self.lock:
+            return set(self.unreachable)
+
+    def _add_unreachable(self, hosts):
+        with self.lock:
+            self.unreachable |= hosts
+
+    def left_behind(self):
+        """What an abandon leaves running: unreached(), else the hosts whose
+        remote shells still run and those the ranks cannot reach."""
+        if self.unreached is not None:
+            return self.unreached()
+        shells = remote_shells(self.child.pid, self.hosts, self.num_proc)
+        return sorted(set(shells.values()) | self.unreachable)
+
+    def abandon(self, why):
+        """Kills mpiexec and its remote shells unless it has ended; says
+        `why` and what is left behind. True if it did."""
+        with self.lock:
+            if not self.started.is_set() or self.ended.is_set() or self.abandoned:
+                return False
+            self.abandoned = True
+            child = self.child
+            left = self.left_behind()
+            try:
+                # Stopped first: its remote shells cannot end and be reaped
+                # (their pids reused) between being found and being killed.
+                os.kill(child.pid, signal.SIGSTOP)
+                end(remote_shells(child.pid, self.hosts, self.num_proc))
+                os.killpg(child.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        said = f"; left behind: {', '.join(left)}" if left else ""
+        sys.stderr.write(f"{self.prog}: {why}: abandoning mpiexec{said}\n")
+        sys.stderr.flush()
+        return True
+
+    def _interrupt(self, signum, _frame):
+        self.received.append(signum)
+        if not self.stopping.is_set():
+            self.stopping.set()
+            if self.on_interrupt is not None:
+                self.on_interrupt()
             name = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
-            sys.stderr.write(f"{prog}: interrupted ({name}): stopping all {num_proc} ranks\n")
+            sys.stderr.write(f"{self.prog}: interrupted ({name}): stopping all {self.num_proc} ranks\n")
             sys.stderr.flush()
-        child.send_signal(signal.SIGINT)  # the second time: mpiexec forces the stop
+            threading.Thread(target=self._stop_in_time, daemon=True).start()
+        self._tell_mpiexec()  # the second time: mpiexec forces the stop
 
-    previous = {sig: signal.signal(sig, interrupt) for sig in _STOP_SIGNALS}
-    try:
+    def _tell_mpiexec(self):
+        try:
+            self.child.send_signal(signal.SIGINT)
+        except ProcessLookupError:
+            pass
+
+    def _stop_in_time(self):
+        """Note [Bounded stops]."""
+        if self.ended.wait(FORCE_AFTER_S):
+            return
+        if self.on_stop_overdue is not None:
+            self.on_stop_overdue()
+        else:
+            self._tell_mpiexec()
+        if not self.ended.wait(GIVE_UP_AFTER_S - FORCE_AFTER_S):
+            self.abandon(f"the job has not stopped {GIVE_UP_AFTER_S:g} s after the interrupt")
+
+    def run(self):
+        child = self.child = subprocess.Popen(
+            self.command, env=self.env, stdin=subprocess.DEVNULL if os.isatty(0) else None,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        self.started.set()
+        # A plain launch learns of lost hosts only from the ranks' lines; an
+        # elastic one hears from its ranks (unreached) and needs no watch.
+        plain = self.unreached is None
+        pumps = [_Pump(child.stdout, sys.stdout.buffer, self.stopping, self._add_unreachable if plain else None),
+                 _Pump(child.stderr, sys.stderr.buffer, self.stopping, self._add_unreachable if plain else None)]
+        previous = {sig: signal.signal(sig, self._interrupt) for sig in _STOP_SIGNALS}
+        try:
+            for pump in pumps:
+                pump.start()
+            if plain:
+                LostHostsWatch(self).start()
+            returncode = child.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            with self.lock:
+                self.ended.set()
+        # Output still in the pipes comes through; a process that outlived
+        # mpiexec and still holds them does not keep the launcher waiting.
+        deadline = time.monotonic() + (DRAIN_ABANDONED_S if self.abandoned else DRAIN_S)
         for pump in pumps:
-            pump.start()
-        returncode = child.wait()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    # Output still in the pipes comes through; a process that outlived
-    # mpiexec and still holds them does not keep the launcher waiting.
-    for pump in pumps:
-        pump.join(timeout=10)
-    code = exit_code(returncode)
-    # After an interrupt: the ranks' own code when they chose one (they
-    # caught it and exited 7, say); else the shell's 128 + signal. MPICH's
-    # launcher reports ranks killed by signal N as exit code N.
-    if received and code in {0, *_STOP_SIGNALS, *(128 + s for s in _STOP_SIGNALS)}:
-        return 128 + received[0]
-    return code
+            pump.join(timeout=max(0.0, deadline - time.monotonic()))
+        code = exit_code(returncode)
+        if self.abandoned and not self.received:
+            return EXIT_ABANDONED
+        # After an interrupt: the ranks' own code when they chose one (they
+        # caught it and exited 7, say); else the shell's 128 + signal. MPICH's
+        # launcher reports ranks killed by signal N as exit code N.
+        if self.received and code in {0, *_STOP_SIGNALS, *(128 + s for s in _STOP_SIGNALS), 128 + signal.SIGKILL}:
+            return 128 + self.received[0]
+        return code
+
+
+def run_job(command, env, prog, num_proc, received=None, on_interrupt=None, hosts=()):
+    """Runs mpiexec's command line (Job); returns the exit code for the shell."""
+    return Job(command, env, prog, num_proc, hosts=hosts, received=received, on_interrupt=on_interrupt).run()

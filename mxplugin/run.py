@@ -273,9 +273,9 @@ def mpiexec_command(mpiexec, flavour, args, hosts, env):
 
 # ------------------------------------------------------------------- running
 
-def run_child(command, env, num_proc):
+def run_child(command, env, num_proc, hosts=()):
     try:
-        return run_job(command, env, PROG, num_proc)
+        return run_job(command, env, PROG, num_proc, hosts=hosts)
     except OSError as exc:
         raise UsageError(f"cannot start {command[0]}: {exc}") from exc
 
@@ -302,6 +302,10 @@ def launch_elastic(args, hosts):
     args.static_hosts = hosts
     most = args.max_np or args.num_proc or sum(s for _, s in hosts) or 1
     env, added = rank_environment(argparse.Namespace(**{**vars(args), "num_proc": most}), os.environ, hosts)
+    if "MXPLUGIN_PEER_TIMEOUT_SECONDS" not in env:  # Note [Partitions] in mxplugin/elastic/world_end.py
+        from mxplugin.elastic.world_end import ELASTIC_PEER_TIMEOUT_S
+
+        env["MXPLUGIN_PEER_TIMEOUT_SECONDS"] = added["MXPLUGIN_PEER_TIMEOUT_SECONDS"] = str(ELASTIC_PEER_TIMEOUT_S)
     check_program(args.command, env)
     mpiexec = find_mpiexec()
     if mpi_flavour(mpiexec) != "mpich":
@@ -349,7 +353,7 @@ def launch(args):
         if settings:
             print(f"{PROG}: setting {settings}", file=sys.stderr)
         print(f"{PROG}: {shlex.join(command)}", file=sys.stderr, flush=True)
-    return run_child(command, env, args.num_proc)
+    return run_child(command, env, args.num_proc, hosts)
 
 
 def main(argv=None):

@@ -2,7 +2,9 @@
 // this file keeps the per-thread message behind mxp_last_error().
 #include "c_api.h"
 
+#include <algorithm>
 #include <condition_variable>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -164,6 +166,20 @@ int mxp_core_topology(mxp_core* core, mxp_topology* out) {
     *out = mxp_topology{t.rank, t.size, t.local_rank, t.local_size, t.cross_rank, t.cross_size,
                         t.threads_multiple ? 1 : 0};
   });
+}
+
+int mxp_core_stuck_transfer(mxp_core* core, char* text, int32_t capacity) {
+  return Guard([&] {
+    if (capacity <= 0) return;
+    const std::string why = CoreOf(core).StuckTransfer();
+    const size_t n = std::min(why.size(), static_cast<size_t>(capacity - 1));
+    std::memcpy(text, why.data(), n);
+    text[n] = '\0';
+  });
+}
+
+int mxp_core_keep_running_when_stuck(mxp_core* core) {
+  return Guard([&] { CoreOf(core).KeepRunningWhenStuck(); });
 }
 
 int mxp_add_process_set(mxp_core* core, const int32_t* ranks, int32_t n, int32_t* id) {

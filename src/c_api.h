@@ -77,6 +77,11 @@ int mxp_core_create_in_memory(mxp_memory_job* job, int32_t rank, mxp_core** out)
 int mxp_core_shutdown(mxp_core* core);
 void mxp_core_destroy(mxp_core* core);
 int mxp_core_topology(mxp_core* core, mxp_topology* out);
+/* Note [Stuck transfers]: why the data plane is stuck with peers out of
+ * reach, into `text` (at most `capacity` bytes with the NUL; "" while it is
+ * not); and the choice to be told that rather than have the process ended. */
+int mxp_core_stuck_transfer(mxp_core* core, char* text, int32_t capacity);
+int mxp_core_keep_running_when_stuck(mxp_core* core);
 
 int mxp_add_process_set(mxp_core* core, const int32_t* ranks, int32_t n, int32_t* id);
 int mxp_remove_process_set(mxp_core* core, int32_t id, int32_t* removed);

@@ -7,7 +7,11 @@ import urllib.parse
 import urllib.request
 
 from mxplugin.elastic.protocol import (COMMIT_HEADER, ENV_CHECKPOINT, ENV_DRIVER, ENV_TOKEN, ENV_WORLD,  # noqa: F401
-                                       EXIT_RESET, REQUEST_TIMEOUT_S, TOKEN_HEADER)
+                                       EXIT_RESET, REQUEST_TIMEOUT_S, STOP_HEADER, TOKEN_HEADER)
+
+# How much later than asked a long poll's answer may come (the launcher's
+# own load, the network) before the request counts as failed.
+ANSWER_SLACK_S = 5
 
 
 class DriverClient:
@@ -45,17 +49,27 @@ class DriverClient:
     def hand_over(self, commit, data):
         self._request("PUT", "/state", body=data, commit=commit)
 
-    def leave(self, reason):
-        self._request("POST", "/leave", reason=reason)
+    def leave(self, reason, timeout=REQUEST_TIMEOUT_S):
+        self._request("POST", "/leave", timeout=timeout, reason=reason)
 
     def wait_broken(self, seconds):
         """Why this world cannot go on, waiting up to `seconds` for the
         launcher to learn of a rank that ended: "" if none did, None once
         the world is over."""
-        status, _, body = self._request("GET", "/broken", timeout=seconds + REQUEST_TIMEOUT_S, wait=seconds)
+        kind, why = self.poll_world(seconds)
+        return None if kind == "over" else why
+
+    def poll_world(self, seconds):
+        """What the launcher says of this world, waiting up to `seconds` for
+        news: ("running", ""), ("broken", why), ("stop", why) when the user
+        stopped the job, or ("over", None) when the world has ended without
+        this rank. OSError when no answer comes in time."""
+        status, headers, body = self._request("GET", "/broken", timeout=seconds + ANSWER_SLACK_S, wait=seconds)
         if status == 409:
-            return None
-        return body.decode() if status == 200 else ""
+            return "over", None
+        if status != 200:
+            return "running", ""
+        return ("stop" if headers.get(STOP_HEADER) else "broken"), body.decode()
 
 def driver(rank=None):
     """The client for this process's elastic job, or None outside one."""

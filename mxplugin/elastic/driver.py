@@ -13,7 +13,10 @@ told the service (mxplugin.elastic.service) decides what comes next:
   launcher holds or its checkpoint; with neither, the job stops;
 - a rank exited with an error of its own (not a lost peer): the job stops,
   since a restart would fail the same way;
-- the hosts changed: the ranks left at a commit; a new world starts.
+- the hosts changed: the ranks left at a commit; a new world starts;
+- a host was cut off (Note [Partitions] in world_end.py): the ranks the
+  launcher reaches go back to their last commit, mpiexec is abandoned after
+  a bounded wait, and a new world starts without the host.
 Each new world counts as a reset; more than --reset-limit stops the job."""
 import fcntl
 import os
@@ -27,18 +30,14 @@ import time
 from mxplugin.elastic import protocol
 from mxplugin.elastic.discovery import DiscoveryError, DiscoveryScript, FixedHosts, usable
 from mxplugin.elastic.service import DriverService
+from mxplugin.elastic.world_end import SETTLE_QUIET_S, SETTLE_S, WorldEnd, left_behind
 from mxplugin.hosts import UsageError, is_local_host, unreachable_hosts
-from mxplugin.job import run_job
+from mxplugin.job import Job
 
 SIOCGIFADDR = 0x8915
 # A job whose worlds keep ending before anything new is committed (ranks
 # dying at start-up, say) stops rather than restart forever.
 MAX_WORLDS_WITHOUT_PROGRESS = 3
-# How long ranks that outlived mpiexec (a lost host ends it) get to hand
-# their state over and leave, and how long without a word from any of them
-# ends the wait sooner (the ranks of the lost host say nothing).
-SETTLE_S = 30
-SETTLE_QUIET_S = 5
 
 
 class ElasticError(Exception):
@@ -118,17 +117,29 @@ class ElasticDriver:
             time.sleep(self.args.discovery_interval)
 
     def watch(self, service):
-        """While a world runs: tells its ranks when the usable hosts change."""
+        """While a world runs: tells its ranks when the usable hosts change,
+        at once when a host of theirs is gone (Note [Partitions] in
+        world_end.py: it may be cut off, and the next commit would wait for
+        it), else at the next commit."""
+        announced = False
         while not self.stop_watching.wait(self.args.discovery_interval):
             try:
-                now = self.usable_now(self.discovery.find())
+                found = self.discovery.find()
             except DiscoveryError as exc:
                 self.say(f"host discovery failed (hosts kept as they are): {exc}")
                 continue
-            if sorted(now) != sorted(self.world_hosts):
+            now = self.usable_now(found)
+            listed = {host for host, _ in found}
+            gone = [host for host, _ in self.world_hosts if host not in listed]
+            if gone:
+                self.say(f"hosts changed to {fmt_hosts(now)}: {', '.join(gone)} gone, so the ranks go back to "
+                         "their last commit now and a new world starts")
+                service.mark_hosts_gone(gone, "host discovery no longer lists it")
+                return
+            if not announced and sorted(now) != sorted(self.world_hosts):
                 self.say(f"hosts changed to {fmt_hosts(now)}: a new world starts at the next commit")
                 service.mark_hosts_updated()
-                return
+                announced = True
 
     # -- worlds -----------------------------------------------------------------------------
     def run(self):
@@ -138,7 +149,7 @@ class ElasticDriver:
         except ElasticError as exc:
             self.say(f"stopping: {exc}")
             return 1
-        except KeyboardInterrupt:  # between worlds (waiting for hosts, say); within one run_job handles it
+        except KeyboardInterrupt:  # between worlds (waiting for hosts, say); within one the Job handles it
             self.say("interrupted (Ctrl-C): stopping")
             return 130
         finally:
@@ -166,11 +177,17 @@ class ElasticDriver:
             watcher = threading.Thread(target=self.watch, args=(service,), daemon=True)
             watcher.start()
             received = []
+            # After the user's stop, ranks ending by the signal are not lost
+            # ranks: the others must not leave mid-way through whatever they
+            # do on an interrupt; ranks that have not ended when the stop is
+            # overdue end at once (Note [Bounded stops] in mxplugin/job.py).
+            job = Job(command, env, self.prog, size, hosts=hosts, received=received,
+                      on_interrupt=service.stop_judging, on_stop_overdue=service.stop_ranks,
+                      unreached=lambda: left_behind(service))
+            ending = WorldEnd(service, job, number)
+            ending.start()
             try:
-                # After the user's stop, ranks ending by the signal are not
-                # lost ranks: the others must not leave mid-way through
-                # whatever they do on an interrupt.
-                code = run_job(command, env, self.prog, size, received, on_interrupt=service.stop_judging)
+                code = job.run()
             finally:
                 self.stop_watching.set()
                 watcher.join()
@@ -180,7 +197,9 @@ class ElasticDriver:
                 # that already stopped), and mpiexec's code says which came
                 # last, not what happened.
                 return 128 + received[0]
-            service.end_world(f"mpiexec ended (exit {code}): a host was probably lost")
+            ending.join()
+            service.end_world("mpiexec was abandoned" if job.abandoned else
+                              f"mpiexec ended (exit {code}): a host was probably lost")
             service.wait_settled(SETTLE_S, SETTLE_QUIET_S)
             verdict = self.judge(service, record, code)
             if verdict is None:
@@ -212,12 +231,18 @@ class ElasticDriver:
             raise ElasticError(f"world {record.number}: no rank started (see mpiexec's output above)")
         leavers = [r for r, why in left.items() if why in ("failure", "hosts")]
         lost, errors = [], []
+        with service.lock:
+            gone, out_of_reach = dict(record.gone), dict(record.out_of_reach)
         for rank in range(size):
             if rank in left:
                 continue
             how = exits.get(rank)
-            if how is None or how.startswith("signal") or how == f"code {protocol.EXIT_RESET}":
-                lost.append((rank, how or "gone without a word: its host was probably lost"))
+            if how is None:
+                host = record.host_of(rank)
+                lost.append((rank, f"{host} is gone: {gone[host]}" if host in gone else
+                             out_of_reach.get(rank, "gone without a word: its host was probably lost")))
+            elif how.startswith("signal") or how == f"code {protocol.EXIT_RESET}":
+                lost.append((rank, how))
             elif how != "code 0":
                 errors.append((rank, how))
         if errors:
@@ -245,11 +270,16 @@ class ElasticDriver:
             return f"world {record.number}: every rank was lost; resuming from the newest committed state"
         for rank, how in lost:
             host = record.host_of(rank)
-            self.excluded.setdefault(host, f"rank {rank} was lost there ({how})")
+            if host not in gone:  # a host discovery dropped comes back when it lists it again
+                self.excluded.setdefault(host, f"rank {rank} was lost there ({how})")
         if lost:
             listed = ", ".join(f"rank {r} on {record.host_of(r)} ({how})" for r, how in lost)
-            return (f"world {record.number}: lost {listed}; left out from now on: "
-                    f"{', '.join(sorted({record.host_of(r) for r, _ in lost}))}")
+            hosts = sorted({record.host_of(r) for r, _ in lost})
+            excluded = [h for h in hosts if h not in gone]
+            return (f"world {record.number}: lost {listed}"
+                    + (f"; left out from now on: {', '.join(excluded)}" if excluded else "")
+                    + (f"; left out while discovery does not list them: {', '.join(h for h in hosts if h in gone)}"
+                       if len(excluded) < len(hosts) else ""))
         if any(left[r] == "hosts" for r in leavers):
             return f"world {record.number}: hosts changed"
         return f"world {record.number}: ranks lost contact with each other, though none ended"

@@ -15,21 +15,25 @@ is a new world, a new mpiexec started by the launcher
 - The launcher finds new hosts: every rank raises HostsUpdatedInterrupt at
   its next commit, and rank 0 hands over the snapshot it just committed.
 Then the ranks leave with EXIT_RESET, without MPI's clean-up (a peer is
-gone: it could wait forever). A rank that cannot reach the launcher for
-LAUNCHER_GONE_TRIES seconds leaves too: there is no job without it. In the
+gone: it could wait forever). A rank that gets no answer from the launcher
+for LAUNCHER_GONE_S seconds leaves too, handing nothing over: there is no
+job without it (Note [Partitions] in world_end.py). In the
 next world, rank 0 starts from the newest snapshot (or the launcher's
 checkpoint when no rank survived), gives it to every rank (State.sync) and
 the reset callbacks run; then the function runs again, from the restored
 values."""
 import functools
+import http.client
 import os
+import signal
 import sys
 import threading
 import time
 
 import mxplugin as hvd
+from mxplugin import basics as _basics
 from mxplugin.elastic import client as _client
-from mxplugin.elastic.protocol import EXIT_RESET
+from mxplugin.elastic.protocol import EXIT_RESET, LAUNCHER_GONE_S, LONG_POLL_S
 from mxplugin.elastic.state import HostsUpdatedInterrupt, read_checkpoint
 from mxplugin.errors import LOST_CONTACT, PeerFailureError
 
@@ -76,14 +80,41 @@ def _start(state, client):
         state.on_reset()
 
 
-# Tries, a second apart, before a rank takes the launcher for gone.
-LAUNCHER_GONE_TRIES = 10
-
 # One way out per process: the training thread and the watcher may both
 # find the world broken at once. `_finished`: the function returned here;
 # a peer lost after that changes nothing for this rank.
 _leaving = threading.Lock()
 _finished = threading.Event()
+# Exit code of a rank ended by the launcher's stop (as by Ctrl-C).
+EXIT_STOPPED = 128 + signal.SIGINT
+# How long a rank's last words may take before it ends anyway.
+LAST_WORDS_S = 1.0
+
+
+def _bounded(action):
+    """Runs `action` (a write to stderr, a flush) for at most LAST_WORDS_S:
+    with this host cut off, the pipe to MPICH's proxy may stay full for
+    good, and a rank that must end cannot wait on it."""
+    done = threading.Thread(target=action, daemon=True)
+    done.start()
+    done.join(LAST_WORDS_S)
+
+
+def _end(code, text=None):
+    """Ends this process now, without MPI's clean-up (a peer is gone: it
+    could wait forever)."""
+    if text:
+        _bounded(lambda: _log(text))
+    for stream in (sys.stdout, sys.stderr):
+        _bounded(lambda stream=stream: _flush(stream))
+    os._exit(code)
+
+
+def _flush(stream):
+    try:
+        stream.flush()
+    except OSError:
+        pass
 
 
 def _leave(state, client, reason, hand_over):
@@ -97,40 +128,62 @@ def _leave(state, client, reason, hand_over):
                     client.hand_over(commits, state.dumps())
             client.leave(reason)
         except Exception as exc:  # noqa: BLE001 - whatever failed, this rank must still leave
-            _log(f"cannot hand the state over to the launcher: {exc}")
+            text = f"cannot hand the state over to the launcher: {exc}"
+            _bounded(lambda: _log(text))
         finally:
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except OSError:
-                    pass
-            # Not MPI's clean-up: with a peer gone it can wait forever.
-            os._exit(EXIT_RESET)
+            _end(EXIT_RESET)
 
 
 def _watch(state, client):
-    """Leaves as soon as the launcher learns that a rank of this world ended
-    (its supervisor tells it at once), rather than when this rank's
-    collectives time out (MXPLUGIN_PEER_TIMEOUT_SECONDS)."""
-    failures = 0
+    """Leaves as soon as the launcher learns that this world cannot go on (a
+    rank ended, a rank lost contact with its peers, discovery dropped a
+    host), rather than when this rank's collectives time out
+    (MXPLUGIN_PEER_TIMEOUT_SECONDS): from this thread, so that a training
+    thread stuck inside MPI does not hold it. Ends the rank, handing nothing
+    over, when the user stopped the job or the launcher is out of reach
+    (Note [Partitions] in mxplugin/elastic/world_end.py)."""
+    last_answer = time.monotonic()
     while not _finished.is_set():
+        stuck = _stuck_transfer()
+        if stuck:  # Note [Stuck transfers]: the training thread will not come back
+            text = f"{stuck}; back to commit {state.commits_saved()}"
+            _bounded(lambda: _log(text))
+            _leave(state, client, "failure", hand_over=True)
         try:
-            why = client.wait_broken(30)
-            failures = 0
-        except OSError:
-            # The launcher is gone (or a blip): without it there is no job,
-            # and this rank may have outlived its supervisor (Note [Worlds]).
-            failures += 1
-            if failures >= LAUNCHER_GONE_TRIES:
-                _log("the launcher does not answer: leaving")
-                os._exit(EXIT_RESET)
+            kind, why = client.poll_world(LONG_POLL_S)
+        except (OSError, http.client.HTTPException):
+            # The launcher is gone, or this host is cut off from it (or a
+            # blip): without it there is no job, and this rank may have
+            # outlived its supervisor (Note [Worlds]). What it holds may be
+            # stale by the time the launcher is back: nothing is handed over.
+            silent = time.monotonic() - last_answer
+            if silent >= LAUNCHER_GONE_S:
+                _end(EXIT_RESET, f"the launcher has not answered for {silent:.0f} s: leaving without handing "
+                                 "anything over")
             time.sleep(1)
             continue
-        if why is None:  # this world is over without us: nothing to hand over any more
-            os._exit(EXIT_RESET)
-        if why:
-            _log(f"the launcher says {why}; back to commit {state.commits_saved()}")
+        last_answer = time.monotonic()
+        if kind == "over":  # this world is over without us: nothing to hand over any more
+            _end(EXIT_RESET)
+        if kind == "stop":
+            try:  # said first: its supervisor may be gone already (MPICH's forced stop)
+                client.leave("stopped", timeout=LAST_WORDS_S)
+            except OSError:
+                pass
+            _end(EXIT_STOPPED, f"{why}: ending now")
+        if kind == "broken":
+            if not _leaving.locked():  # else the training thread is leaving already, and says why
+                text = f"the launcher says {why}; back to commit {state.commits_saved()}"
+                _bounded(lambda: _log(text))
             _leave(state, client, "failure", hand_over=True)
+
+
+def _stuck_transfer():
+    """Why the core's data plane is stuck with peers out of reach, or ""."""
+    try:
+        return _basics._core().stuck_transfer()
+    except Exception:  # noqa: BLE001 - shut down, or not started: nothing is stuck
+        return ""
 
 
 def run(func):
@@ -141,6 +194,9 @@ def run(func):
     def wrapper(state, *args, **kwargs):
         client = _client.driver(hvd.rank())
         if client is not None:
+            # A stuck transfer is this thread's to handle (by handing the
+            # last commit over), not the core's (by ending the process).
+            _basics._core().keep_running_when_stuck()
             client.register()
             # From the start: a rank lost while the state is synced must not
             # leave the others waiting for the peer timeout. Until the sync
@@ -159,7 +215,7 @@ def run(func):
         except Exception as exc:  # noqa: BLE001 - a peer failure is told from others below
             if client is None or not is_peer_failure(exc):
                 raise
-            _log(f"a peer failed ({str(exc).splitlines()[0][:200]}); back to commit {state.commits_saved()}")
+            _log(f"a peer failed ({str(exc).splitlines()[0][:400]}); back to commit {state.commits_saved()}")
             _leave(state, client, "failure", hand_over=True)
         if client is not None:
             with _leaving:

@@ -18,7 +18,7 @@ import threading
 import time
 import urllib.parse
 
-from mxplugin.elastic.protocol import COMMIT_HEADER, TOKEN_HEADER
+from mxplugin.elastic.protocol import COMMIT_HEADER, STOP_HEADER, TOKEN_HEADER
 
 
 class WorldRecord:
@@ -31,9 +31,39 @@ class WorldRecord:
         self.left = {}            # rank -> reason ("failure", "hosts", "done")
         self.exits = {}           # rank -> "code N" | "signal N", from the supervisors
         self.hosts_updated = False
-        # Why the world cannot go on (a rank ended without leaving), once a
-        # supervisor says so: the other ranks stop waiting for it.
+        # Why the world cannot go on (a rank ended without leaving, a rank
+        # lost contact with its peers, a host went away), once the launcher
+        # learns it: the other ranks stop waiting for their peers.
         self.broken = None
+        self.gone = {}            # host -> why: hosts discovery stopped listing while this world ran
+        self.heard = {}           # rank -> when it last made a request (its watcher polls, Note [Partitions])
+        self.out_of_reach = {}    # rank -> why it is not waited for any more (silent, or quiet at the end)
+        # The user stopped the job and ranks still run after the grace
+        # (stuck in a collective with an unreachable peer, Note [Partitions]
+        # in world_end.py): they end at once, handing nothing over.
+        self.stopping = False
+
+    def unaccounted(self):
+        """Ranks that neither left nor were reported ended, in order."""
+        size = sum(slots for _, slots in self.hosts)
+        return [r for r in range(size) if r not in self.left and r not in self.exits]
+
+    def waited_for(self, rank):
+        """Whether the end of this world waits for `rank` to leave or end:
+        not when it did, nor when it is out of reach."""
+        return not (rank in self.left or rank in self.exits or self.unreachable(rank))
+
+    def unreachable(self, rank):
+        """Out of reach: silent, or on a host discovery dropped."""
+        return rank in self.out_of_reach or self.host_of(rank) in self.gone
+
+    def only_out_of_reach_run(self):
+        """Whether every rank still running is out of reach: the others
+        ended, or left to end at once (a rank whose training function
+        returned may still work, and keeps mpiexec)."""
+        size = sum(slots for _, slots in self.hosts)
+        return all(r in self.exits or self.unreachable(r) or self.left.get(r, "done") != "done"
+                   for r in range(size))
 
     def host_of(self, rank):
         # Where the launcher placed the rank (MPICH fills hosts in order),
@@ -87,28 +117,95 @@ class DriverService:
     def end_world(self, why):
         """mpiexec has ended: ranks still running (a lost host took MPICH's
         launcher down, Note [Worlds]) are told to hand over and leave."""
+        self.break_world(why)
+
+    def break_world(self, why):
+        """The current world cannot go on: its ranks hand over and leave."""
         with self.lock:
-            if self.world is not None and self.world.broken is None:
-                self.world.broken = why
+            self._break(self.world, why)
+
+    def _break(self, world, why):
+        if world is not None and world.broken is None:
+            world.broken = why
+            self.changed.notify_all()
+
+    def mark_hosts_gone(self, hosts, why):
+        """Discovery no longer lists `hosts` of the current world: its ranks
+        there are not waited for, and the others leave now (Note
+        [Partitions] in world_end.py)."""
+        with self.lock:
+            if self.world is None:
+                return
+            for host in hosts:
+                self.world.gone[host] = why
+            self._break(self.world, f"{', '.join(hosts)} {'is' if len(hosts) == 1 else 'are'} gone ({why})")
+
+    def stop_ranks(self):
+        """The user's stop: ranks still running end now, handing nothing over."""
+        with self.lock:
+            if self.world is not None:
+                self.world.stopping = True
                 self.changed.notify_all()
+
+    def unaccounted(self):
+        """[(rank, host)] of the current world's ranks that neither left nor
+        were reported ended."""
+        with self.lock:
+            world = self.world
+            return [] if world is None else [(r, world.host_of(r)) for r in world.unaccounted()]
 
     def wait_settled(self, timeout, quiet):
         """Waits until every rank that registered in the current world has
-        left or been reported ended, at most `timeout` seconds, and no longer
-        than `quiet` seconds without a word from any rank (ranks of a lost
-        host never say anything). True if every rank was accounted for."""
+        left or been reported ended (ranks on hosts discovery reported gone
+        are not waited for), at most `timeout` seconds, and no longer than
+        `quiet` seconds without a word from any rank (ranks cut off from
+        the launcher never say anything). True if every rank was accounted
+        for."""
         deadline = time.monotonic() + timeout
         with self.lock:
             world = self.world
 
             def settled():
-                return all(r in world.left or r in world.exits for r in world.registered)
+                return not any(world.waited_for(r) for r in world.registered)
 
             while not settled():
                 left = min(quiet, deadline - time.monotonic())
                 if left <= 0 or not self.changed.wait(left):  # time is up, or a quiet spell
-                    return settled()
+                    for r in world.unaccounted():
+                        if world.waited_for(r):
+                            world.out_of_reach[r] = "gone without a word: its host was probably lost"
+                    return False
             return True
+
+    def break_if_silent(self, after_s):
+        """Breaks the current world when a rank still in it has made no
+        request for `after_s` seconds (its watcher polls every LONG_POLL_S:
+        it is cut off from the launcher, Note [Partitions]); those ranks are
+        not waited for any more."""
+        now = time.monotonic()
+        with self.lock:
+            world = self.world
+            if world is None:
+                return
+            silent = [r for r, when in world.heard.items()
+                      if r in world.registered and world.waited_for(r) and now - when > after_s]
+            for r in silent:
+                world.out_of_reach[r] = f"not heard from for {after_s:g} s: cut off from the launcher?"
+            if silent:
+                listed = ", ".join(f"rank {r} on {world.host_of(r)}" for r in silent)
+                self._break(world, f"{listed} not heard from for {after_s:g} s (cut off?)")
+
+    def ending(self):
+        """Whether the current world is over for the launcher: broken, or
+        every rank's process ended."""
+        with self.lock:
+            world = self.world
+            size = 0 if world is None else sum(slots for _, slots in world.hosts)
+            return world is None or world.broken is not None or all(r in world.exits for r in range(size))
+
+    def only_out_of_reach_run(self):
+        with self.lock:
+            return self.world is None or self.world.only_out_of_reach_run()
 
     def mark_hosts_updated(self):
         with self.lock:
@@ -143,26 +240,34 @@ class DriverService:
             if not current:  # a rank of a world that has ended
                 return 409, {}, b"stale world"
             rank = int(query.get("rank", -1))
+            if rank >= 0:
+                world.heard[rank] = time.monotonic()
             if path == "/register" and method == "POST":
                 world.registered[rank] = int(query.get("pid", 0))
                 return 200, {}, b""
             if path == "/updates" and method == "GET":
                 return 200, {}, b"1" if world.hosts_updated else b"0"
             if path == "/leave" and method == "POST":
-                world.left[rank] = query.get("reason", "failure")
+                reason = world.left[rank] = query.get("reason", "failure")
+                if reason == "failure" and self.judging:
+                    # Its collectives failed: peers stuck in a transfer
+                    # (which no timeout bounds) must not wait for theirs.
+                    self._break(world, f"rank {rank} on {world.host_of(rank)} lost contact with its peers")
                 self.changed.notify_all()
                 return 200, {}, b""
             if path == "/exit" and method == "POST":
                 how = world.exits[rank] = query.get("how", "?")
-                if how != "code 0" and rank not in world.left and world.broken is None and self.judging:
-                    world.broken = f"rank {rank} on {world.host_of(rank)} ended ({how})"
+                if how != "code 0" and rank not in world.left and self.judging:
+                    self._break(world, f"rank {rank} on {world.host_of(rank)} ended ({how})")
                 self.changed.notify_all()
                 return 200, {}, b""
             if path == "/broken" and method == "GET":
-                self.changed.wait_for(lambda: world.broken is not None or self.world is not world,
+                self.changed.wait_for(lambda: world.broken is not None or world.stopping or self.world is not world,
                                       timeout=float(query.get("wait", 0)))
                 if self.world is not world:
                     return 409, {}, b"stale world"
+                if world.stopping:
+                    return 200, {STOP_HEADER: "1"}, b"the launcher was stopped"
                 return (200, {}, world.broken.encode()) if world.broken else (204, {}, b"")
         if path == "/state" and method == "PUT":
             kept = self.offer_state(int(query["commit"]), body)

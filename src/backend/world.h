@@ -18,6 +18,12 @@
 
 namespace mxplugin {
 
+// Which of `ranks` (world ranks) cannot be reached from this rank, as text
+// ("ranks 2, 3 on host2"), or "" when all answer or the world cannot tell;
+// takes up to `seconds`. Callable from any thread, for as long as it is
+// held (Note [Who is unreachable] in backend/mpi/peer_probe.h).
+using ReachabilityProbe = std::function<std::string(const std::vector<int>& ranks, double seconds)>;
+
 // Both planes of one group of ranks; both null on ranks outside it.
 struct Group {
   std::unique_ptr<Communicator> data;
@@ -39,6 +45,10 @@ class World {
   // Peers may be gone (negotiation timed out): shut down without any call
   // that needs them.
   virtual void MarkBroken() = 0;
+  // Tells which peers cannot be reached; null where the world cannot.
+  virtual ReachabilityProbe reachability() const { return nullptr; }
+  // The name of this rank's host, as the launcher placed it ("" if unknown).
+  virtual std::string host() const { return ""; }
 };
 
 // Builds this rank's world; called once, on the core's background thread

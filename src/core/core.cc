@@ -9,6 +9,13 @@
 #include "core/ranks_text.h"
 
 namespace mxplugin {
+namespace {
+
+// How long a peer's host may take to answer (Note [Who is unreachable]).
+constexpr double kProbeSeconds = 1.0;
+
+}  // namespace
+
 Core::Core(Config config, WorldFactory make_world, GpuBackend gpu)
     : config_(std::move(config)), make_world_(std::move(make_world)), gpu_(std::move(gpu)),
       logger_(config_.log_level) {
@@ -57,7 +64,8 @@ std::unique_ptr<Core::ProcessSet> Core::MakeProcessSet(std::vector<int> ranks, G
     MXP_LOG(logger_, kDebug, "process set of ranks " << RanksText(set->ranks) << ": " << set->group.how);
     set->controller = std::make_unique<Controller>(set->group.control.get(), config_, &logger_);
     set->executor = std::make_unique<Executor>(
-        set->group.data.get(), set->group.control.get(), config_, &timeline_, [this](Request& r, const Status& s) { Finish(r, s); },
+        set->group.data.get(), set->group.control.get(), config_, &timeline_,
+        [this](Request& r, const Status& s) { Finish(r, s.ok() ? s : NameUnreachable(s)); },
         [this](const Status& why) { RequestStop(why); }, &gpu_);
   }
   return set;
@@ -70,9 +78,14 @@ void Core::Loop() {
     const std::vector<int> everyone = world_->control().global_ranks();
     Group group;
     ThrowIfError(world_->CreateGroup(everyone, &group));
+    reach_ = world_->reachability();
+    host_ = world_->host();
+    world_ranks_ = everyone;
     std::lock_guard<std::mutex> lock(mutex_);
     topology_ = world_->topology();
     logger_.set_rank(topology_.rank);
+    watchdog_ = std::make_unique<TransferWatchdog>(config_.peer_timeout_seconds, reach_, host_, topology_.rank,
+                                                   everyone, &logger_);
     sets_[0] = MakeProcessSet(everyone, std::move(group));
     started_done_ = true;
   } catch (const Error& e) {
@@ -129,8 +142,39 @@ void Core::Loop() {
     sets.swap(sets_);
   }
   sets.clear();
+  watchdog_->Stop();
   if (broken) world_->MarkBroken();
   world_.reset();
+}
+
+// Note [Who is unreachable]: a collective that failed for want of a peer (a
+// local peer that did not come, stuck with one behind a dead link) names the
+// peers cut off from this rank; probed once, at the first such failure.
+Status Core::NameUnreachable(const Status& status) {
+  if (status.code() != StatusCode::kAborted || !reach_) return status;
+  std::string who;
+  {
+    std::lock_guard<std::mutex> lock(probe_mutex_);
+    if (!probed_) {
+      unreachable_ = reach_(world_ranks_, kProbeSeconds);
+      probed_ = true;
+    }
+    who = unreachable_;
+  }
+  if (who.empty() || status.reason().find(" cannot be reached from ") != std::string::npos) return status;
+  return Status::Aborted("mxplugin lost contact with its peers: " + who + " cannot be reached from " + host_ +
+                         " (no answer within " + std::to_string(static_cast<int>(kProbeSeconds)) +
+                         " s): " + status.reason());
+}
+
+std::string Core::StuckTransfer() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return watchdog_ ? watchdog_->Stuck() : "";
+}
+
+void Core::KeepRunningWhenStuck() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (watchdog_) watchdog_->KeepRunning();
 }
 
 // Settings that must be equal on every rank (fusion decides message sizes;
@@ -192,15 +236,20 @@ void Core::RunCycle(bool* stop) {
     bool failed = false;
     Status st = set.controller->RunRound(id == 0 && want_shutdown, id == 0 && i_failed, &responses, &shutdown, &failed);
     if (!st.ok()) {
+      // Note [Who is unreachable]: a host cut off is named; else a process
+      // has died or is stuck.
+      const std::string who = reach_ ? reach_(set.ranks, kProbeSeconds) : "";
+      const std::string cut_off = who.empty() ? "" : who + " cannot be reached from " + host_ + " (no answer within " +
+                                                         std::to_string(static_cast<int>(kProbeSeconds)) + " s): ";
       std::lock_guard<std::mutex> lock(mutex_);
       lost_peers_ = true;
       // A cause found earlier (a GPU failure on this rank) is the better message.
       if (stop_status_.ok()) stop_status_ = Status::Aborted(
-          "mxplugin lost contact with its peers: " + st.reason() + " while negotiating on process set " +
+          "mxplugin lost contact with its peers: " + cut_off + st.reason() + " while negotiating on process set " +
           std::to_string(id) + " (ranks " + RanksText(set.ranks) + ") for more than " +
-          std::to_string(static_cast<int>(config_.peer_timeout_seconds)) +
-          " s (MXPLUGIN_PEER_TIMEOUT_SECONDS). A process has probably died or is stuck outside mxplugin; "
-          "see the other ranks' output.");
+          std::to_string(static_cast<int>(config_.peer_timeout_seconds)) + " s (MXPLUGIN_PEER_TIMEOUT_SECONDS). " +
+          (who.empty() ? "A process has probably died or is stuck outside mxplugin; see the other ranks' output."
+                       : "That host is probably cut off from the network."));
       *stop = true;
       return;
     }
@@ -218,7 +267,9 @@ void Core::RunCycle(bool* stop) {
       *stop = true;
       return;
     }
+    if (!responses.empty()) watchdog_->Begin();  // Note [Stuck transfers]
     set.executor->Execute(responses, &set.pending);
+    watchdog_->End();
   }
 }
 

@@ -28,6 +28,7 @@
 #include "core/gpu_backend.h"
 #include "core/request.h"
 #include "core/timeline.h"
+#include "core/transfer_watchdog.h"
 
 namespace mxplugin {
 
@@ -78,6 +79,11 @@ class Core {
 
   // Stops the background thread (all ranks stop together). Idempotent.
   void Shutdown();
+  // Note [Stuck transfers] (core/transfer_watchdog.h): why the data plane
+  // is stuck with peers out of reach ("" while it is not), and the choice
+  // to be told that rather than have the process ended. Any thread.
+  std::string StuckTransfer() const;
+  void KeepRunningWhenStuck();
   // Asks every rank to stop after a failure on this rank (a GPU failure,
   // Note [GPU failures are fatal]), with `why` as this rank's reason for
   // failing later ops; peers abort their GPU work at once. Any thread; does
@@ -100,6 +106,8 @@ class Core {
   void Loop();
   void RunCycle(bool* stop);
   void Finish(Request& req, const Status& status);
+  // A failed collective's status, naming the peers this rank cannot reach.
+  Status NameUnreachable(const Status& status);
   void FailEverything(const Status& status);
   std::unique_ptr<ProcessSet> MakeProcessSet(std::vector<int> ranks, Group group);
   Status RunControl(int process_set_id, const std::string& name, std::vector<int64_t> shape,
@@ -114,6 +122,14 @@ class Core {
 
   std::thread thread_;
   std::unique_ptr<World> world_;               // background thread only
+  ReachabilityProbe reach_;                    // from the world; set before the loop starts
+  std::string host_;                           // this rank's host; set before the loop starts
+  std::vector<int> world_ranks_;               // set before the loop starts
+  std::mutex probe_mutex_;                     // guards the two below (any thread may fail a request)
+  bool probed_ = false;
+  std::string unreachable_;                    // what the first probe found
+  // Times the data-plane phases; made before the loop starts, stopped when it ends.
+  std::unique_ptr<TransferWatchdog> watchdog_;
   std::map<int, std::unique_ptr<ProcessSet>> sets_;  // structure guarded by mutex_
   int next_set_id_ = 1;                        // background thread only
   int control_counter_ = 0;                    // guarded by mutex_

@@ -97,6 +97,13 @@ MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_
   CheckSetup(MPI_Comm_free(&local), "MPI_Comm_free");
   CheckSetup(MPI_Comm_free(&cross), "MPI_Comm_free");
   control_ = std::make_unique<MpiControlPlane>(std::make_shared<MpiComm>(MPI_COMM_WORLD));
+  probe_ = std::make_shared<PeerProbe>();
+  probe_->Exchange(MPI_COMM_WORLD, t.rank);
+}
+
+ReachabilityProbe MpiWorld::reachability() const {
+  std::shared_ptr<const PeerProbe> probe = probe_;
+  return [probe](const std::vector<int>& ranks, double seconds) { return probe->Unreachable(ranks, seconds); };
 }
 
 MpiWorld::~MpiWorld() {

@@ -10,6 +10,7 @@
 
 #include "backend/mpi/mpi_comm.h"
 #include "backend/mpi/mpi_control_plane.h"
+#include "backend/mpi/peer_probe.h"
 #include "backend/world.h"
 
 namespace mxplugin {
@@ -34,6 +35,8 @@ class MpiWorld : public World {
   Status CreateGroup(const std::vector<int>& members, Group* out) override;
   // After a peer failure MPI may be unusable: skip the collective finalize.
   void MarkBroken() override { skip_finalize_ = true; }
+  ReachabilityProbe reachability() const override;
+  std::string host() const override { return probe_->host(); }
 
  private:
   // The members' hierarchical data plane over `comm`, or null (saying why
@@ -50,6 +53,7 @@ class MpiWorld : public World {
   Topology topology_;
   std::shared_ptr<MpiHalfOps> half_ops_;
   std::unique_ptr<MpiControlPlane> control_;
+  std::shared_ptr<PeerProbe> probe_;
 };
 
 // The WorldFactory of MPI worlds.

@@ -1,0 +1,69 @@
+"""When a plain (not elastic) job's mpiexec waits only for hosts it cannot
+reach, so that the launcher gives up on it (Note [Lost hosts]).
+
+Note [Lost hosts]: mpiexec ends when every host's proxy has said so; a proxy
+on a host cut off from the launcher never can, so after a partition the
+ranks everywhere else end (their collectives fail, naming the host: Note
+[Who is unreachable] in src/backend/mpi/peer_probe.h) and mpiexec waits for
+ever. Unlike an elastic launcher, a plain one hears nothing from the ranks
+but their output, and sees nothing of the hosts but mpiexec's remote shells
+(one per host: mxplugin/remote_shells.py). So it gives up on mpiexec
+(Job.abandon) when
+- the ranks' lines name hosts they cannot reach ("... cannot be reached
+  from ...") and the remote shells of every other host have ended, for
+  NAMED_GRACE_S; or
+- every remote shell has ended and mpiexec has not, for ORPHANED_GRACE_S
+  (with ssh a shell ends only after its proxy, which mpiexec hears at once
+  where it can: so it waits for a connection that is dead).
+A job whose ranks are alive somewhere keeps the shells of their hosts, and
+is never given up on."""
+import re
+import threading
+import time
+
+from mxplugin.remote_shells import remote_shells
+
+NAMED_GRACE_S = 2.0
+ORPHANED_GRACE_S = 5.0
+LOOK_EVERY_S = 1.0
+# What a rank's error says of peers it cannot reach (src/core/core.cc,
+# src/core/transfer_watchdog.cc): "ranks 2, 3 on host2; rank 5 on host4
+# cannot be reached from host1".
+MARKER = b"cannot be reached from"
+_REPORT = re.compile(r"lost contact with its peers: (.*?) cannot be reached from")
+_HOST = re.compile(r"\branks? [\d, ]+ on (\S+?)(?=;|$)")
+
+
+def reported_hosts(text):
+    """The hosts that lines of `text` say cannot be reached."""
+    hosts = set()
+    for report in _REPORT.findall(text):
+        hosts.update(_HOST.findall(report))
+    return hosts
+
+
+class LostHostsWatch(threading.Thread):
+    """Watches a plain job's mpiexec (a mxplugin.job.Job) and abandons it by
+    Note [Lost hosts]."""
+
+    def __init__(self, job):
+        super().__init__(name="mxplugin-lost-hosts", daemon=True)
+        self.job = job
+
+    def run(self):
+        job, seen, since = self.job, False, None
+        while not job.wait(LOOK_EVERY_S):
+            shells = set(remote_shells(job.child.pid, job.hosts, job.num_proc).values())
+            seen = seen or bool(shells)
+            reported = job.reported_unreachable()
+            if reported and shells <= reported:
+                grace, why = NAMED_GRACE_S, "the ranks cannot reach " + ", ".join(sorted(reported))
+            elif seen and not shells:
+                grace, why = ORPHANED_GRACE_S, "every host's remote shell has ended"
+            else:
+                since = None
+                continue
+            since = since or time.monotonic()
+            if time.monotonic() - since >= grace:
+                job.abandon(f"{why}, and mpiexec still waits for them {grace:g} s later")
+                return

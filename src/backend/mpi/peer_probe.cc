@@ -1,0 +1,160 @@
+#include "backend/mpi/peer_probe.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+namespace mxplugin {
+namespace {
+
+void CopyName(char* out, size_t size, const std::string& name) {
+  std::memset(out, 0, size);
+  std::memcpy(out, name.data(), std::min(name.size(), size - 1));
+}
+
+std::string RanksOn(const std::vector<int>& ranks, const std::string& host) {
+  std::ostringstream text;
+  text << (ranks.size() == 1 ? "rank " : "ranks ");
+  for (size_t i = 0; i < ranks.size(); ++i) text << (i ? ", " : "") << ranks[i];
+  text << " on " << host;
+  return text.str();
+}
+
+}  // namespace
+
+PeerProbe::PeerProbe() {
+  const char* placed = std::getenv("PMI_HOSTNAME");
+  std::string host = placed != nullptr ? placed : "";
+  if (host.empty()) {
+    char name[MPI_MAX_PROCESSOR_NAME];
+    int len = 0;
+    if (MPI_Get_processor_name(name, &len) == MPI_SUCCESS) host.assign(name, len);
+  }
+  CopyName(mine_.host, sizeof(mine_.host), host);
+
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return;
+  sockaddr_in any{};
+  any.sin_family = AF_INET;
+  any.sin_addr.s_addr = htonl(INADDR_ANY);
+  socklen_t len = sizeof(any);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&any), sizeof(any)) != 0 || listen(fd, SOMAXCONN) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&any), &len) != 0) {
+    close(fd);
+    return;
+  }
+  listener_ = fd;
+  mine_.port = any.sin_port;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return;
+  for (ifaddrs* a = list; a != nullptr && mine_.num_addresses < kMaxAddresses; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    if ((a->ifa_flags & IFF_LOOPBACK) || !(a->ifa_flags & IFF_UP)) continue;
+    mine_.addresses[mine_.num_addresses++] = reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr.s_addr;
+  }
+  freeifaddrs(list);
+}
+
+PeerProbe::~PeerProbe() {
+  if (listener_ >= 0) close(listener_);
+}
+
+void PeerProbe::Exchange(MPI_Comm comm, int rank) {
+  int size = 0;
+  if (MPI_Comm_size(comm, &size) != MPI_SUCCESS) return;
+  std::vector<Endpoint> all(size);
+  if (MPI_Allgather(&mine_, sizeof(Endpoint), MPI_BYTE, all.data(), sizeof(Endpoint), MPI_BYTE, comm) !=
+      MPI_SUCCESS) {
+    return;
+  }
+  rank_ = rank;
+  peers_ = std::move(all);
+}
+
+std::string PeerProbe::host() const { return mine_.host; }
+
+std::string PeerProbe::Unreachable(const std::vector<int>& ranks, double seconds) const {
+  if (listener_ < 0 || peers_.empty()) return "";
+  // Probes of this rank wait in the listen backlog; let them go.
+  for (int fd; (fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC)) >= 0;) close(fd);
+
+  std::map<std::string, std::vector<int>> by_host;  // other hosts' ranks among `ranks`
+  for (int r : ranks) {
+    if (r < 0 || r >= static_cast<int>(peers_.size()) || r == rank_) continue;
+    const Endpoint& e = peers_[r];
+    if (e.port == 0 || e.num_addresses == 0 || std::strncmp(e.host, mine_.host, sizeof(e.host)) == 0) continue;
+    by_host[e.host].push_back(r);
+  }
+  struct Try {
+    int fd;
+    std::string host;
+  };
+  std::vector<Try> tries;
+  std::map<std::string, bool> answered;
+  for (const auto& kv : by_host) {
+    answered[kv.first] = false;
+    for (int r : kv.second) {
+      const Endpoint& e = peers_[r];
+      for (int i = 0; i < e.num_addresses && i < kMaxAddresses; ++i) {
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) continue;
+        sockaddr_in to{};
+        to.sin_family = AF_INET;
+        to.sin_addr.s_addr = e.addresses[i];
+        to.sin_port = e.port;
+        int rc = connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+        if (rc == 0 || errno == ECONNREFUSED) {
+          answered[kv.first] = true;  // refused: the host answered, the rank is gone
+          close(fd);
+        } else if (errno == EINPROGRESS) {
+          tries.push_back({fd, kv.first});
+        } else {
+          close(fd);  // no route from here: no answer
+        }
+      }
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!tries.empty()) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    std::vector<pollfd> fds;
+    for (const Try& t : tries) fds.push_back({t.fd, POLLOUT, 0});
+    if (poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) continue;
+    std::vector<Try> waiting;
+    for (size_t i = 0; i < tries.size(); ++i) {
+      if (fds[i].revents == 0) {
+        waiting.push_back(tries[i]);
+        continue;
+      }
+      int error = 0;
+      socklen_t len = sizeof(error);
+      getsockopt(tries[i].fd, SOL_SOCKET, SO_ERROR, &error, &len);
+      if (error == 0 || error == ECONNREFUSED) answered[tries[i].host] = true;
+      close(tries[i].fd);
+    }
+    tries.swap(waiting);
+  }
+  for (const Try& t : tries) close(t.fd);
+  std::string text;
+  for (const auto& kv : by_host) {
+    if (answered[kv.first]) continue;
+    text += (text.empty() ? "" : "; ") + RanksOn(kv.second, kv.first);
+  }
+  return text;
+}
+
+}  // namespace mxplugin

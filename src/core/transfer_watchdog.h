@@ -1,0 +1,72 @@
+// A watch on the background loop's data-plane phases.
+//
+// Note [Stuck transfers]: negotiation waits for peers with a deadline
+// (MXPLUGIN_PEER_TIMEOUT_SECONDS), but a collective of the data plane (an
+// MPI_Allreduce) can neither be bounded nor abandoned: with a peer behind a
+// dead link it waits for ever, and with it the rank's training loop. So a
+// watchdog thread times each data-plane phase. One that lasts longer than
+// the peer timeout gets the peers probed (Note [Who is unreachable] in
+// backend/mpi/peer_probe.h). When some cannot be reached, the rank is cut
+// off from them for good: the watchdog writes why to stderr, naming them,
+// and ends the process with exit code 1, since neither the call nor its
+// thread can be freed and only an end lets the job end (mpiexec stops the
+// others) rather than hang. When every peer answers, the transfer is slow
+// or a peer is stuck: it warns and goes on waiting. A rank that has a
+// better way out asks for the report alone (KeepRunning): an elastic rank's
+// watcher thread hands its last commit over and leaves
+// (mxplugin/elastic/runner.py).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "backend/world.h"
+#include "common/logging.h"
+
+namespace mxplugin {
+
+class TransferWatchdog {
+ public:
+  // `ranks`: the world's, probed when a phase is stuck; `host`: this rank's.
+  TransferWatchdog(double timeout_seconds, ReachabilityProbe probe, std::string host, int rank,
+                   std::vector<int> ranks, Logger* logger);
+  ~TransferWatchdog();
+  TransferWatchdog(const TransferWatchdog&) = delete;
+  TransferWatchdog& operator=(const TransferWatchdog&) = delete;
+
+  // The background thread enters, and leaves, the data plane.
+  void Begin();
+  void End();
+  // Report a stuck phase (Stuck()) rather than end the process. Any thread.
+  void KeepRunning();
+  // Why the data plane is stuck with peers out of reach; "" while it is not.
+  std::string Stuck() const;
+  // Ends the watch (before the world goes). Idempotent.
+  void Stop();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  void Watch();
+
+  const double timeout_seconds_;
+  const ReachabilityProbe probe_;
+  const std::string host_;
+  const int rank_;
+  const std::vector<int> ranks_;
+  Logger* logger_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool in_phase_ = false;
+  Clock::time_point since_;
+  bool keep_running_ = false;
+  bool stop_ = false;
+  std::string stuck_;
+  std::thread thread_;
+};
+
+}  // namespace mxplugin
