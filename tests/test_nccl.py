@@ -1,5 +1,6 @@
 """The core's GPU path over NCCL (tests/spmd/check_nccl.py: every collective,
-fused and direct allreduces over 1-3 lanes, ordering against the producer's
+fused and direct allreduces over 1-3 lanes, half-type scale factors equal
+bit for bit direct and fused, ordering against the producer's
 stream, argument errors) and the errors every build gives for GPU tensors it
 cannot run (check_gpu_errors.py, which needs no GPU).
 
@@ -71,6 +72,14 @@ def test_fake_hosts_are_separate_hosts(ranks, fakessh):
     """The launch the tests above use when the ranks outnumber the GPUs, on
     any machine with MPICH (as if it had one GPU)."""
     assert_spmd_ok("check_fake_hosts.py", ranks, launch=launch_or_skip(ranks, 1, fakessh))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(GPUS < 3, reason=WHY or f"needs 3 GPUs (NCCL runs one rank per GPU); this machine has {GPUS}")
+def test_nccl_three_ranks():
+    """An odd size: Average's 1/3 is no exact factor in any type (the
+    half-type check of Note [Pre-multiplied sums] is meant for it)."""
+    assert_spmd_ok("check_nccl.py", 3, timeout=300)
 
 
 @pytest.mark.gpu

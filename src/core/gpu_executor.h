@@ -93,6 +93,8 @@ class GpuExecutor {
   Status LaunchFused(Lane& lane, std::vector<Request>& group);
   Status LaunchOne(Lane& lane, Request& req, const Response& resp, const char** phase);
   Status LaunchAllreduce(Lane& lane, Request& req);
+  // Whether a direct allreduce is one pre-multiplied sum (Note [Pre-multiplied sums]).
+  bool PreMultiplies(const Lane& lane, const Request& req) const;
   Status LaunchReducescatter(Lane& lane, Request& req);
   // Copy-and-scale of one buffer on the lane (nothing when in place with factor 1).
   Status Scale(Lane& lane, void* dst, const void* src, int64_t count, DataType dtype, double factor);

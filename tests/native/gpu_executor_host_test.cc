@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -304,6 +305,72 @@ void CheckCollectives(Fixture& f, int size) {
   }
 }
 
+// Half-type allreduces with factors the half types cannot hold (Note
+// [Pre-multiplied sums]): direct (alone, reduced where it lies) and fused
+// (packed with another tensor), each must give the bits of the float32
+// scaling of the exact sum: bfloat16 averaged (1/3 at 3 ranks keeps 8 bits
+// in bfloat16), float16 times 2^17 (infinity in float16: zeros would become
+// NaN) and times 2^-25 (0 in float16). The inputs' sums are exact in the
+// type, whatever the order of the ranks. The lane stand-in pre-multiplies as
+// NCCL does.
+void CheckHalfScaleFactors(Fixture& f, int size) {
+  struct Case {
+    std::string name;
+    DataType dtype;
+    double postscale;
+    std::function<float(int rank, int i)> value;
+  };
+  const std::vector<Case> cases = {
+      {"bf16.average", DataType::kBFloat16, 1.0 / size,
+       [](int r, int i) { return static_cast<float>((i * 7 + r * 3) % 41 - 20); }},
+      {"f16.times.2^17", DataType::kFloat16, 131072.0,
+       [](int r, int i) { return i % 4 == 0 ? 0.0f : std::ldexp(static_cast<float>((i + r) % 3), -17); }},
+      {"f16.times.2^-25", DataType::kFloat16, std::ldexp(1.0, -25),
+       [](int r, int i) { return i % 4 == 0 ? 0.0f : 512.0f * static_cast<float>((i + r) % 3 + 1); }},
+  };
+  const int n = 4099;
+  auto to_type = [](DataType d, float v) { return d == DataType::kFloat16 ? FloatToHalf(v) : FloatToBFloat16(v); };
+  auto from_type = [](DataType d, uint16_t v) { return d == DataType::kFloat16 ? HalfToFloat(v) : BFloat16ToFloat(v); };
+  std::vector<std::vector<uint16_t>> in(cases.size()), direct(cases.size()), fused(cases.size());
+  std::vector<uint16_t> filler_in(5, 0), filler_out(5 * cases.size());
+  std::vector<std::string> names;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const Case& k = cases[c];
+    in[c].resize(n);
+    direct[c].assign(n, 0x7fff);
+    fused[c].assign(n, 0x7fff);
+    for (int i = 0; i < n; ++i) in[c][i] = to_type(k.dtype, k.value(g_rank, i));
+    Request one = MakeRequest(k.name + ".direct", OpType::kAllreduce, k.dtype, in[c].data(), direct[c].data(), {n},
+                              {n});
+    one.meta.postscale = k.postscale;
+    f.exec->RunOne(std::move(one), Response{});
+    std::vector<Request> group;
+    group.push_back(MakeRequest(k.name + ".fused", OpType::kAllreduce, k.dtype, in[c].data(), fused[c].data(), {n},
+                                {n}));
+    group.push_back(MakeRequest(k.name + ".filler", OpType::kAllreduce, k.dtype, filler_in.data(),
+                                filler_out.data() + 5 * c, {5}, {5}));
+    for (Request& r : group) r.meta.postscale = k.postscale;
+    f.exec->RunFused(std::move(group));
+    for (const char* kind : {".direct", ".fused", ".filler"}) names.push_back(k.name + kind);
+  }
+  f.finishes.WaitFor(names);
+  for (const auto& name : names) EXPECT(f.finishes.status[name].ok(), name + ": " + f.finishes.status[name].reason());
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const Case& k = cases[c];
+    for (int i = 0; i < n; ++i) {
+      float sum = 0;
+      for (int r = 0; r < size; ++r) sum += k.value(r, i);
+      const uint16_t want = to_type(k.dtype, sum * static_cast<float>(k.postscale));
+      if (direct[c][i] != want || fused[c][i] != want) {
+        EXPECT(false, k.name + " element " + std::to_string(i) + ": direct " +
+                          std::to_string(from_type(k.dtype, direct[c][i])) + ", fused " +
+                          std::to_string(from_type(k.dtype, fused[c][i])) + ", want " +
+                          std::to_string(from_type(k.dtype, want)) + " (sum " + std::to_string(sum) + ")");
+      }
+    }
+  }
+}
+
 // Every lane saw the same calls, in the same order, on every rank.
 void CheckLanesAgree(Communicator* world, Fixture& f) {
   for (size_t i = 0; i < f.lanes.size(); ++i) {
@@ -330,6 +397,7 @@ int main() {
     Fixture f(world, 3, true);
     CheckFusedAllreduce(f, size, "a");
     CheckCollectives(f, size);
+    CheckHalfScaleFactors(f, size);
     CheckFusedAllreduce(f, size, "b");  // buffers reused
     f.exec->Drain();
     EXPECT(f.finishes.fatal.empty(), "a healthy run called the fatal callback");

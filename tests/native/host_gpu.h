@@ -30,6 +30,7 @@
 #include "backend/gpu_communicator.h"
 #include "backend/world.h"
 #include "core/device_runtime.h"
+#include "common/half.h"
 #include "common/scale.h"
 
 namespace mxplugin {
@@ -208,11 +209,17 @@ class HostComm : public GpuCommunicator {
   const std::vector<int>& global_ranks() const override { return mpi_->global_ranks(); }
   void* stream() const override { return stream_; }
   bool ScaledSumSupported(DataType dtype) const override {
-    return dtype == DataType::kFloat16 || dtype == DataType::kFloat32 || dtype == DataType::kFloat64;
+    return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 || dtype == DataType::kFloat32 ||
+           dtype == DataType::kFloat64;
   }
+  // As NCCL's: the factor in the element type (a bfloat16 1/3 is 0.33398, a
+  // float16 2^17 infinity), each element times it rounded to the type.
   Status ScaledSum(const void* send, void* recv, int64_t count, DataType dtype, double factor) override {
     Note("scaled_sum", count);
     ++reductions;
+    if (dtype == DataType::kFloat16) factor = HalfToFloat(FloatToHalf(static_cast<float>(factor)));
+    if (dtype == DataType::kBFloat16) factor = BFloat16ToFloat(FloatToBFloat16(static_cast<float>(factor)));
+    if (dtype == DataType::kFloat32) factor = static_cast<float>(factor);
     if (mpi_->size() == 1) {
       // As NCCL's one-rank pre-multiplied sum (oneRankReduce, measured on an
       // H100 with NCCL 2.28): min(32, ceil(bytes / 16 KiB)) blocks of
