@@ -308,24 +308,24 @@ void CheckCollectives(Fixture& f, int size) {
 // Half-type allreduces with factors the half types cannot hold (Note
 // [Pre-multiplied sums]): direct (alone, reduced where it lies) and fused
 // (packed with another tensor), each must give the bits of the float32
-// scaling of the exact sum: bfloat16 averaged (1/3 at 3 ranks keeps 8 bits
-// in bfloat16), float16 times 2^17 (infinity in float16: zeros would become
-// NaN) and times 2^-25 (0 in float16). The inputs' sums are exact in the
-// type, whatever the order of the ranks. The lane stand-in pre-multiplies as
-// NCCL does.
+// scaling: bfloat16 averaged as Core::Enqueue maps it (prescale 1/size; 1/3
+// keeps 8 bits in bfloat16; each element non-zero on one rank only, so the
+// sum is exact in any order), float16 times 2^17 (infinity in float16:
+// zeros would become NaN) and times 2^-25 (0 in float16), both over inputs
+// whose sums are exact. The lane stand-in pre-multiplies as NCCL does.
 void CheckHalfScaleFactors(Fixture& f, int size) {
   struct Case {
     std::string name;
     DataType dtype;
-    double postscale;
+    double prescale, postscale;
     std::function<float(int rank, int i)> value;
   };
   const std::vector<Case> cases = {
-      {"bf16.average", DataType::kBFloat16, 1.0 / size,
-       [](int r, int i) { return static_cast<float>((i * 7 + r * 3) % 41 - 20); }},
-      {"f16.times.2^17", DataType::kFloat16, 131072.0,
+      {"bf16.average", DataType::kBFloat16, 1.0 / size, 1.0,
+       [size](int r, int i) { return i % size == r ? static_cast<float>(i % 251 - 125) : 0.0f; }},
+      {"f16.times.2^17", DataType::kFloat16, 1.0, 131072.0,
        [](int r, int i) { return i % 4 == 0 ? 0.0f : std::ldexp(static_cast<float>((i + r) % 3), -17); }},
-      {"f16.times.2^-25", DataType::kFloat16, std::ldexp(1.0, -25),
+      {"f16.times.2^-25", DataType::kFloat16, 1.0, std::ldexp(1.0, -25),
        [](int r, int i) { return i % 4 == 0 ? 0.0f : 512.0f * static_cast<float>((i + r) % 3 + 1); }},
   };
   const int n = 4099;
@@ -342,6 +342,7 @@ void CheckHalfScaleFactors(Fixture& f, int size) {
     for (int i = 0; i < n; ++i) in[c][i] = to_type(k.dtype, k.value(g_rank, i));
     Request one = MakeRequest(k.name + ".direct", OpType::kAllreduce, k.dtype, in[c].data(), direct[c].data(), {n},
                               {n});
+    one.meta.prescale = k.prescale;
     one.meta.postscale = k.postscale;
     f.exec->RunOne(std::move(one), Response{});
     std::vector<Request> group;
@@ -349,7 +350,10 @@ void CheckHalfScaleFactors(Fixture& f, int size) {
                                 {n}));
     group.push_back(MakeRequest(k.name + ".filler", OpType::kAllreduce, k.dtype, filler_in.data(),
                                 filler_out.data() + 5 * c, {5}, {5}));
-    for (Request& r : group) r.meta.postscale = k.postscale;
+    for (Request& r : group) {
+      r.meta.prescale = k.prescale;
+      r.meta.postscale = k.postscale;
+    }
     f.exec->RunFused(std::move(group));
     for (const char* kind : {".direct", ".fused", ".filler"}) names.push_back(k.name + kind);
   }
@@ -358,8 +362,10 @@ void CheckHalfScaleFactors(Fixture& f, int size) {
   for (size_t c = 0; c < cases.size(); ++c) {
     const Case& k = cases[c];
     for (int i = 0; i < n; ++i) {
-      float sum = 0;
-      for (int r = 0; r < size; ++r) sum += k.value(r, i);
+      float sum = 0;  // of the prescaled values in the type, exact
+      for (int r = 0; r < size; ++r) {
+        sum += from_type(k.dtype, to_type(k.dtype, k.value(r, i) * static_cast<float>(k.prescale)));
+      }
       const uint16_t want = to_type(k.dtype, sum * static_cast<float>(k.postscale));
       if (direct[c][i] != want || fused[c][i] != want) {
         EXPECT(false, k.name + " element " + std::to_string(i) + ": direct " +

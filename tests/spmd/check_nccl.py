@@ -107,14 +107,16 @@ say(f"rank {rank}: {len(ops)} allreduces ok")
 
 # --- scale factors the half types cannot hold (Note [Pre-multiplied sums]):
 # a tensor alone is reduced where it lies (direct), two together are fused;
-# both must give the bits of the float32 scaling of the exact sum: bfloat16
-# averaged (1/3 at 3 ranks keeps 8 bits in bfloat16), float16 times 2^17
+# both must give the bits of the float32 scaling: a bfloat16 Average (the
+# core divides halves before the sum; 1/3 at 3 ranks keeps 8 bits in
+# bfloat16; each element non-zero on one rank only), float16 times 2^17
 # (infinity in float16: zeros would become NaN) and times 2^-25 (0 in
-# float16). The inputs' sums are exact whatever order NCCL adds the ranks in.
+# float16). Every sum is exact whatever order NCCL adds the ranks in.
 def to_bfloat16_bits(x):
     """float32 -> bfloat16 bits, rounded to nearest even (NumPy has no bfloat16)."""
-    b = np.asarray(x, dtype="float32").view("uint32").astype("uint64")
-    return ((b + 0x7FFF + ((b >> 16) & 1)) >> 16).astype("uint16")
+    b = np.atleast_1d(np.asarray(x, dtype="float32")).view("uint32").astype("uint64")
+    one, sixteen = np.uint64(1), np.uint64(16)
+    return ((b + np.uint64(0x7FFF) + ((b >> sixteen) & one)) >> sixteen).astype("uint16")
 
 
 def from_bfloat16_bits(b):
@@ -123,23 +125,26 @@ def from_bfloat16_bits(b):
 
 n_half = 4099
 idx = np.arange(n_half)
-half_cases = [
-    ("bf16.average", "bfloat16", 1.0 / size, lambda r: ((idx * 7 + r * 3) % 41 - 20).astype("float32")),
-    ("f16.times.2^17", "float16", 2.0 ** 17,
-     lambda r: np.where(idx % 4 == 0, 0.0, ((idx + r) % 3) * 2.0 ** -17).astype("float32")),
-    ("f16.times.2^-25", "float16", 2.0 ** -25,
-     lambda r: np.where(idx % 4 == 0, 0.0, 512.0 * ((idx + r) % 3 + 1)).astype("float32")),
+half_cases = [  # name, dtype, reduce op, postscale, rank r's values, the float32 result before rounding
+    ("bf16.average", "bfloat16", m.REDUCE_AVERAGE, 1.0,
+     lambda r: np.where(idx % size == r, idx % 251 - 125, 0).astype("float32"),
+     lambda: from_bfloat16_bits(to_bfloat16_bits((idx % 251 - 125).astype("float32") * np.float32(1.0 / size)))),
+    ("f16.times.2^17", "float16", m.REDUCE_SUM, 2.0 ** 17,
+     lambda r: np.where(idx % 4 == 0, 0.0, ((idx + r) % 3) * 2.0 ** -17).astype("float32"), None),
+    ("f16.times.2^-25", "float16", m.REDUCE_SUM, 2.0 ** -25,
+     lambda r: np.where(idx % 4 == 0, 0.0, 512.0 * ((idx + r) % 3 + 1)).astype("float32"), None),
 ]
-for name, dtype, post, value in half_cases:
+for name, dtype, reduce_op, post, value, result in half_cases:
     def bits(x, dtype=dtype):
         return to_bfloat16_bits(x) if dtype == "bfloat16" else x.astype("float16").view("uint16")
     inp = upload(bits(value(rank)))
     direct, fused, filler = zeros_like(inp), zeros_like(inp), zeros((5,), "uint16")
-    run([op(name + ".direct", m.OP_ALLREDUCE, dtype, inp, direct, post=post)])
-    run([op(name + ".fused", m.OP_ALLREDUCE, dtype, inp, fused, post=post),
-         op(name + ".filler", m.OP_ALLREDUCE, dtype, filler, filler, post=post)])
-    total = sum(value(r) for r in range(size))  # exact in float32 and in the type
-    want = bits(total * np.float32(post))
+    run([op(name + ".direct", m.OP_ALLREDUCE, dtype, inp, direct, reduce_op, post=post)])
+    run([op(name + ".fused", m.OP_ALLREDUCE, dtype, inp, fused, reduce_op, post=post),
+         op(name + ".filler", m.OP_ALLREDUCE, dtype, filler, filler, reduce_op, post=post)])
+    # Average: the prescaled value of the one contributing rank; else the exact sum times the postscale
+    total = result() if result else sum(value(r) for r in range(size)) * np.float32(post)
+    want = bits(total)
     for path, got in (("direct", cp.asnumpy(direct)), ("fused", cp.asnumpy(fused))):
         wrong = np.flatnonzero(got != want)
         if wrong.size:
@@ -147,7 +152,7 @@ for name, dtype, post, value in half_cases:
             shown = from_bfloat16_bits if dtype == "bfloat16" else (lambda b: b.view("float16"))
             raise AssertionError(f"rank {rank}: {name} {path}: {wrong.size} elements differ from the float32 "
                                  f"scaling of the sum; element {i}: {shown(got[i:i + 1])[0]}, want "
-                                 f"{shown(want[i:i + 1])[0]} (sum {total[i]})")
+                                 f"{shown(want[i:i + 1])[0]} (float32 {total[i]})")
 say(f"rank {rank}: half-type scale factors, direct and fused bit for bit ok")
 
 # --- many groups at once: separate calls (and priorities) spread over the lanes
