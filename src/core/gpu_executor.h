@@ -35,6 +35,7 @@
 #include "backend/communicator.h"
 #include "backend/gpu_communicator.h"
 #include "common/config.h"
+#include "common/logging.h"
 #include "core/device_runtime.h"
 #include "core/request.h"
 #include "core/timeline.h"
@@ -117,6 +118,8 @@ class GpuExecutor {
   std::function<void(const Status&)> fatal_;
   DeviceRuntime* runtime_;
   GpuCommunicatorFactory make_comms_;
+  Logger logger_;
+  const int global_rank_;  // for messages
   int device_ = -1;  // written under mutex_ once, by EnsureLanes
   bool stream_ordered_alloc_ = true;  // cudaMallocAsync works on device_
   std::vector<Lane> lanes_;  // made once by the background thread; Fail() may abort their comms from any thread

@@ -21,16 +21,20 @@ Status GpuExecutor::Scale(Lane& lane, void* dst, const void* src, int64_t count,
   return runtime_->BatchedCopyAndScale(&copy, 1, dtype, lane.stream);
 }
 
-// Grows the lane's fusion buffer. With stream-ordered allocation the old one
-// is freed behind the queued work that may still read it; without it, the
-// old one is kept until the executor goes (growth is rare and bounded by the
-// fusion threshold), since freeing it would wait for the whole device.
+// Grows the lane's fusion buffer, at least doubling it. With stream-ordered
+// allocation the old one is freed behind the queued work that may still read
+// it; without it, the old one is kept until the executor goes, since freeing
+// it would wait for the whole device. Doubling bounds what is kept: the
+// outgrown buffers add up to less than the current one, which is under twice
+// the largest request (or 1 MiB), so a lane holds under 4x its largest need
+// (growing to each exact size would keep the sum of all sizes seen).
 Status GpuExecutor::Reserve(Lane& lane, int64_t bytes, void** out) {
   if (bytes > lane.fusion_bytes) {
-    const int64_t want = std::max<int64_t>(bytes, 1 << 20);
+    const int64_t want = std::max<int64_t>({bytes, 2 * lane.fusion_bytes, 1 << 20});
     if (lane.fusion != nullptr) {
       if (stream_ordered_alloc_) {
-        runtime_->Free(lane.fusion, lane.stream, true);
+        Status st = runtime_->Free(lane.fusion, lane.stream, true);
+        if (!st.ok()) return st;
       } else {
         lane.retired.push_back(lane.fusion);
       }

@@ -273,6 +273,20 @@ int main(int argc, char** argv) {
       }
     }
   }
+  {  // a GPU tensor not aligned to its element size is refused at enqueue,
+     // naming it (a kernel or NCCL would fault on it and lose the context)
+    std::vector<float> x(9, 1.0f);
+    float* odd = reinterpret_cast<float*>(reinterpret_cast<char*>(x.data()) + 2);
+    std::string refused;
+    try {
+      Submit(core, {Op("misaligned", OpType::kAllreduce, DataType::kFloat32, 0, odd, odd, {8}, {8})});
+    } catch (const Error& e) {
+      refused = e.status().reason();
+    }
+    EXPECT(refused.find("'misaligned'") != std::string::npos && refused.find("not aligned") != std::string::npos &&
+               refused.find("float32's 4-byte elements") != std::string::npos,
+           "a misaligned GPU pointer was not refused at enqueue: '" + refused + "'");
+  }
   if (size > 1) {  // CPU on rank 0, GPU elsewhere: a mismatch for everyone, naming the device
     std::vector<float> x(4, 1.0f);
     Status st = Wait(Submit(core, {Op("mixed.w", OpType::kAllreduce, DataType::kFloat32, rank == 0 ? kCpuDevice : 0,

@@ -22,6 +22,7 @@
 
 #include "backend/mpi/mpi_world.h"
 #include "common/half.h"
+#include "core/fusion_buffer.h"
 #include "core/gpu_executor.h"
 #include "host_gpu.h"
 
@@ -455,6 +456,80 @@ int main() {
     for (HostComm* lane : f.lanes) EXPECT(!lane->AsyncError().ok(), "a lane was not aborted");
   }
   g_aborted = false;
+  {  // a tensor on another GPU than the lanes' (Core::Check refuses it at
+     // enqueue; this is the backstop) is fatal, naming it and the rank: the
+     // peers would wait on the next lane for a call this rank never makes
+    Fixture f(world, 2, true);
+    std::vector<float> a(8, 1.0f), b(8, 1.0f), c(8, 1.0f);
+    f.exec->RunOne(MakeRequest("first", OpType::kAllreduce, DataType::kFloat32, a.data(), a.data(), {8}, {8}),
+                   Response{});
+    f.finishes.WaitFor({"first"});
+    Request other = MakeRequest("elsewhere", OpType::kAllreduce, DataType::kFloat32, b.data(), b.data(), {8}, {8});
+    other.meta.device = other.input.device = other.output.device = 1;
+    f.exec->RunOne(std::move(other), Response{});
+    f.exec->RunOne(MakeRequest("later", OpType::kAllreduce, DataType::kFloat32, c.data(), c.data(), {8}, {8}),
+                   Response{});
+    f.finishes.WaitFor({"elsewhere", "later"});
+    const std::string why = f.finishes.status["elsewhere"].reason();
+    EXPECT(why.find("'elsewhere' on rank " + std::to_string(g_rank)) != std::string::npos &&
+               why.find("gpu(1)") != std::string::npos && why.find("gpu(0)") != std::string::npos,
+           "elsewhere: " + why);
+    EXPECT(f.finishes.fatal.size() == 1, "a wrong device was not fatal: fatal called " +
+                                             std::to_string(f.finishes.fatal.size()) + " times");
+    EXPECT(f.finishes.status["later"].reason().find("GPU collectives failed") != std::string::npos && c[0] == 1.0f,
+           "later: " + f.finishes.status["later"].reason());
+  }
+  g_aborted = false;
+  if (size > 1) {  // (one rank packs nothing: Note [One rank needs no collective])
+    {  // growing fusion buffers without memory pools: kept until the end,
+       // but grown by doubling, so what is held stays under 4x the largest need
+      Fixture f(world, 1, false);
+      int64_t largest = 0;
+      for (int k = 0; k < 16; ++k) {
+        const int n = 300000 + 40000 * k;
+        std::vector<float> x(n, 1.0f), y(10, 1.0f);
+        std::vector<Request> group;
+        group.push_back(MakeRequest("grow.x." + std::to_string(k), OpType::kAllreduce, DataType::kFloat32, x.data(),
+                                    x.data(), {n}, {n}));
+        group.push_back(MakeRequest("grow.y." + std::to_string(k), OpType::kAllreduce, DataType::kFloat32, y.data(),
+                                    y.data(), {10}, {10}));
+        largest = std::max<int64_t>(largest, AlignFusionOffset(int64_t{n} * 4) + 40);
+        f.exec->RunFused(std::move(group));
+        f.finishes.WaitFor({"grow.x." + std::to_string(k), "grow.y." + std::to_string(k)});
+        EXPECT(x[n - 1] == static_cast<float>(size) && y[9] == static_cast<float>(size), "growing fused sums");
+      }
+      f.exec->Drain();
+      EXPECT(f.runtime.bytes_peak < 4 * largest,
+             "fusion buffers grown 16 times held " + std::to_string(f.runtime.bytes_peak) + " bytes at most, for a " +
+                 "largest need of " + std::to_string(largest) + " (" + std::to_string(f.runtime.buffers_made.load()) +
+                 " buffers)");
+      f.exec.reset();
+      EXPECT(f.runtime.buffers_made == f.runtime.buffers_freed, "buffers leaked");
+    }
+    {  // a failed free while growing the buffer is fatal, with its cause
+      Fixture f(world, 1, true);
+      std::vector<float> a(1000, 1.0f), b(1000, 1.0f), c(600000, 1.0f), d(1000, 1.0f);
+      std::vector<Request> group;
+      group.push_back(
+          MakeRequest("free.a", OpType::kAllreduce, DataType::kFloat32, a.data(), a.data(), {1000}, {1000}));
+      group.push_back(
+          MakeRequest("free.b", OpType::kAllreduce, DataType::kFloat32, b.data(), b.data(), {1000}, {1000}));
+      f.exec->RunFused(std::move(group));
+      f.finishes.WaitFor({"free.a", "free.b"});
+      f.runtime.FailNextFree();
+      group.clear();
+      group.push_back(MakeRequest("free.c", OpType::kAllreduce, DataType::kFloat32, c.data(), c.data(), {600000},
+                                  {600000}));
+      group.push_back(
+          MakeRequest("free.d", OpType::kAllreduce, DataType::kFloat32, d.data(), d.data(), {1000}, {1000}));
+      f.exec->RunFused(std::move(group));
+      f.finishes.WaitFor({"free.c", "free.d"});
+      EXPECT(f.finishes.status["free.c"].reason().find("free failed") != std::string::npos,
+             "free.c: " + f.finishes.status["free.c"].reason());
+      EXPECT(f.finishes.fatal.size() == 1, "a failed free was not fatal");
+    }
+    g_aborted = false;
+  }
   {  // work that never completes is aborted after the peer timeout and fails
     Fixture f(world, 2, true, /*peer_timeout=*/1.0);
     std::vector<float> a(8, 1.0f);

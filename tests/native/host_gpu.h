@@ -19,7 +19,9 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <algorithm>
 #include <functional>
+#include <map>
 #include <thread>
 #include <cstdlib>
 #include <memory>
@@ -118,12 +120,13 @@ class HostRuntime : public gpu::DeviceRuntime {
     *stream = async_ ? static_cast<void*>(new HostStream()) : static_cast<void*>(new int(0));
     return Status::Ok();
   }
-  void DestroyStream(void* stream) override {
+  Status DestroyStream(void* stream) override {
     if (async_) {
       delete static_cast<HostStream*>(stream);
     } else {
       delete static_cast<int*>(stream);
     }
+    return Status::Ok();
   }
   Status Synchronize(void*) override { return Status::Ok(); }
   Status WaitEvent(void*, void* event) override {
@@ -152,19 +155,32 @@ class HostRuntime : public gpu::DeviceRuntime {
     }
     return gpu::EventState::kDone;
   }
-  void DestroyEvent(void* event) override {
+  Status DestroyEvent(void* event) override {
     delete static_cast<HostEvent*>(event);
     ++events_freed;
+    return Status::Ok();
   }
   Status Allocate(int64_t bytes, void*, bool stream_ordered, void** out) override {
     EXPECT(stream_ordered == stream_ordered_, "allocation mode");
     *out = std::aligned_alloc(64, static_cast<size_t>((bytes + 63) / 64 * 64));
     ++buffers_made;
+    std::lock_guard<std::mutex> lock(mutex_);
+    sizes_[*out] = bytes;
+    bytes_live += bytes;
+    bytes_peak = std::max(bytes_peak, bytes_live);
     return Status::Ok();
   }
-  void Free(void* ptr, void*, bool) override {
+  Status Free(void* ptr, void*, bool) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (fail_next_free_) {
+      fail_next_free_ = false;
+      return Status::Internal("the stand-in's free failed, as asked");
+    }
     std::free(ptr);
     ++buffers_freed;
+    bytes_live -= sizes_[ptr];
+    sizes_.erase(ptr);
+    return Status::Ok();
   }
   Status BatchedCopyAndScale(const cuda::CopyDescriptor* copies, int64_t n, DataType dtype, void* stream) override {
     std::vector<cuda::CopyDescriptor> batch(copies, copies + n);  // read during the call, as the real one does
@@ -182,14 +198,21 @@ class HostRuntime : public gpu::DeviceRuntime {
     std::lock_guard<std::mutex> lock(mutex_);
     stuck_next_ = true;
   }
+  void FailNextFree() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fail_next_free_ = true;
+  }
 
   std::atomic<int> events_made{0}, events_freed{0}, buffers_made{0}, buffers_freed{0};
+  int64_t bytes_live = 0, bytes_peak = 0;  // device memory held, now and at most (under mutex_)
 
  private:
   bool stream_ordered_;
   bool async_;
   std::mutex mutex_;
   bool stuck_next_ = false;
+  bool fail_next_free_ = false;
+  std::map<void*, int64_t> sizes_;
 };
 
 // A lane's data plane over MPI: a group of the bootstrap's members made by
