@@ -75,14 +75,6 @@ def test_fake_hosts_are_separate_hosts(ranks, fakessh):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(GPUS < 3, reason=WHY or f"needs 3 GPUs (NCCL runs one rank per GPU); this machine has {GPUS}")
-def test_nccl_three_ranks():
-    """An odd size: Average's 1/3 is no exact factor in any type (the
-    half-type check of Note [Pre-multiplied sums] is meant for it)."""
-    assert_spmd_ok("check_nccl.py", 3, timeout=300)
-
-
-@pytest.mark.gpu
 @pytest.mark.skipif(GPUS < 1, reason=WHY or "needs a GPU")
 def test_cpu_against_gpu_is_a_mismatch_on_every_rank():
     assert_spmd_ok("check_gpu_mismatch.py", 2)
