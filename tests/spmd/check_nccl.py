@@ -2,8 +2,11 @@
 buffer) through the raw entry with CuPy arrays: no MXNet needed, so it runs
 in a core-only build too. Each rank uses GPU local_rank; NCCL needs one GPU
 per rank. Run under mpiexec by tests/test_nccl.py."""
+import json
 import os
+import shutil
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -154,6 +157,29 @@ for name, dtype, reduce_op, post, value, result in half_cases:
                                  f"scaling of the sum; element {i}: {shown(got[i:i + 1])[0]}, want "
                                  f"{shown(want[i:i + 1])[0]} (float32 {total[i]})")
 say(f"rank {rank}: half-type scale factors, direct and fused bit for bit ok")
+
+# --- 50 allreduces submitted together, each with a priority of its own (as
+# DistributedOptimizer and kvstore='mxplugin' give gradients): one lane
+# launch, not one each (Note [Fusion across priorities]). Counted from the
+# timeline: the requests of one launch share its span to the nanosecond.
+timeline_dir = tempfile.mkdtemp(prefix="check_nccl_timeline.")
+core.start_timeline(os.path.join(timeline_dir, "t.{rank}.json"))
+per = [[host_data((100 + 37 * k,), r, "float32", 700 + k) for k in range(50)] for r in range(size)]
+bufs = [upload(per[rank][k]) for k in range(50)]
+ops = [m.Op(f"prio.{k}", m.OP_ALLREDUCE, DT["float32"], [b.size], b.data.ptr, b.data.ptr, out_shape=[b.size],
+            device=dev, priority=-k, stream=stream.ptr) for k, b in enumerate(bufs)]
+run(ops)
+core.stop_timeline()
+for k, b in enumerate(bufs):
+    check(f"prio.{k}", b, sum(p[k].astype("float64") for p in per), "float32")
+with open(os.path.join(timeline_dir, f"t.{rank}.json")) as f:
+    events = json.load(f)
+shutil.rmtree(timeline_dir)
+rows = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
+spans = {(e["ts"], e["dur"]) for e in events if e["ph"] == "X" and e["name"] == "NCCL_ALLREDUCE" and
+         rows[e["tid"]].startswith("prio.")}
+assert len(spans) == 1, f"rank {rank}: 50 allreduces of distinct priorities took {len(spans)} lane launches"
+say(f"rank {rank}: 50 allreduces of distinct priorities in one lane launch ok")
 
 # --- many groups at once: separate calls (and priorities) spread over the lanes
 handles, expect = [], []
