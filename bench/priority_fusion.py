@@ -1,7 +1,7 @@
 """Fusion across priorities (Note [Fusion across priorities]), measured where
 it matters: every gradient its own allreduce at its own priority.
 
-    python bench/priority_fusion.py --before /path/to/a/build/of/5598ce9
+    python bench/priority_fusion.py --before /path/to/a/build/of/5598ce9 [--flat]
 
 Two paths, 2 ranks on one host (the shared-memory data plane):
 module:  mx.mod.Module.fit with hvd.DistributedOptimizer (kvstore=None):
@@ -22,7 +22,10 @@ tensors of one call share its ALLREDUCE span).
 The model is a narrow, deep MLP (many small gradients, little compute),
 where per-call costs show; on one host the shared-memory data plane takes
 tensors where they lie, so what fusion saves there is the barriers of a
-call per gradient, not copies. Writes bench/results/priority_fusion.json.
+call per gradient, not copies. --flat turns that data plane off
+(MXPLUGIN_HIERARCHICAL_ALLREDUCE=0): plain MPI, as between hosts, where
+small gradients are copied into the fusion buffer and reduced in one call.
+Writes bench/results/priority_fusion.json (priority_fusion_flat.json).
 """
 import argparse
 import json
@@ -149,7 +152,8 @@ def run_job(tree, args):
     sys.path.insert(0, os.path.join(REPO, "tests"))
     from mpi_harness import mpiexec_path, rank_env
 
-    env = rank_env({"OMP_NUM_THREADS": 1, "MXNET_CPU_WORKER_NTHREADS": 1})
+    env = rank_env({"OMP_NUM_THREADS": 1, "MXNET_CPU_WORKER_NTHREADS": 1,
+                    "MXPLUGIN_HIERARCHICAL_ALLREDUCE": "0" if args.flat else "1"})
     env["PYTHONPATH"] = tree
     cmd = [mpiexec_path(), "-n", "2", sys.executable, os.path.abspath(__file__), "--rank", "--tree", tree,
            "--layers", str(args.layers), "--hidden", str(args.hidden), "--batch", str(args.batch),
@@ -182,7 +186,8 @@ def driver(args):
                 "gradients": rs[0]["gradients"]}
         summary[path]["after_over_before"] = (summary[path]["after"]["ratio_to_reference"] /
                                               summary[path]["before"]["ratio_to_reference"])
-    out = {"what": "step time with 2 ranks on one host (shared-memory data plane) divided by the same loop "
+    plane = "flat MPI, MXPLUGIN_HIERARCHICAL_ALLREDUCE=0" if args.flat else "shared-memory data plane"
+    out = {"what": f"step time with 2 ranks on one host ({plane}) divided by the same loop "
                    "without communication in the same processes (ratio_to_reference); medians of jobs, "
                    "each the median of its rounds; before and after jobs alternate",
            "before": f"a build of {args.before_commit} in {trees['before']}", "after": "this tree",
@@ -190,7 +195,7 @@ def driver(args):
                      "steps_per_measurement": args.steps, "rounds_per_job": args.rounds, "jobs_per_build": args.jobs},
            "threads_per_rank": 1, "summary": summary, "jobs": jobs}
     os.makedirs(RESULTS, exist_ok=True)
-    path = os.path.join(RESULTS, "priority_fusion.json")
+    path = os.path.join(RESULTS, "priority_fusion_flat.json" if args.flat else "priority_fusion.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
     print(json.dumps(summary, indent=1))
@@ -201,6 +206,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--before", help="a tree with a built mxplugin/ of the earlier commit")
     p.add_argument("--before-commit", default="5598ce9")
+    p.add_argument("--flat", action="store_true", help="plain MPI instead of the shared-memory data plane")
     p.add_argument("--jobs", type=int, default=3, help="jobs per build")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--steps", type=int, default=20)
