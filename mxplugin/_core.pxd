@@ -54,6 +54,7 @@ cdef extern from "c_api.h" nogil:
     int mxp_memory_job_create(int32_t size, int32_t ranks_per_host, mxp_memory_job** out)
     int mxp_memory_job_kill(mxp_memory_job* job, int32_t rank)
     int mxp_memory_job_counts(mxp_memory_job* job, int64_t* rounds, int64_t* full_rounds)
+    int mxp_memory_job_reductions(mxp_memory_job* job, int64_t* calls)
     void mxp_memory_job_destroy(mxp_memory_job* job)
     int mxp_core_create_in_memory(mxp_memory_job* job, int32_t rank, mxp_core** out)
     int mxp_core_shutdown(mxp_core* core)

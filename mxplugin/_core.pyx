@@ -225,6 +225,13 @@ cdef class MemoryJob:
         _check(mxp_memory_job_counts(self.j, &rounds, &full))
         return rounds, full
 
+    def reduction_calls(self):
+        """Data-plane allreduce calls of every group so far: a fused or
+        batched group of allreduces is one."""
+        cdef int64_t calls = 0
+        _check(mxp_memory_job_reductions(self.j, &calls))
+        return calls
+
     def kill(self, int rank):
         """The rank acts as a dead process from now on."""
         _check(mxp_memory_job_kill(self.j, rank))

@@ -135,6 +135,10 @@ int mxp_memory_job_counts(mxp_memory_job* job, int64_t* rounds, int64_t* full_ro
   });
 }
 
+int mxp_memory_job_reductions(mxp_memory_job* job, int64_t* calls) {
+  return Guard([&] { *calls = job->job->counts()->reductions.load(); });
+}
+
 void mxp_memory_job_destroy(mxp_memory_job* job) { delete job; }
 
 int mxp_core_create_in_memory(mxp_memory_job* job, int32_t rank, mxp_core** out) {

@@ -72,6 +72,8 @@ int mxp_memory_job_kill(mxp_memory_job* job, int32_t rank);
 /* Negotiation so far: rounds (bit allreduces) and rounds that gathered full
  * requests at the coordinator (those whose requests were not all cached). */
 int mxp_memory_job_counts(mxp_memory_job* job, int64_t* rounds, int64_t* full_rounds);
+/* Data-plane allreduce calls so far (a fused or batched group is one). */
+int mxp_memory_job_reductions(mxp_memory_job* job, int64_t* calls);
 void mxp_memory_job_destroy(mxp_memory_job* job);
 int mxp_core_create_in_memory(mxp_memory_job* job, int32_t rank, mxp_core** out);
 int mxp_core_shutdown(mxp_core* core);

@@ -4,8 +4,11 @@
 // each entry reports that CUDA was not built in.
 #include "c_api_cuda.h"
 
+#include <cstdint>
 #include <exception>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "c_api.h"
@@ -36,10 +39,28 @@ mxplugin::DataType CheckedDataType(int32_t dtype) {
 
 void Check(const Status& s) { mxplugin::ThrowIfError(s); }
 
-// Validates one copy before anything is launched, so a host pointer is an
-// error here instead of a fault in the kernel.
-void CheckCopy(const mxp_cuda_copy& c, const std::string& what) {
+// One copy's arguments, before any device is asked: a pointer not aligned to
+// its element size would make the kernel fault, which loses the CUDA context
+// for the whole process.
+void CheckCopyArguments(const mxp_cuda_copy& c, mxplugin::DataType dtype, const std::string& what) {
   if (c.count < 0) throw Error(Status::InvalidArgument(what + ": negative count " + std::to_string(c.count)));
+  if (c.count == 0) return;
+  const size_t esize = mxplugin::DataTypeSize(dtype);
+  for (const auto& part : {std::make_pair(c.src, "source"), std::make_pair(static_cast<const void*>(c.dst),
+                                                                           "destination")}) {
+    if (reinterpret_cast<uintptr_t>(part.first) % esize != 0) {
+      std::ostringstream at;
+      at << part.first;
+      throw Error(Status::InvalidArgument(what + " " + part.second + ": " + at.str() + " is not aligned to " +
+                                          mxplugin::DataTypeName(dtype) + "'s " + std::to_string(esize) +
+                                          "-byte elements"));
+    }
+  }
+}
+
+// One copy's pointers, before anything is launched, so a host pointer is an
+// error here instead of a fault in the kernel.
+void CheckCopyPointers(const mxp_cuda_copy& c, const std::string& what) {
   if (c.count == 0) return;
   Check(mxplugin::cuda::CheckDevicePointer(c.src, (what + " source").c_str()));
   Check(mxplugin::cuda::CheckDevicePointer(c.dst, (what + " destination").c_str()));
@@ -81,10 +102,11 @@ int mxp_cuda_batched_copy(const mxp_cuda_copy* copies, int32_t n, int32_t dtype,
       return Status::InvalidArgument("batched copy: " + std::to_string(n) + " copies at " +
                                      (copies ? "a valid" : "a null") + " address");
     }
+    for (int32_t i = 0; i < n; ++i) CheckCopyArguments(copies[i], type, "copy " + std::to_string(i));
     Check(mxplugin::cuda::CheckDeviceAvailable());
     std::vector<mxplugin::cuda::CopyDescriptor> descriptors(n);
     for (int32_t i = 0; i < n; ++i) {
-      CheckCopy(copies[i], "copy " + std::to_string(i));
+      CheckCopyPointers(copies[i], "copy " + std::to_string(i));
       descriptors[i] = {copies[i].src, copies[i].dst, copies[i].count, copies[i].scale};
     }
     return mxplugin::cuda::BatchedCopyAndScale(descriptors.data(), n, type, stream);

@@ -4,8 +4,10 @@
  * or a StatusCode, and mxp_last_error() then holds the message. In a build
  * without CUDA every function fails with a message saying so. Streams are
  * cudaStream_t values (NULL: the legacy default stream); the kernels are
- * only enqueued on them. Before launching, each call checks that a device
- * exists and that every pointer is one a kernel may dereference. */
+ * only enqueued on them. Before launching, each call checks that every
+ * pointer is aligned to its element size (a misaligned one would make the
+ * kernel fault and lose the CUDA context), that a device exists, and that
+ * every pointer is one a kernel may dereference. */
 #ifndef MXPLUGIN_C_API_CUDA_H_
 #define MXPLUGIN_C_API_CUDA_H_
 

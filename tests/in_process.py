@@ -54,10 +54,11 @@ def shutdown(cores):
         t.join(30)
 
 
-def op(name, op_type, inp, out, reduce_op=m.REDUCE_SUM, root=0, pre=1.0, post=1.0, splits=None, out_shape=None):
+def op(name, op_type, inp, out, reduce_op=m.REDUCE_SUM, root=0, pre=1.0, post=1.0, splits=None, out_shape=None,
+       priority=0):
     return m.Op(name, op_type, DT[inp.dtype.name], list(inp.shape), inp.ctypes.data, out.ctypes.data,
                 out_shape=list(out.shape if out_shape is None else out_shape), reduce_op=reduce_op, root_rank=root,
-                prescale=pre, postscale=post, splits=splits)
+                prescale=pre, postscale=post, splits=splits, priority=priority)
 
 
 def run(core, ops, set_id=0, group=None):

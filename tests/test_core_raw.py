@@ -29,3 +29,12 @@ def test_ranks_with_different_fusion_settings_agree():
            sys.executable, script]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=rank_env(), cwd=REPO)
     assert out.returncode == 0 and "PASS 0" in out.stdout and "PASS 1" in out.stdout, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("hierarchical,path", [("1", "where they lie"), ("0", "fused")])
+def test_a_round_of_distinct_priorities_is_one_call(tmp_path, hierarchical, path):
+    """2 ranks on one host: the shared-memory data plane batches the small
+    tensors where they lie, flat MPI fuses them; one call either way."""
+    out, _ = assert_spmd_ok("check_fusion_priorities.py", 2, [tmp_path],
+                            env={"MXPLUGIN_HIERARCHICAL_ALLREDUCE": hierarchical})
+    assert out.count(f"in 1 data-plane call(s), {path}") == 2, out

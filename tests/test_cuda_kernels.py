@@ -72,6 +72,23 @@ def test_cuda_build_matches_toolkit():
         core.cuda_scale(0x1000, 10, "complex64", 0.5)
 
 
+@pytest.mark.skipif(not core.cuda_built(), reason="mxplugin was built without CUDA")
+def test_misaligned_pointers_are_refused_before_any_launch():
+    """A pointer not aligned to its element size would make the kernel fault
+    and lose the CUDA context: refused, naming the copy and the pointer,
+    before the device is asked (so this runs without a GPU too)."""
+    calls = [
+        (lambda: core.cuda_scale(0x1002, 10, "float32", 0.5), "copy 0 source: 0x1002 is not aligned to float32's 4"),
+        (lambda: core.cuda_copy_and_scale(0x2001, 0x1000, 10, "float16", 2.0),
+         "copy 0 destination: 0x2001 is not aligned to float16's 2"),
+        (lambda: core.cuda_batched_copy([(0x1000, 0x2000, 10, 1.0), (0x1004, 0x2000, 3, 1.0)], "float64"),
+         "copy 1 destination: 0x1004 is not aligned to float64's 8"),
+    ]
+    for call, message in calls:
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
 # --- GPU tests
 
 gpu = pytest.mark.gpu
@@ -291,6 +308,8 @@ def test_argument_errors(cp):
         core.cuda_copy_and_scale(x.data.ptr, host.ctypes.data, 16, "float32", 2.0)
     with pytest.raises(ValueError, match="negative count"):
         core.cuda_batched_copy([(x.data.ptr, x.data.ptr, -1, 2.0)], "float32")
+    with pytest.raises(ValueError, match="not aligned to float32's 4-byte elements"):
+        core.cuda_scale(x.data.ptr + 2, 8, "float32", 2.0)
     with pytest.raises(ValueError, match="unknown dtype"):
         core.cuda_scale(x.data.ptr, 16, "complex64", 2.0)
     core.cuda_scale(x.data.ptr, 0, "float32", 2.0)  # nothing to do

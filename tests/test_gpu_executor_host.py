@@ -8,7 +8,8 @@ every machine (tests/test_nccl.py covers the real thing on a GPU):
   growth with and without stream-ordered allocation, a failed launch being
   fatal, stuck work aborted after the peer timeout.
 - core_gpu_host_test.cc, the Core with that backend: GPU and CPU tensors in
-  one grouped call, the response cache, CPU against GPU as a mismatch on
+  one grouped call, the response cache, 50 allreduces of distinct
+  priorities fused into one lane call, CPU against GPU as a mismatch on
   every rank, a GPU failure stopping the Core with its cause; and, with
   asynchronous stand-ins, one rank's launch failing while its peers wait in
   their allreduce: every rank stops and the peers' stuck work is aborted.

@@ -135,6 +135,44 @@ def test_cached_rounds_skip_the_coordinator_and_a_new_shape_invalidates():
     assert f3 == f2, f"the new shape is cached again: full rounds {f2} -> {f3}"
 
 
+@pytest.mark.parametrize("size", [1, 2, 3])
+@pytest.mark.parametrize("threshold", [64 << 20, 1 << 20])
+def test_one_round_is_fused_across_priorities(size, threshold, monkeypatch):
+    """Fifty small allreduces and fifty direct ones (above the 256 KB direct
+    threshold), each with a priority of its own (as DistributedOptimizer and
+    kvstore='mxplugin' give every gradient), submitted together: the small
+    ones are one fused call and the direct ones one batched call per fusion
+    threshold's worth, not a call per priority (Note [Fusion across
+    priorities]). Each result is still its own sum, scaled by its own factor."""
+    monkeypatch.setenv("MXPLUGIN_FUSION_THRESHOLD", str(threshold))
+    monkeypatch.setenv("MXPLUGIN_DIRECT_THRESHOLD", str(256 << 10))
+    n, big_elems = 50, 70_000  # 280,000 bytes, a multiple of the 64-byte fusion alignment
+    calls = []
+
+    def body(core, rank, size, job):
+        small = [data((3 + k,), rank, "float32", k) for k in range(n)]
+        big = [data((big_elems,), rank, "float32", 100 + k) for k in range(n)]
+        ops = []
+        for k in range(n):  # interleaved, every priority distinct
+            ops.append(op(f"small.{k}", m.OP_ALLREDUCE, small[k], small[k], m.REDUCE_AVERAGE, priority=-2 * k))
+            ops.append(op(f"big.{k}", m.OP_ALLREDUCE, big[k], big[k], post=k % 3 + 1.0, priority=-2 * k - 1))
+        run(core, [m.Op("before", m.OP_BARRIER, DT["float32"], [], 0, 0)])
+        before = job.reduction_calls()  # counted by rank 0, which reads it after its own calls
+        run(core, ops)
+        if rank == 0:
+            calls.append(job.reduction_calls() - before)
+        for k in range(n):
+            want_small = sum(data((3 + k,), r, "float32", k).astype("float64") for r in range(size)) / size
+            want_big = sum(data((big_elems,), r, "float32", 100 + k).astype("float64") for r in range(size))
+            np.testing.assert_allclose(small[k], want_small, rtol=1e-5, atol=1e-5, err_msg=f"small.{k}")
+            np.testing.assert_allclose(big[k], want_big * (k % 3 + 1), rtol=1e-5, atol=1e-4, err_msg=f"big.{k}")
+
+    run_ranks(size, body)
+    per_batch = threshold // (big_elems * 4)
+    want = 1 + -(-n // per_batch)
+    assert calls == [want], f"{2 * n} allreduces of distinct priorities took {calls} data-plane calls, want {want}"
+
+
 MISMATCHES = {
     # kind: (what the odd rank does differently, the parts every rank's message must contain)
     "shape": ("shape", ["Mismatched shape", "'t'", "(4,)", "(5,)"]),

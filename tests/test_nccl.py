@@ -1,6 +1,7 @@
 """The core's GPU path over NCCL (tests/spmd/check_nccl.py: every collective,
-fused and direct allreduces over 1-3 lanes, ordering against the producer's
-stream, argument errors) and the errors every build gives for GPU tensors it
+fused and direct allreduces over 1-3 lanes, 50 distinct priorities in one
+lane launch, half-type scale factors equal bit for bit direct and fused,
+ordering against the producer's stream, argument errors) and the errors every build gives for GPU tensors it
 cannot run (check_gpu_errors.py, which needs no GPU).
 
 The GPU tests need a build with NCCL, CuPy and a GPU; they skip, saying

@@ -18,7 +18,9 @@ class GpuCommunicator : public Communicator {
   virtual void* stream() const = 0;
   // Whether ScaledSum can reduce `dtype` in one call.
   virtual bool ScaledSumSupported(DataType dtype) const = 0;
-  // Sum with every element multiplied by `factor` first.
+  // Sum with every element multiplied by `factor` first, the factor
+  // converted to the element type (as NCCL takes it: for the half types a
+  // rounded, possibly infinite or zero factor).
   virtual Status ScaledSum(const void* send, void* recv, int64_t count, DataType dtype, double factor) = 0;
   // Ok while healthy; the failure (a dead peer, ...) otherwise. Any thread.
   virtual Status AsyncError() = 0;

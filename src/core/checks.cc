@@ -1,7 +1,9 @@
 // Core's argument checks: what can be found wrong with an op on this rank
 // before anything is queued (the rest is found by negotiation).
 #include <algorithm>
+#include <cstdint>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "core/core.h"
@@ -74,6 +76,14 @@ void Core::CheckGpuArguments(const std::vector<TensorOp>& ops) const {
     for (const auto& part : {std::make_pair(&op.input, "input"), std::make_pair(&op.output, "output")}) {
       const TensorRef& t = *part.first;
       if (t.num_elements() == 0 || t.data == nullptr) continue;
+      const size_t esize = DataTypeSize(m.dtype);
+      if (reinterpret_cast<uintptr_t>(t.data) % esize != 0) {
+        std::ostringstream at;
+        at << t.data;
+        throw Error(Status::InvalidArgument(who + ": the " + part.second + " at " + at.str() + " is not aligned to " +
+                                            DataTypeName(m.dtype) + "'s " + std::to_string(esize) +
+                                            "-byte elements; GPU kernels and NCCL would fault on it"));
+      }
       int owner = -1;
       ThrowIfError(gpu_.runtime->CheckPointer(t.data, who + ": " + part.second, &owner));
       if (owner >= 0 && owner != m.device) {

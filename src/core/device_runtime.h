@@ -39,7 +39,7 @@ class DeviceRuntime {
   virtual bool StreamOrderedAllocation(int device) = 0;
   // A non-blocking stream of the highest priority on the current device.
   virtual Status CreateStream(void** stream) = 0;
-  virtual void DestroyStream(void* stream) = 0;
+  virtual Status DestroyStream(void* stream) = 0;
   virtual Status Synchronize(void* stream) = 0;
   // Work queued on `stream` from now on waits for `event`.
   virtual Status WaitEvent(void* stream, void* event) = 0;
@@ -47,10 +47,10 @@ class DeviceRuntime {
   virtual Status RecordEvent(void* stream, void** event) = 0;
   // kFailed sets *error to the failure of the work the event marks.
   virtual EventState QueryEvent(void* event, Status* error) = 0;
-  virtual void DestroyEvent(void* event) = 0;
+  virtual Status DestroyEvent(void* event) = 0;
   // Device memory; `stream_ordered` queues the allocation/free on `stream`.
   virtual Status Allocate(int64_t bytes, void* stream, bool stream_ordered, void** out) = 0;
-  virtual void Free(void* ptr, void* stream, bool stream_ordered) = 0;
+  virtual Status Free(void* ptr, void* stream, bool stream_ordered) = 0;
   // cuda::BatchedCopyAndScale's contract (cuda/scale_kernels.h).
   virtual Status BatchedCopyAndScale(const cuda::CopyDescriptor* copies, int64_t n, DataType dtype,
                                      void* stream) = 0;

@@ -1,5 +1,6 @@
 #include "core/executor.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -43,100 +44,129 @@ bool Executor::Fusable(const Request& req) const {
   return req.meta.op == OpType::kAllreduce && bytes < direct && bytes > 0 && bytes <= config_.fusion_threshold_bytes;
 }
 
-Executor::Plan Executor::MakePlan(const std::vector<std::pair<Request*, const Response*>>& items) const {
+// Note [Fusion across priorities]: priorities order a round's work; they do
+// not split it. Everything negotiated in one round is ready on every rank,
+// so the round is planned as a whole: allreduces of one key are fused (or,
+// where the data plane batches small buffers, batched) whatever their
+// priorities, up to the fusion threshold, as Horovod does. Fusing only equal
+// priorities made every gradient of DistributedOptimizer and of
+// kvstore='mxplugin' (gluon.Trainer gives gradient i priority -i) a
+// collective call of its own: one NCCL call each on GPUs, one flat MPI call
+// each across hosts, two shared-memory barriers each within a host.
+// Priority still decides order: responses are taken highest priority first
+// (ties in negotiated order), a fused buffer is packed in that order, and
+// each unit runs where its first request stands, so the highest-priority
+// request is in the first unit to run and complete. The order depends only
+// on the responses, which are the same on every rank.
+Executor::Plan Executor::MakePlan(const std::vector<std::pair<Request*, const Response*>>& items,
+                                  bool batch_direct) const {
   Plan plan;
-  std::map<FusionKey, std::vector<std::vector<Request*>>> fused;
+  // The unit still taking requests of a key: (kind, fusion key).
+  std::map<std::pair<Unit::Kind, FusionKey>, size_t> open;
   for (const auto& item : items) {
     Request& req = *item.first;
-    if (!Fusable(req) || req.control) {
-      plan.others.push_back(item);
+    Unit::Kind kind = Unit::Kind::kOne;
+    if (req.meta.op == OpType::kAllreduce && !req.control) {
+      if (Fusable(req)) {
+        kind = Unit::Kind::kFused;
+      } else if (batch_direct) {
+        kind = Unit::Kind::kBatch;
+      }
+    }
+    if (kind == Unit::Kind::kOne) {
+      Unit unit;
+      unit.requests.push_back(&req);
+      unit.response = item.second;
+      plan.units.push_back(std::move(unit));
       continue;
     }
-    auto& groups = fused[KeyOf(req)];
-    int64_t used = 0;
-    if (!groups.empty()) {
-      for (Request* r : groups.back()) used += AlignFusionOffset(r->input.num_bytes());
+    // A batch holds any scale factors (they are applied per buffer).
+    const FusionKey key = kind == Unit::Kind::kFused
+                              ? KeyOf(req)
+                              : FusionKey(static_cast<int>(req.meta.dtype), static_cast<int>(req.meta.reduce_op), 0,
+                                          0.0, 0.0);
+    const int64_t bytes = AlignFusionOffset(req.input.num_bytes());
+    auto it = open.find({kind, key});
+    if (it == open.end() || plan.units[it->second].bytes + req.input.num_bytes() > config_.fusion_threshold_bytes) {
+      Unit unit;
+      unit.kind = kind;
+      plan.units.push_back(std::move(unit));
+      it = open.insert_or_assign({kind, key}, plan.units.size() - 1).first;
     }
-    if (groups.empty() || used + req.input.num_bytes() > config_.fusion_threshold_bytes) groups.emplace_back();
-    groups.back().push_back(&req);
-  }
-  for (auto& kv : fused) {
-    for (auto& group : kv.second) plan.fused.push_back(std::move(group));
+    Unit& unit = plan.units[it->second];
+    unit.requests.push_back(&req);
+    unit.bytes += bytes;
   }
   return plan;
 }
 
 void Executor::Execute(const std::vector<Response>& responses, PendingRequests* pending) {
   const Clock::time_point negotiated = Clock::now();
-  size_t i = 0;
-  while (i < responses.size()) {
-    // One segment: consecutive responses of equal priority. Small allreduces
-    // in it are fused by key; fused groups run first (they are cheap), then
-    // the rest in negotiated order. Identical on every rank. GPU work is
-    // launched before the CPU work, which blocks this thread.
-    size_t end = i;
-    while (end < responses.size() && responses[end].priority == responses[i].priority) ++end;
-    std::vector<std::pair<Request*, const Response*>> cpu, gpu;
-    std::vector<std::string> done;
-    for (size_t k = i; k < end; ++k) {
-      const Response& resp = responses[k];
-      auto it = pending->find(resp.name);
-      if (it == pending->end()) continue;  // an error for a name this rank never submitted
-      Request& req = it->second;
-      Trace(req, "NEGOTIATE", req.enqueue_time, negotiated);
-      if (resp.kind == Response::Kind::kError) {
-        std::string name = resp.name;
-        finish_(req, Status::Mismatch(resp.error));
-        pending->erase(name);
-        continue;
-      }
-      (req.meta.device != kCpuDevice && !req.control ? gpu : cpu).emplace_back(&req, &resp);
-      done.push_back(resp.name);
+  // Highest priority first (Note [Fusion across priorities]); the cached and
+  // the newly negotiated responses arrive each sorted, one after the other.
+  std::vector<const Response*> order;
+  for (const Response& resp : responses) order.push_back(&resp);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Response* a, const Response* b) { return a->priority > b->priority; });
+  std::vector<std::pair<Request*, const Response*>> cpu, gpu;
+  std::vector<std::string> done;
+  for (const Response* resp : order) {
+    auto it = pending->find(resp->name);
+    if (it == pending->end()) continue;  // an error for a name this rank never submitted
+    Request& req = it->second;
+    Trace(req, "NEGOTIATE", req.enqueue_time, negotiated);
+    if (resp->kind == Response::Kind::kError) {
+      std::string name = resp->name;
+      finish_(req, Status::Mismatch(resp->error));
+      pending->erase(name);
+      continue;
     }
-    if (!gpu.empty()) ExecuteGpu(MakePlan(gpu));
-    Plan plan = MakePlan(cpu);
-    for (auto& group : plan.fused) {
-      try {
-        RunFused(group);
-      } catch (const std::exception& e) {  // thrown before any request of the group finished
-        for (Request* r : group) finish_(*r, Status::Internal(std::string("fused allreduce failed: ") + e.what()));
+    (req.meta.device != kCpuDevice && !req.control ? gpu : cpu).emplace_back(&req, resp);
+    done.push_back(resp->name);
+  }
+  // GPU work is launched first: the CPU work blocks this thread.
+  if (!gpu.empty()) ExecuteGpu(MakePlan(gpu, false));
+  Plan plan = MakePlan(cpu, true);
+  ExecuteCpu(plan);
+  for (const auto& name : done) pending->erase(name);
+}
+
+void Executor::ExecuteCpu(Plan& plan) {
+  for (Unit& unit : plan.units) {
+    switch (unit.kind) {
+      case Unit::Kind::kFused:
+        try {
+          RunFused(unit.requests);
+        } catch (const std::exception& e) {  // thrown before any request of the group finished
+          for (Request* r : unit.requests) {
+            finish_(*r, Status::Internal(std::string("fused allreduce failed: ") + e.what()));
+          }
+        }
+        break;
+      case Unit::Kind::kBatch: {
+        Status st;
+        try {
+          st = RunAllreduce(unit.requests);
+        } catch (const Error& e) {
+          st = e.status();
+        } catch (const std::exception& e) {
+          st = Status::Internal(std::string("allreduce failed: ") + e.what());
+        }
+        for (Request* r : unit.requests) finish_(*r, st);
+        break;
+      }
+      case Unit::Kind::kOne: {
+        Request& req = *unit.requests[0];
+        Status st;
+        try {
+          st = RunOne(req, *unit.response);
+        } catch (const Error& e) {
+          st = e.status();
+        }
+        finish_(req, st);
+        break;
       }
     }
-    // Direct allreduces of one dtype and op go to the data plane as one
-    // batch (Communicator::AllreduceMany); the batches first, then the rest
-    // in negotiated order, identically on every rank.
-    std::map<std::pair<int, int>, std::vector<Request*>> batches;
-    std::vector<std::pair<Request*, const Response*>> rest;
-    for (auto& pr : plan.others) {
-      const Request& req = *pr.first;
-      if (req.meta.op == OpType::kAllreduce && !req.control) {
-        batches[{static_cast<int>(req.meta.dtype), static_cast<int>(req.meta.reduce_op)}].push_back(pr.first);
-      } else {
-        rest.push_back(pr);
-      }
-    }
-    for (auto& kv : batches) {
-      Status st;
-      try {
-        st = RunAllreduce(kv.second);
-      } catch (const Error& e) {
-        st = e.status();
-      } catch (const std::exception& e) {
-        st = Status::Internal(std::string("allreduce failed: ") + e.what());
-      }
-      for (Request* r : kv.second) finish_(*r, st);
-    }
-    for (auto& pr : rest) {
-      Status st;
-      try {
-        st = RunOne(*pr.first, *pr.second);
-      } catch (const Error& e) {
-        st = e.status();
-      }
-      finish_(*pr.first, st);
-    }
-    for (const auto& name : done) pending->erase(name);
-    i = end;
   }
 }
 
@@ -145,22 +175,24 @@ void Executor::Execute(const std::vector<Response>& responses, PendingRequests* 
 void Executor::ExecuteGpu(const Plan& plan) {
   if (!gpu_backend_->runtime) {  // Core::Check rejects GPU tensors then; a backstop
     const Status st = Status::InvalidArgument("GPU tensors: " + gpu_backend_->missing);
-    for (const auto& group : plan.fused) {
-      for (Request* r : group) finish_(*r, st);
+    for (const Unit& unit : plan.units) {
+      for (Request* r : unit.requests) finish_(*r, st);
     }
-    for (const auto& pr : plan.others) finish_(*pr.first, st);
     return;
   }
   if (!gpu_) {
     gpu_ = std::make_unique<gpu::GpuExecutor>(control_, config_, timeline_, finish_, stop_, gpu_backend_->runtime.get(),
                                               gpu_backend_->make_comms);
   }
-  for (const auto& group : plan.fused) {
+  for (const Unit& unit : plan.units) {
+    if (unit.kind == Unit::Kind::kOne) {
+      gpu_->RunOne(std::move(*unit.requests[0]), *unit.response);
+      continue;
+    }
     std::vector<Request> moved;
-    for (Request* r : group) moved.push_back(std::move(*r));
+    for (Request* r : unit.requests) moved.push_back(std::move(*r));
     gpu_->RunFused(std::move(moved));
   }
-  for (const auto& pr : plan.others) gpu_->RunOne(std::move(*pr.first), *pr.second);
 }
 
 void Executor::BeginDrain(bool abort) {

@@ -48,12 +48,27 @@ class Executor {
   void Drain();
 
  private:
-  // Small allreduces of one key, grouped up to the fusion threshold, and the rest.
-  struct Plan {
-    std::vector<std::vector<Request*>> fused;
-    std::vector<std::pair<Request*, const Response*>> others;
+  // One data-plane call's worth of requests (or one other collective).
+  struct Unit {
+    enum class Kind {
+      kFused,  // small allreduces of one key, packed into the fusion buffer in this order
+      kBatch,  // allreduces of one dtype and op, reduced where they lie in one AllreduceMany
+      kOne,    // any other request, run alone
+    };
+    Kind kind = Kind::kOne;
+    std::vector<Request*> requests;
+    const Response* response = nullptr;  // kOne's
+    int64_t bytes = 0;                   // kFused/kBatch: the fusion-aligned total so far
   };
-  Plan MakePlan(const std::vector<std::pair<Request*, const Response*>>& items) const;
+  // The units of one round, in the order they run: each where its first
+  // (highest-priority) request stands (Note [Fusion across priorities]).
+  struct Plan {
+    std::vector<Unit> units;
+  };
+  // `items` in priority order; `batch_direct`: direct allreduces become
+  // kBatch units (CPU), else kOne (GPU).
+  Plan MakePlan(const std::vector<std::pair<Request*, const Response*>>& items, bool batch_direct) const;
+  void ExecuteCpu(Plan& plan);
   void ExecuteGpu(const Plan& plan);
   void RunFused(std::vector<Request*>& group);
   Status RunOne(Request& req, const Response& resp);

@@ -23,24 +23,32 @@ GpuExecutor::GpuExecutor(ControlPlane* bootstrap, const Config& config, Timeline
                          std::function<void(const Status&)> fatal, DeviceRuntime* runtime,
                          GpuCommunicatorFactory make_comms)
     : bootstrap_(bootstrap), config_(config), timeline_(timeline), finish_(std::move(finish)),
-      fatal_(std::move(fatal)), runtime_(runtime), make_comms_(std::move(make_comms)) {
+      fatal_(std::move(fatal)), runtime_(runtime), make_comms_(std::move(make_comms)), logger_(config.log_level),
+      global_rank_(bootstrap->global_ranks()[bootstrap->rank()]) {
+  logger_.set_rank(global_rank_);
   completion_ = std::thread([this] { CompletionLoop(); });
 }
 
 GpuExecutor::~GpuExecutor() {
   Drain();
   if (device_ < 0) return;
-  runtime_->UseDevice(device_);
   // After a failure, aborted kernels may never return: waiting for the lanes
-  // (or a device-wide free) could hang, so their memory is left behind.
-  const bool healthy = Broken().ok();
+  // (or a device-wide free) could hang, so their memory is left behind; so
+  // is it when this thread cannot use the lanes' device.
+  Status st = Broken();
+  if (st.ok()) st = runtime_->UseDevice(device_);
   for (Lane& lane : lanes_) {
-    if (healthy && runtime_->Synchronize(lane.stream).ok()) {
-      for (void* p : lane.retired) runtime_->Free(p, lane.stream, false);
-      if (lane.fusion != nullptr) runtime_->Free(lane.fusion, lane.stream, false);
-      runtime_->DestroyStream(lane.stream);
+    if (st.ok()) st = runtime_->Synchronize(lane.stream);
+    for (void* p : lane.retired) {
+      if (st.ok()) st = runtime_->Free(p, lane.stream, false);
     }
+    if (st.ok() && lane.fusion != nullptr) st = runtime_->Free(lane.fusion, lane.stream, false);
+    if (st.ok()) st = runtime_->DestroyStream(lane.stream);
     lane.comm.reset();
+  }
+  if (!st.ok() && Broken().ok()) {
+    MXP_LOG(logger_, kWarning, "releasing the GPU lanes on gpu(" << device_ << ") failed, the rest of their memory "
+                                   "is left to the process's exit: " << st.reason());
   }
 }
 
@@ -102,8 +110,12 @@ Status GpuExecutor::EnsureLanes(int device) {
   std::vector<std::unique_ptr<GpuCommunicator>> comms;
   Status st = make_comms_(bootstrap_, device, streams, local, Clock::now() + timeout, timeout / 2, &comms);
   if (!st.ok()) {
-    for (void* s : streams) runtime_->DestroyStream(s);
-    return Status(st.code(), "setting up NCCL on gpu(" + std::to_string(device) + ") failed: " + st.reason());
+    std::string also;
+    for (void* s : streams) {
+      Status destroyed = runtime_->DestroyStream(s);
+      if (!destroyed.ok() && also.empty()) also = " (and destroying its streams failed: " + destroyed.reason() + ")";
+    }
+    return Status(st.code(), "setting up NCCL on gpu(" + std::to_string(device) + ") failed: " + st.reason() + also);
   }
   std::lock_guard<std::mutex> lock(mutex_);
   lanes_.resize(streams.size());
@@ -131,9 +143,13 @@ void GpuExecutor::Launch(std::vector<Request>&& requests, int device, const char
   }
   st = EnsureLanes(device);
   if (!st.ok()) {
-    // A wrong device is found before any collective call: no lane is out of
-    // step. A failed set-up is fatal (the peers' set-up failed too).
-    if (st.code() != StatusCode::kInvalidArgument) Fail(st);
+    // Fatal either way: a failed set-up failed on the peers too; a wrong
+    // device (Core::Check refuses one at enqueue; a backstop) leaves the
+    // peers in a collective on the next lane that this rank never joins,
+    // and every later op on the lanes paired with the wrong one.
+    st = Status(st.code(), "'" + requests[0].meta.name + "' on rank " + std::to_string(global_rank_) + ": " +
+                               st.reason());
+    Fail(st);
     Submit(nullptr, std::move(requests), st, phase, begin);
     return;
   }
@@ -196,7 +212,10 @@ void GpuExecutor::FinishItem(InFlight& item, const Status& status) {
       // every later request, with it; the request itself is finished.
     }
   }
-  if (item.done != nullptr) runtime_->DestroyEvent(item.done);
+  if (item.done != nullptr) {
+    Status st = runtime_->DestroyEvent(item.done);
+    if (!st.ok()) Fail(st);  // the device is in trouble: later work cannot be trusted
+  }
   item.done = nullptr;
 }
 
@@ -232,7 +251,10 @@ void GpuExecutor::CompletionLoop() {
       continue;
     }
     if (!device_set && device >= 0) {
-      runtime_->UseDevice(device);  // events and buffers freed here belong to this rank's GPU
+      // Events and buffers freed here belong to this rank's GPU.
+      Status st = runtime_->UseDevice(device);
+      if (!st.ok()) Fail(Status(st.code(), "the GPU completion thread cannot use gpu(" + std::to_string(device) +
+                                               "): " + st.reason()));
       device_set = true;
     }
     const bool health_due = now - last_health_check > kHealthCheckEvery;

@@ -35,6 +35,7 @@
 #include "backend/communicator.h"
 #include "backend/gpu_communicator.h"
 #include "common/config.h"
+#include "common/logging.h"
 #include "core/device_runtime.h"
 #include "core/request.h"
 #include "core/timeline.h"
@@ -93,6 +94,8 @@ class GpuExecutor {
   Status LaunchFused(Lane& lane, std::vector<Request>& group);
   Status LaunchOne(Lane& lane, Request& req, const Response& resp, const char** phase);
   Status LaunchAllreduce(Lane& lane, Request& req);
+  // Whether a direct allreduce is one pre-multiplied sum (Note [Pre-multiplied sums]).
+  bool PreMultiplies(const Lane& lane, const Request& req) const;
   Status LaunchReducescatter(Lane& lane, Request& req);
   // Copy-and-scale of one buffer on the lane (nothing when in place with factor 1).
   Status Scale(Lane& lane, void* dst, const void* src, int64_t count, DataType dtype, double factor);
@@ -115,6 +118,8 @@ class GpuExecutor {
   std::function<void(const Status&)> fatal_;
   DeviceRuntime* runtime_;
   GpuCommunicatorFactory make_comms_;
+  Logger logger_;
+  const int global_rank_;  // for messages
   int device_ = -1;  // written under mutex_ once, by EnsureLanes
   bool stream_ordered_alloc_ = true;  // cudaMallocAsync works on device_
   std::vector<Lane> lanes_;  // made once by the background thread; Fail() may abort their comms from any thread

@@ -21,16 +21,20 @@ Status GpuExecutor::Scale(Lane& lane, void* dst, const void* src, int64_t count,
   return runtime_->BatchedCopyAndScale(&copy, 1, dtype, lane.stream);
 }
 
-// Grows the lane's fusion buffer. With stream-ordered allocation the old one
-// is freed behind the queued work that may still read it; without it, the
-// old one is kept until the executor goes (growth is rare and bounded by the
-// fusion threshold), since freeing it would wait for the whole device.
+// Grows the lane's fusion buffer, at least doubling it. With stream-ordered
+// allocation the old one is freed behind the queued work that may still read
+// it; without it, the old one is kept until the executor goes, since freeing
+// it would wait for the whole device. Doubling bounds what is kept: the
+// outgrown buffers add up to less than the current one, which is under twice
+// the largest request (or 1 MiB), so a lane holds under 4x its largest need
+// (growing to each exact size would keep the sum of all sizes seen).
 Status GpuExecutor::Reserve(Lane& lane, int64_t bytes, void** out) {
   if (bytes > lane.fusion_bytes) {
-    const int64_t want = std::max<int64_t>(bytes, 1 << 20);
+    const int64_t want = std::max<int64_t>({bytes, 2 * lane.fusion_bytes, 1 << 20});
     if (lane.fusion != nullptr) {
       if (stream_ordered_alloc_) {
-        runtime_->Free(lane.fusion, lane.stream, true);
+        Status st = runtime_->Free(lane.fusion, lane.stream, true);
+        if (!st.ok()) return st;
       } else {
         lane.retired.push_back(lane.fusion);
       }
@@ -95,15 +99,32 @@ Status GpuExecutor::LaunchFused(Lane& lane, std::vector<Request>& group) {
   return st;
 }
 
-// Large tensors are reduced where they lie. A sum with scale factors is one
-// NCCL pre-multiplied sum where NCCL offers it for the dtype; otherwise the
-// scaling costs a kernel pass on each side, as on the CPU.
+// Note [Pre-multiplied sums]: NCCL's pre-multiplied sum takes its factor in
+// the element type. For float32 and float64 that is the factor as the scale
+// kernels use it (they scale float32 in float32); for the half types it is
+// not: bfloat16 keeps 8 bits of it (1/3 becomes 0.33398, +0.2%), float16
+// makes a factor above 65504 infinity (0 x inf = NaN) and one below about
+// 6e-8 zero, while the fused path and the CPU scale halves in float32. So
+// only float32 and float64 sums are pre-multiplied; halves take the scale
+// kernels around the sum, as in the fused path, and a direct result equals
+// a fused one on the same inputs (where NCCL adds the ranks in the same
+// order). Averaging a large half tensor thus costs one kernel pass.
+bool GpuExecutor::PreMultiplies(const Lane& lane, const Request& req) const {
+  const DataType dtype = req.meta.dtype;
+  return req.meta.reduce_op == ReduceOp::kSum && req.meta.prescale * req.meta.postscale != 1.0 &&
+         (dtype == DataType::kFloat32 || dtype == DataType::kFloat64) && lane.comm->ScaledSumSupported(dtype);
+}
+
+// Large tensors are reduced where they lie: a scaled float32/float64 sum in
+// one pre-multiplied NCCL call; otherwise the scaling costs a kernel pass on
+// each side, as on the CPU.
 Status GpuExecutor::LaunchAllreduce(Lane& lane, Request& req) {
   const int64_t n = req.input.num_elements();
   const DataType dtype = req.meta.dtype;
   Status st = WaitReady(lane, req);
   if (!st.ok() || n == 0) return st;
   const double factor = req.meta.prescale * req.meta.postscale;
+  const bool pre_multiplied = PreMultiplies(lane, req);
   // Note [One rank needs no collective]: at one rank every reduction is the
   // identity, so the result is the input times its factors, computed as the
   // multi-rank path would (one pass with the product where NCCL would
@@ -112,16 +133,12 @@ Status GpuExecutor::LaunchAllreduce(Lane& lane, Request& req) {
   // leaves the last count % blocks elements unwritten for some counts
   // (200,003 float16 or float64 elements lose 3; found on an H100).
   if (lane.comm->size() == 1) {
-    if (req.meta.reduce_op == ReduceOp::kSum && factor != 1.0 && lane.comm->ScaledSumSupported(dtype)) {
-      return Scale(lane, req.output.data, req.input.data, n, dtype, factor);
-    }
+    if (pre_multiplied) return Scale(lane, req.output.data, req.input.data, n, dtype, factor);
     st = Scale(lane, req.output.data, req.input.data, n, dtype, req.meta.prescale);
     if (st.ok()) st = Scale(lane, req.output.data, req.output.data, n, dtype, req.meta.postscale);
     return st;
   }
-  if (req.meta.reduce_op == ReduceOp::kSum && factor != 1.0 && lane.comm->ScaledSumSupported(dtype)) {
-    return lane.comm->ScaledSum(req.input.data, req.output.data, n, dtype, factor);
-  }
+  if (pre_multiplied) return lane.comm->ScaledSum(req.input.data, req.output.data, n, dtype, factor);
   const void* send = req.input.data;
   if (req.meta.prescale != 1.0) {
     st = Scale(lane, req.output.data, req.input.data, n, dtype, req.meta.prescale);

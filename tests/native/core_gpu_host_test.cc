@@ -245,6 +245,48 @@ int main(int argc, char** argv) {
       EXPECT(big[t][4096] == static_cast<float>(size * t + size * (size - 1) / 2), "big fused sum");
     }
   }
+  {  // 50 GPU allreduces submitted together, each with a priority of its own
+     // (gradient i at priority -i, as DistributedOptimizer and
+     // kvstore='mxplugin' give them): one fused call (Note [Fusion across
+     // priorities]), each result its own sum
+    const int before = reductions();
+    std::vector<std::vector<float>> grads(50);
+    std::vector<TensorOp> ops;
+    for (int t = 0; t < 50; ++t) {
+      const int n = 10 + 7 * t;
+      grads[t].resize(n);
+      for (int i = 0; i < n; ++i) grads[t][i] = static_cast<float>(Value(rank, t, i));
+      ops.push_back(Op("prio." + std::to_string(t), OpType::kAllreduce, DataType::kFloat32, 0, grads[t].data(),
+                       grads[t].data(), {n}, {n}));
+      ops.back().meta.priority = -t;
+    }
+    Status st = Wait(Submit(core, std::move(ops)));
+    EXPECT(st.ok(), st.reason());
+    EXPECT(reductions() - before == (size == 1 ? 0 : 1),
+           "50 GPU allreduces of distinct priorities took " + std::to_string(reductions() - before) +
+               " lane calls, want 1 (0 at one rank)");
+    for (int t = 0; t < 50; ++t) {
+      for (size_t i = 0; i < grads[t].size(); ++i) {
+        double want = 0;
+        for (int r = 0; r < size; ++r) want += Value(r, t, static_cast<int>(i));
+        EXPECT(std::fabs(grads[t][i] - want) <= 1e-5 * want, "prio." + std::to_string(t));
+      }
+    }
+  }
+  {  // a GPU tensor not aligned to its element size is refused at enqueue,
+     // naming it (a kernel or NCCL would fault on it and lose the context)
+    std::vector<float> x(9, 1.0f);
+    float* odd = reinterpret_cast<float*>(reinterpret_cast<char*>(x.data()) + 2);
+    std::string refused;
+    try {
+      Submit(core, {Op("misaligned", OpType::kAllreduce, DataType::kFloat32, 0, odd, odd, {8}, {8})});
+    } catch (const Error& e) {
+      refused = e.status().reason();
+    }
+    EXPECT(refused.find("'misaligned'") != std::string::npos && refused.find("not aligned") != std::string::npos &&
+               refused.find("float32's 4-byte elements") != std::string::npos,
+           "a misaligned GPU pointer was not refused at enqueue: '" + refused + "'");
+  }
   if (size > 1) {  // CPU on rank 0, GPU elsewhere: a mismatch for everyone, naming the device
     std::vector<float> x(4, 1.0f);
     Status st = Wait(Submit(core, {Op("mixed.w", OpType::kAllreduce, DataType::kFloat32, rank == 0 ? kCpuDevice : 0,

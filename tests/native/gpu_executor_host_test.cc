@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -21,6 +22,7 @@
 
 #include "backend/mpi/mpi_world.h"
 #include "common/half.h"
+#include "core/fusion_buffer.h"
 #include "core/gpu_executor.h"
 #include "host_gpu.h"
 
@@ -304,6 +306,78 @@ void CheckCollectives(Fixture& f, int size) {
   }
 }
 
+// Half-type allreduces with factors the half types cannot hold (Note
+// [Pre-multiplied sums]): direct (alone, reduced where it lies) and fused
+// (packed with another tensor), each must give the bits of the float32
+// scaling: bfloat16 averaged as Core::Enqueue maps it (prescale 1/size; 1/3
+// keeps 8 bits in bfloat16; each element non-zero on one rank only, so the
+// sum is exact in any order), float16 times 2^17 (infinity in float16:
+// zeros would become NaN) and times 2^-25 (0 in float16), both over inputs
+// whose sums are exact. The lane stand-in pre-multiplies as NCCL does.
+void CheckHalfScaleFactors(Fixture& f, int size) {
+  struct Case {
+    std::string name;
+    DataType dtype;
+    double prescale, postscale;
+    std::function<float(int rank, int i)> value;
+  };
+  const std::vector<Case> cases = {
+      {"bf16.average", DataType::kBFloat16, 1.0 / size, 1.0,
+       [size](int r, int i) { return i % size == r ? static_cast<float>(i % 251 - 125) : 0.0f; }},
+      {"f16.times.2^17", DataType::kFloat16, 1.0, 131072.0,
+       [](int r, int i) { return i % 4 == 0 ? 0.0f : std::ldexp(static_cast<float>((i + r) % 3), -17); }},
+      {"f16.times.2^-25", DataType::kFloat16, 1.0, std::ldexp(1.0, -25),
+       [](int r, int i) { return i % 4 == 0 ? 0.0f : 512.0f * static_cast<float>((i + r) % 3 + 1); }},
+  };
+  const int n = 4099;
+  auto to_type = [](DataType d, float v) { return d == DataType::kFloat16 ? FloatToHalf(v) : FloatToBFloat16(v); };
+  auto from_type = [](DataType d, uint16_t v) { return d == DataType::kFloat16 ? HalfToFloat(v) : BFloat16ToFloat(v); };
+  std::vector<std::vector<uint16_t>> in(cases.size()), direct(cases.size()), fused(cases.size());
+  std::vector<uint16_t> filler_in(5, 0), filler_out(5 * cases.size());
+  std::vector<std::string> names;
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const Case& k = cases[c];
+    in[c].resize(n);
+    direct[c].assign(n, 0x7fff);
+    fused[c].assign(n, 0x7fff);
+    for (int i = 0; i < n; ++i) in[c][i] = to_type(k.dtype, k.value(g_rank, i));
+    Request one = MakeRequest(k.name + ".direct", OpType::kAllreduce, k.dtype, in[c].data(), direct[c].data(), {n},
+                              {n});
+    one.meta.prescale = k.prescale;
+    one.meta.postscale = k.postscale;
+    f.exec->RunOne(std::move(one), Response{});
+    std::vector<Request> group;
+    group.push_back(MakeRequest(k.name + ".fused", OpType::kAllreduce, k.dtype, in[c].data(), fused[c].data(), {n},
+                                {n}));
+    group.push_back(MakeRequest(k.name + ".filler", OpType::kAllreduce, k.dtype, filler_in.data(),
+                                filler_out.data() + 5 * c, {5}, {5}));
+    for (Request& r : group) {
+      r.meta.prescale = k.prescale;
+      r.meta.postscale = k.postscale;
+    }
+    f.exec->RunFused(std::move(group));
+    for (const char* kind : {".direct", ".fused", ".filler"}) names.push_back(k.name + kind);
+  }
+  f.finishes.WaitFor(names);
+  for (const auto& name : names) EXPECT(f.finishes.status[name].ok(), name + ": " + f.finishes.status[name].reason());
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const Case& k = cases[c];
+    for (int i = 0; i < n; ++i) {
+      float sum = 0;  // of the prescaled values in the type, exact
+      for (int r = 0; r < size; ++r) {
+        sum += from_type(k.dtype, to_type(k.dtype, k.value(r, i) * static_cast<float>(k.prescale)));
+      }
+      const uint16_t want = to_type(k.dtype, sum * static_cast<float>(k.postscale));
+      if (direct[c][i] != want || fused[c][i] != want) {
+        EXPECT(false, k.name + " element " + std::to_string(i) + ": direct " +
+                          std::to_string(from_type(k.dtype, direct[c][i])) + ", fused " +
+                          std::to_string(from_type(k.dtype, fused[c][i])) + ", want " +
+                          std::to_string(from_type(k.dtype, want)) + " (sum " + std::to_string(sum) + ")");
+      }
+    }
+  }
+}
+
 // Every lane saw the same calls, in the same order, on every rank.
 void CheckLanesAgree(Communicator* world, Fixture& f) {
   for (size_t i = 0; i < f.lanes.size(); ++i) {
@@ -330,6 +404,7 @@ int main() {
     Fixture f(world, 3, true);
     CheckFusedAllreduce(f, size, "a");
     CheckCollectives(f, size);
+    CheckHalfScaleFactors(f, size);
     CheckFusedAllreduce(f, size, "b");  // buffers reused
     f.exec->Drain();
     EXPECT(f.finishes.fatal.empty(), "a healthy run called the fatal callback");
@@ -381,6 +456,80 @@ int main() {
     for (HostComm* lane : f.lanes) EXPECT(!lane->AsyncError().ok(), "a lane was not aborted");
   }
   g_aborted = false;
+  {  // a tensor on another GPU than the lanes' (Core::Check refuses it at
+     // enqueue; this is the backstop) is fatal, naming it and the rank: the
+     // peers would wait on the next lane for a call this rank never makes
+    Fixture f(world, 2, true);
+    std::vector<float> a(8, 1.0f), b(8, 1.0f), c(8, 1.0f);
+    f.exec->RunOne(MakeRequest("first", OpType::kAllreduce, DataType::kFloat32, a.data(), a.data(), {8}, {8}),
+                   Response{});
+    f.finishes.WaitFor({"first"});
+    Request other = MakeRequest("elsewhere", OpType::kAllreduce, DataType::kFloat32, b.data(), b.data(), {8}, {8});
+    other.meta.device = other.input.device = other.output.device = 1;
+    f.exec->RunOne(std::move(other), Response{});
+    f.exec->RunOne(MakeRequest("later", OpType::kAllreduce, DataType::kFloat32, c.data(), c.data(), {8}, {8}),
+                   Response{});
+    f.finishes.WaitFor({"elsewhere", "later"});
+    const std::string why = f.finishes.status["elsewhere"].reason();
+    EXPECT(why.find("'elsewhere' on rank " + std::to_string(g_rank)) != std::string::npos &&
+               why.find("gpu(1)") != std::string::npos && why.find("gpu(0)") != std::string::npos,
+           "elsewhere: " + why);
+    EXPECT(f.finishes.fatal.size() == 1, "a wrong device was not fatal: fatal called " +
+                                             std::to_string(f.finishes.fatal.size()) + " times");
+    EXPECT(f.finishes.status["later"].reason().find("GPU collectives failed") != std::string::npos && c[0] == 1.0f,
+           "later: " + f.finishes.status["later"].reason());
+  }
+  g_aborted = false;
+  if (size > 1) {  // (one rank packs nothing: Note [One rank needs no collective])
+    {  // growing fusion buffers without memory pools: kept until the end,
+       // but grown by doubling, so what is held stays under 4x the largest need
+      Fixture f(world, 1, false);
+      int64_t largest = 0;
+      for (int k = 0; k < 16; ++k) {
+        const int n = 300000 + 40000 * k;
+        std::vector<float> x(n, 1.0f), y(10, 1.0f);
+        std::vector<Request> group;
+        group.push_back(MakeRequest("grow.x." + std::to_string(k), OpType::kAllreduce, DataType::kFloat32, x.data(),
+                                    x.data(), {n}, {n}));
+        group.push_back(MakeRequest("grow.y." + std::to_string(k), OpType::kAllreduce, DataType::kFloat32, y.data(),
+                                    y.data(), {10}, {10}));
+        largest = std::max<int64_t>(largest, AlignFusionOffset(int64_t{n} * 4) + 40);
+        f.exec->RunFused(std::move(group));
+        f.finishes.WaitFor({"grow.x." + std::to_string(k), "grow.y." + std::to_string(k)});
+        EXPECT(x[n - 1] == static_cast<float>(size) && y[9] == static_cast<float>(size), "growing fused sums");
+      }
+      f.exec->Drain();
+      EXPECT(f.runtime.bytes_peak < 4 * largest,
+             "fusion buffers grown 16 times held " + std::to_string(f.runtime.bytes_peak) + " bytes at most, for a " +
+                 "largest need of " + std::to_string(largest) + " (" + std::to_string(f.runtime.buffers_made.load()) +
+                 " buffers)");
+      f.exec.reset();
+      EXPECT(f.runtime.buffers_made == f.runtime.buffers_freed, "buffers leaked");
+    }
+    {  // a failed free while growing the buffer is fatal, with its cause
+      Fixture f(world, 1, true);
+      std::vector<float> a(1000, 1.0f), b(1000, 1.0f), c(600000, 1.0f), d(1000, 1.0f);
+      std::vector<Request> group;
+      group.push_back(
+          MakeRequest("free.a", OpType::kAllreduce, DataType::kFloat32, a.data(), a.data(), {1000}, {1000}));
+      group.push_back(
+          MakeRequest("free.b", OpType::kAllreduce, DataType::kFloat32, b.data(), b.data(), {1000}, {1000}));
+      f.exec->RunFused(std::move(group));
+      f.finishes.WaitFor({"free.a", "free.b"});
+      f.runtime.FailNextFree();
+      group.clear();
+      group.push_back(MakeRequest("free.c", OpType::kAllreduce, DataType::kFloat32, c.data(), c.data(), {600000},
+                                  {600000}));
+      group.push_back(
+          MakeRequest("free.d", OpType::kAllreduce, DataType::kFloat32, d.data(), d.data(), {1000}, {1000}));
+      f.exec->RunFused(std::move(group));
+      f.finishes.WaitFor({"free.c", "free.d"});
+      EXPECT(f.finishes.status["free.c"].reason().find("free failed") != std::string::npos,
+             "free.c: " + f.finishes.status["free.c"].reason());
+      EXPECT(f.finishes.fatal.size() == 1, "a failed free was not fatal");
+    }
+    g_aborted = false;
+  }
   {  // work that never completes is aborted after the peer timeout and fails
     Fixture f(world, 2, true, /*peer_timeout=*/1.0);
     std::vector<float> a(8, 1.0f);

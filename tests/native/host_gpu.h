@@ -19,7 +19,9 @@
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
+#include <algorithm>
 #include <functional>
+#include <map>
 #include <thread>
 #include <cstdlib>
 #include <memory>
@@ -30,6 +32,7 @@
 #include "backend/gpu_communicator.h"
 #include "backend/world.h"
 #include "core/device_runtime.h"
+#include "common/half.h"
 #include "common/scale.h"
 
 namespace mxplugin {
@@ -117,12 +120,13 @@ class HostRuntime : public gpu::DeviceRuntime {
     *stream = async_ ? static_cast<void*>(new HostStream()) : static_cast<void*>(new int(0));
     return Status::Ok();
   }
-  void DestroyStream(void* stream) override {
+  Status DestroyStream(void* stream) override {
     if (async_) {
       delete static_cast<HostStream*>(stream);
     } else {
       delete static_cast<int*>(stream);
     }
+    return Status::Ok();
   }
   Status Synchronize(void*) override { return Status::Ok(); }
   Status WaitEvent(void*, void* event) override {
@@ -151,19 +155,32 @@ class HostRuntime : public gpu::DeviceRuntime {
     }
     return gpu::EventState::kDone;
   }
-  void DestroyEvent(void* event) override {
+  Status DestroyEvent(void* event) override {
     delete static_cast<HostEvent*>(event);
     ++events_freed;
+    return Status::Ok();
   }
   Status Allocate(int64_t bytes, void*, bool stream_ordered, void** out) override {
     EXPECT(stream_ordered == stream_ordered_, "allocation mode");
     *out = std::aligned_alloc(64, static_cast<size_t>((bytes + 63) / 64 * 64));
     ++buffers_made;
+    std::lock_guard<std::mutex> lock(mutex_);
+    sizes_[*out] = bytes;
+    bytes_live += bytes;
+    bytes_peak = std::max(bytes_peak, bytes_live);
     return Status::Ok();
   }
-  void Free(void* ptr, void*, bool) override {
+  Status Free(void* ptr, void*, bool) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (fail_next_free_) {
+      fail_next_free_ = false;
+      return Status::Internal("the stand-in's free failed, as asked");
+    }
     std::free(ptr);
     ++buffers_freed;
+    bytes_live -= sizes_[ptr];
+    sizes_.erase(ptr);
+    return Status::Ok();
   }
   Status BatchedCopyAndScale(const cuda::CopyDescriptor* copies, int64_t n, DataType dtype, void* stream) override {
     std::vector<cuda::CopyDescriptor> batch(copies, copies + n);  // read during the call, as the real one does
@@ -181,14 +198,21 @@ class HostRuntime : public gpu::DeviceRuntime {
     std::lock_guard<std::mutex> lock(mutex_);
     stuck_next_ = true;
   }
+  void FailNextFree() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    fail_next_free_ = true;
+  }
 
   std::atomic<int> events_made{0}, events_freed{0}, buffers_made{0}, buffers_freed{0};
+  int64_t bytes_live = 0, bytes_peak = 0;  // device memory held, now and at most (under mutex_)
 
  private:
   bool stream_ordered_;
   bool async_;
   std::mutex mutex_;
   bool stuck_next_ = false;
+  bool fail_next_free_ = false;
+  std::map<void*, int64_t> sizes_;
 };
 
 // A lane's data plane over MPI: a group of the bootstrap's members made by
@@ -208,11 +232,17 @@ class HostComm : public GpuCommunicator {
   const std::vector<int>& global_ranks() const override { return mpi_->global_ranks(); }
   void* stream() const override { return stream_; }
   bool ScaledSumSupported(DataType dtype) const override {
-    return dtype == DataType::kFloat16 || dtype == DataType::kFloat32 || dtype == DataType::kFloat64;
+    return dtype == DataType::kFloat16 || dtype == DataType::kBFloat16 || dtype == DataType::kFloat32 ||
+           dtype == DataType::kFloat64;
   }
+  // As NCCL's: the factor in the element type (a bfloat16 1/3 is 0.33398, a
+  // float16 2^17 infinity), each element times it rounded to the type.
   Status ScaledSum(const void* send, void* recv, int64_t count, DataType dtype, double factor) override {
     Note("scaled_sum", count);
     ++reductions;
+    if (dtype == DataType::kFloat16) factor = HalfToFloat(FloatToHalf(static_cast<float>(factor)));
+    if (dtype == DataType::kBFloat16) factor = BFloat16ToFloat(FloatToBFloat16(static_cast<float>(factor)));
+    if (dtype == DataType::kFloat32) factor = static_cast<float>(factor);
     if (mpi_->size() == 1) {
       // As NCCL's one-rank pre-multiplied sum (oneRankReduce, measured on an
       // H100 with NCCL 2.28): min(32, ceil(bytes / 16 KiB)) blocks of

@@ -2,8 +2,11 @@
 buffer) through the raw entry with CuPy arrays: no MXNet needed, so it runs
 in a core-only build too. Each rank uses GPU local_rank; NCCL needs one GPU
 per rank. Run under mpiexec by tests/test_nccl.py."""
+import json
 import os
+import shutil
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -104,6 +107,79 @@ run(ops)
 for name, out, total, dtype in expect:
     check(name, out, total, dtype)
 say(f"rank {rank}: {len(ops)} allreduces ok")
+
+# --- scale factors the half types cannot hold (Note [Pre-multiplied sums]):
+# a tensor alone is reduced where it lies (direct), two together are fused;
+# both must give the bits of the float32 scaling: a bfloat16 Average (the
+# core divides halves before the sum; 1/3 at 3 ranks keeps 8 bits in
+# bfloat16; each element non-zero on one rank only), float16 times 2^17
+# (infinity in float16: zeros would become NaN) and times 2^-25 (0 in
+# float16). Every sum is exact whatever order NCCL adds the ranks in.
+def to_bfloat16_bits(x):
+    """float32 -> bfloat16 bits, rounded to nearest even (NumPy has no bfloat16)."""
+    b = np.atleast_1d(np.asarray(x, dtype="float32")).view("uint32").astype("uint64")
+    one, sixteen = np.uint64(1), np.uint64(16)
+    return ((b + np.uint64(0x7FFF) + ((b >> sixteen) & one)) >> sixteen).astype("uint16")
+
+
+def from_bfloat16_bits(b):
+    return (np.asarray(b, dtype="uint32") << 16).view("float32")
+
+
+n_half = 4099
+idx = np.arange(n_half)
+half_cases = [  # name, dtype, reduce op, postscale, rank r's values, the float32 result before rounding
+    ("bf16.average", "bfloat16", m.REDUCE_AVERAGE, 1.0,
+     lambda r: np.where(idx % size == r, idx % 251 - 125, 0).astype("float32"),
+     lambda: from_bfloat16_bits(to_bfloat16_bits((idx % 251 - 125).astype("float32") * np.float32(1.0 / size)))),
+    ("f16.times.2^17", "float16", m.REDUCE_SUM, 2.0 ** 17,
+     lambda r: np.where(idx % 4 == 0, 0.0, ((idx + r) % 3) * 2.0 ** -17).astype("float32"), None),
+    ("f16.times.2^-25", "float16", m.REDUCE_SUM, 2.0 ** -25,
+     lambda r: np.where(idx % 4 == 0, 0.0, 512.0 * ((idx + r) % 3 + 1)).astype("float32"), None),
+]
+for name, dtype, reduce_op, post, value, result in half_cases:
+    def bits(x, dtype=dtype):
+        return to_bfloat16_bits(x) if dtype == "bfloat16" else x.astype("float16").view("uint16")
+    inp = upload(bits(value(rank)))
+    direct, fused, filler = zeros_like(inp), zeros_like(inp), zeros((5,), "uint16")
+    run([op(name + ".direct", m.OP_ALLREDUCE, dtype, inp, direct, reduce_op, post=post)])
+    run([op(name + ".fused", m.OP_ALLREDUCE, dtype, inp, fused, reduce_op, post=post),
+         op(name + ".filler", m.OP_ALLREDUCE, dtype, filler, filler, reduce_op, post=post)])
+    # Average: the prescaled value of the one contributing rank; else the exact sum times the postscale
+    total = result() if result else sum(value(r) for r in range(size)) * np.float32(post)
+    want = bits(total)
+    for path, got in (("direct", cp.asnumpy(direct)), ("fused", cp.asnumpy(fused))):
+        wrong = np.flatnonzero(got != want)
+        if wrong.size:
+            i = wrong[0]
+            shown = from_bfloat16_bits if dtype == "bfloat16" else (lambda b: b.view("float16"))
+            raise AssertionError(f"rank {rank}: {name} {path}: {wrong.size} elements differ from the float32 "
+                                 f"scaling of the sum; element {i}: {shown(got[i:i + 1])[0]}, want "
+                                 f"{shown(want[i:i + 1])[0]} (float32 {total[i]})")
+say(f"rank {rank}: half-type scale factors, direct and fused bit for bit ok")
+
+# --- 50 allreduces submitted together, each with a priority of its own (as
+# DistributedOptimizer and kvstore='mxplugin' give gradients): one lane
+# launch, not one each (Note [Fusion across priorities]). Counted from the
+# timeline: the requests of one launch share its span to the nanosecond.
+timeline_dir = tempfile.mkdtemp(prefix="check_nccl_timeline.")
+core.start_timeline(os.path.join(timeline_dir, "t.{rank}.json"))
+per = [[host_data((100 + 37 * k,), r, "float32", 700 + k) for k in range(50)] for r in range(size)]
+bufs = [upload(per[rank][k]) for k in range(50)]
+ops = [m.Op(f"prio.{k}", m.OP_ALLREDUCE, DT["float32"], [b.size], b.data.ptr, b.data.ptr, out_shape=[b.size],
+            device=dev, priority=-k, stream=stream.ptr) for k, b in enumerate(bufs)]
+run(ops)
+core.stop_timeline()
+for k, b in enumerate(bufs):
+    check(f"prio.{k}", b, sum(p[k].astype("float64") for p in per), "float32")
+with open(os.path.join(timeline_dir, f"t.{rank}.json")) as f:
+    events = json.load(f)
+shutil.rmtree(timeline_dir)
+rows = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
+spans = {(e["ts"], e["dur"]) for e in events if e["ph"] == "X" and e["name"] == "NCCL_ALLREDUCE" and
+         rows[e["tid"]].startswith("prio.")}
+assert len(spans) == 1, f"rank {rank}: 50 allreduces of distinct priorities took {len(spans)} lane launches"
+say(f"rank {rank}: 50 allreduces of distinct priorities in one lane launch ok")
 
 # --- many groups at once: separate calls (and priorities) spread over the lanes
 handles, expect = [], []

@@ -36,6 +36,33 @@ Status MemoryCommunicator::Allreduce(const void* send, void* recv, int64_t count
   Status st = Meet(send, [&](const std::vector<const void*>& all) { ReduceBlocks(all, 0, count, dtype, op, &result); },
                    "allreduce");
   if (st.ok() && !result.empty()) std::memcpy(recv, result.data(), result.size());
+  if (st.ok() && m_.me == 0) ++m_.counts->reductions;
+  return st;
+}
+
+Status MemoryCommunicator::AllreduceMany(const std::vector<Buffer>& buffers, DataType dtype, ReduceOp op) {
+  std::vector<std::vector<char>> results(buffers.size());
+  bool same_batch = true;
+  Status st = Meet(&buffers, [&](const std::vector<const void*>& all) {
+    std::vector<const std::vector<Buffer>*> batches;
+    for (const void* p : all) {
+      batches.push_back(static_cast<const std::vector<Buffer>*>(p));
+      same_batch = same_batch && batches.back()->size() == buffers.size();
+    }
+    if (!same_batch) return;
+    for (size_t b = 0; b < buffers.size(); ++b) {
+      std::vector<const void*> sends;
+      for (const auto* batch : batches) sends.push_back((*batch)[b].send);
+      ReduceBlocks(sends, 0, buffers[b].count, dtype, op, &results[b]);
+    }
+  }, "allreduce (batch)");
+  if (!st.ok()) return st;
+  if (!same_batch) return Status::Internal("allreduce (batch): members hold batches of different lengths");
+  for (size_t b = 0; b < buffers.size(); ++b) {
+    if (!results[b].empty()) std::memcpy(buffers[b].recv, results[b].data(), results[b].size());
+    ScaleInPlace(buffers[b].recv, buffers[b].count, dtype, buffers[b].postscale);
+  }
+  if (m_.me == 0) ++m_.counts->reductions;
   return st;
 }
 

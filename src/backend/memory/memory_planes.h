@@ -17,12 +17,13 @@
 namespace mxplugin {
 namespace memory {
 
-// What a job's control planes did, for tests to see negotiation at work
-// (a round whose requests are all cached has no gather). Counted once per
-// meeting, by member 0.
+// What a job's planes did, for tests to see negotiation and fusion at work
+// (a round whose requests are all cached has no gather; a fused or batched
+// group of allreduces is one reduction). Counted once per meeting, by member 0.
 struct ControlCounts {
   std::atomic<int64_t> bit_allreduces{0};
   std::atomic<int64_t> gathers{0};
+  std::atomic<int64_t> reductions{0};  // data-plane Allreduce and AllreduceMany calls
 };
 
 // What both planes know of their group.
@@ -41,6 +42,8 @@ class MemoryCommunicator : public Communicator {
   const std::vector<int>& global_ranks() const override { return m_.global_ranks; }
 
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) override;
+  // The whole batch in one meeting.
+  Status AllreduceMany(const std::vector<Buffer>& buffers, DataType dtype, ReduceOp op) override;
   Status Allgatherv(const void* send, int64_t send_count, void* recv, const std::vector<int64_t>& counts,
                     const std::vector<int64_t>& displs, DataType dtype) override;
   Status Broadcast(void* buffer, int64_t count, DataType dtype, int root) override;

@@ -35,7 +35,12 @@ Status NcclType(DataType dtype, ncclDataType_t* out) {
 Status NcclOp(ReduceOp op, ncclRedOp_t* out) {
   switch (op) {
     case ReduceOp::kSum: *out = ncclSum; return Status::Ok();
-    case ReduceOp::kAverage: *out = ncclAvg; return Status::Ok();
+    // Core::Enqueue sends Average as a Sum with a 1/size factor. ncclAvg is
+    // not used: at one rank it would be NCCL's pre-multiplied sum, which
+    // leaves the tail of some counts unwritten (Note [One rank needs no
+    // collective] in core/gpu_launch.cc).
+    case ReduceOp::kAverage:
+      return Status::Internal("an Average reached the NCCL backend; the core sends it as a Sum with a 1/size factor");
     case ReduceOp::kMin: *out = ncclMin; return Status::Ok();
     case ReduceOp::kMax: *out = ncclMax; return Status::Ok();
     case ReduceOp::kProduct: *out = ncclProd; return Status::Ok();
@@ -198,7 +203,12 @@ Status NcclCommunicator::ScaledSum(const void* send, void* recv, int64_t count, 
   });
   // The operator goes once the call using it has settled.
   std::lock_guard<std::mutex> lock(mutex_);
-  if (created && !aborted_) ncclRedOpDestroy(op, comm_);
+  if (created && !aborted_) {
+    ncclResult_t r = ncclRedOpDestroy(op, comm_);
+    if (r != ncclSuccess && result.ok()) {
+      result = Status::Internal("ncclRedOpDestroy (after a pre-multiplied sum) failed: " + DescribeNccl(r, comm_));
+    }
+  }
   return result;
 }
 

@@ -49,7 +49,9 @@ class NcclCommunicator : public GpuCommunicator {
   void* stream() const override { return stream_; }
 
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) override;
-  // One NCCL call (ncclRedOpCreatePreMulSum) for the floating-point types.
+  // One NCCL call (ncclRedOpCreatePreMulSum) for the floating-point types;
+  // the factor is given in the element type (the executor pre-multiplies
+  // float32 and float64 only: Note [Pre-multiplied sums] in core/gpu_launch.cc).
   Status ScaledSum(const void* send, void* recv, int64_t count, DataType dtype, double factor) override;
   bool ScaledSumSupported(DataType dtype) const override;
   Status Allgatherv(const void* send, int64_t send_count, void* recv, const std::vector<int64_t>& counts,

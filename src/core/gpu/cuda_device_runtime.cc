@@ -73,15 +73,19 @@ bool CudaRuntime::StreamOrderedAllocation(int device) {
 // queued behind the backward pass's kernels; non-blocking, so that they do
 // not wait for the legacy default stream.
 Status CudaRuntime::CreateStream(void** stream) {
+  *stream = nullptr;
   int least = 0, greatest = 0;
-  cudaDeviceGetStreamPriorityRange(&least, &greatest);
+  Status st = CudaStatus(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+  if (!st.ok()) return st;
   cudaStream_t s = nullptr;
-  Status st = CudaStatus(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest), "cudaStreamCreate");
-  *stream = s;
+  st = CudaStatus(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest), "cudaStreamCreate");
+  if (st.ok()) *stream = s;
   return st;
 }
 
-void CudaRuntime::DestroyStream(void* stream) { cudaStreamDestroy(AsStream(stream)); }
+Status CudaRuntime::DestroyStream(void* stream) {
+  return CudaStatus(cudaStreamDestroy(AsStream(stream)), "cudaStreamDestroy");
+}
 
 Status CudaRuntime::Synchronize(void* stream) {
   return CudaStatus(cudaStreamSynchronize(AsStream(stream)), "cudaStreamSynchronize");
@@ -112,7 +116,9 @@ EventState CudaRuntime::QueryEvent(void* event, Status* error) {
   return EventState::kFailed;
 }
 
-void CudaRuntime::DestroyEvent(void* event) { cudaEventDestroy(static_cast<cudaEvent_t>(event)); }
+Status CudaRuntime::DestroyEvent(void* event) {
+  return CudaStatus(cudaEventDestroy(static_cast<cudaEvent_t>(event)), "cudaEventDestroy");
+}
 
 Status CudaRuntime::Allocate(int64_t bytes, void* stream, bool stream_ordered, void** out) {
   *out = nullptr;
@@ -123,12 +129,11 @@ Status CudaRuntime::Allocate(int64_t bytes, void* stream, bool stream_ordered, v
   return CudaStatus(cudaMalloc(out, static_cast<size_t>(bytes)), "allocating the GPU fusion buffer (cudaMalloc)");
 }
 
-void CudaRuntime::Free(void* ptr, void* stream, bool stream_ordered) {
+Status CudaRuntime::Free(void* ptr, void* stream, bool stream_ordered) {
   if (stream_ordered) {
-    cudaFreeAsync(ptr, AsStream(stream));
-  } else {
-    cudaFree(ptr);
+    return CudaStatus(cudaFreeAsync(ptr, AsStream(stream)), "freeing the GPU fusion buffer (cudaFreeAsync)");
   }
+  return CudaStatus(cudaFree(ptr), "freeing the GPU fusion buffer (cudaFree)");
 }
 
 Status CudaRuntime::BatchedCopyAndScale(const cuda::CopyDescriptor* copies, int64_t n, DataType dtype,

@@ -15,14 +15,14 @@ class CudaRuntime : public DeviceRuntime {
   Status UseDevice(int device) override;
   bool StreamOrderedAllocation(int device) override;
   Status CreateStream(void** stream) override;
-  void DestroyStream(void* stream) override;
+  Status DestroyStream(void* stream) override;
   Status Synchronize(void* stream) override;
   Status WaitEvent(void* stream, void* event) override;
   Status RecordEvent(void* stream, void** event) override;
   EventState QueryEvent(void* event, Status* error) override;
-  void DestroyEvent(void* event) override;
+  Status DestroyEvent(void* event) override;
   Status Allocate(int64_t bytes, void* stream, bool stream_ordered, void** out) override;
-  void Free(void* ptr, void* stream, bool stream_ordered) override;
+  Status Free(void* ptr, void* stream, bool stream_ordered) override;
   Status BatchedCopyAndScale(const cuda::CopyDescriptor* copies, int64_t n, DataType dtype, void* stream) override;
 };
 
