@@ -1,7 +1,10 @@
 """The core's GPU path over NCCL (tests/spmd/check_nccl.py: every collective,
-fused and direct allreduces over 1-3 lanes, 50 distinct priorities in one
-lane launch, half-type scale factors equal bit for bit direct and fused,
-ordering against the producer's stream, argument errors) and the errors every build gives for GPU tensors it
+allreduces of every dtype (bfloat16 included) up to 524,301 elements over
+1-3 lanes, 50 distinct priorities in one lane launch, half-type scale
+factors equal bit for bit direct and fused, ordering against the producer's
+stream, argument errors), the same with MXPLUGIN_GPU_DIRECT_THRESHOLD=1 at
+1-3 ranks (every allreduce reduced where it lies, LaunchAllreduce, which the
+default fuses away), and the errors every build gives for GPU tensors it
 cannot run (check_gpu_errors.py, which needs no GPU).
 
 The GPU tests need a build with NCCL, CuPy and a GPU; they skip, saying
@@ -65,6 +68,17 @@ def test_nccl_one_rank(streams):
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_nccl_several_ranks(ranks, fakessh):
     assert_spmd_ok("check_nccl.py", ranks, timeout=300, launch=launch_or_skip(ranks, GPUS, fakessh))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(GPUS < 1, reason=WHY or "needs a GPU")
+@pytest.mark.parametrize("ranks", [1, 2, 3])
+def test_nccl_direct_allreduce(ranks, fakessh):
+    """By default every GPU allreduce that fits the fusion buffer is fused, so
+    the direct path runs only for a tensor alone; a direct threshold of one
+    byte sends every allreduce there (scaled, every dtype and reduce op)."""
+    assert_spmd_ok("check_nccl.py", ranks, env={"MXPLUGIN_GPU_DIRECT_THRESHOLD": "1"}, timeout=300,
+                   launch=launch_or_skip(ranks, GPUS, fakessh))
 
 
 @pytest.mark.parametrize("ranks", [2, 3])

@@ -1,7 +1,9 @@
 """The core's GPU path (NCCL backend, lanes, ready events, device fusion
 buffer) through the raw entry with CuPy arrays: no MXNet needed, so it runs
 in a core-only build too. Each rank uses GPU local_rank; NCCL needs one GPU
-per rank. Run under mpiexec by tests/test_nccl.py."""
+per rank. Run under mpiexec by tests/test_nccl.py, also with
+MXPLUGIN_GPU_DIRECT_THRESHOLD=1, which reduces every GPU allreduce where it
+lies (GpuExecutor::LaunchAllreduce) instead of through the fusion buffer."""
 import json
 import os
 import shutil
@@ -25,6 +27,14 @@ stream = cp.cuda.Stream(non_blocking=True)
 DT = m.DTYPES
 TOL = {"float16": dict(rtol=2e-3, atol=2e-2), "float32": dict(rtol=1e-5, atol=1e-5),
        "float64": dict(rtol=1e-12, atol=1e-12)}
+# bfloat16 keeps 8 significant bits, and NCCL rounds every partial sum to
+# them: an element's error is a few half-ulps of the largest partial sum, so
+# the absolute tolerance follows the largest result, not the element's own.
+BF16_RTOL, BF16_ATOL_OF_LARGEST = 2.0 ** -7, 2.0 ** -6
+# Allreduces below this many bytes are fused (the planner's GPU policy,
+# Executor::Fusable); -1: everything that fits the fusion buffer is.
+DIRECT_THRESHOLD = int(float(os.environ.get("MXPLUGIN_GPU_DIRECT_THRESHOLD",
+                                            os.environ.get("HOROVOD_GPU_DIRECT_THRESHOLD", "-1"))))
 
 
 def say(text):
@@ -32,14 +42,35 @@ def say(text):
     sys.stdout.flush()
 
 
+def to_bfloat16_bits(x):
+    """float32 -> bfloat16 bits, rounded to nearest even (NumPy has no bfloat16)."""
+    b = np.atleast_1d(np.asarray(x, dtype="float32")).view("uint32").astype("uint64")
+    one, sixteen = np.uint64(1), np.uint64(16)
+    return ((b + np.uint64(0x7FFF) + ((b >> sixteen) & one)) >> sixteen).astype("uint16")
+
+
+def from_bfloat16_bits(b):
+    return (np.asarray(b, dtype="uint32") << 16).view("float32")
+
+
+def is_float(dtype):
+    return dtype.startswith("float") or dtype == "bfloat16"
+
+
 def host_data(shape, r, dtype, seed):
+    """Rank r's values; bfloat16 ones as float32 that bfloat16 holds exactly."""
     rng = np.random.RandomState(seed * 1000 + r)
+    if dtype == "bfloat16":
+        return from_bfloat16_bits(to_bfloat16_bits(rng.uniform(-1, 1, size=shape) * 4)).reshape(shape)
     if dtype.startswith("float"):
         return (rng.uniform(-1, 1, size=shape) * 4).astype(dtype)
     return rng.randint(-50, 50, size=shape).astype(dtype)
 
 
-def upload(host):
+def upload(host, dtype=None):
+    """`dtype` bfloat16: the float32 values `host` go up as bfloat16 bits."""
+    if dtype == "bfloat16":
+        host = to_bfloat16_bits(host).reshape(np.shape(host))
     with stream:
         return cp.asarray(host)
 
@@ -69,44 +100,54 @@ def run(ops):
 
 def check(what, actual, expected, dtype):
     got = cp.asnumpy(actual)
-    if dtype.startswith("float"):
+    if dtype == "bfloat16":
+        expected = np.asarray(expected, dtype="float64")
+        atol = BF16_ATOL_OF_LARGEST * float(np.abs(expected).max(initial=0.0))
+        np.testing.assert_allclose(from_bfloat16_bits(got).astype("float64"), expected, rtol=BF16_RTOL, atol=atol,
+                                   err_msg=f"rank {rank}: {what}")
+    elif dtype.startswith("float"):
         np.testing.assert_allclose(got.astype("float64"), expected, err_msg=f"rank {rank}: {what}", **TOL[dtype])
     else:
         np.testing.assert_array_equal(got, np.asarray(expected).astype(dtype), err_msg=f"rank {rank}: {what}")
 
 
-# --- allreduce: fused (small) and direct (large), sum/average/min/max/product,
-# scaled, in and out of place, several dtypes, one grouped call
+# --- allreduce: sum/average/min/max/product, scaled, in and out of place,
+# every dtype, small and large (odd counts: 200,003, 2^18 + 3 and 2^19 + 13
+# elements, which no NCCL chunk or channel divides), one grouped call. By
+# default all of them are fused (every GPU allreduce that fits the fusion
+# buffer is); with MXPLUGIN_GPU_DIRECT_THRESHOLD=1 each is reduced where it
+# lies (LaunchAllreduce: pre-multiplied or scale passes around the sum).
 ops, expect, keep, seed = [], [], [], 0
-for dtype in ("float32", "float16", "float64", "int32", "int64"):
+for dtype in ("float32", "float16", "bfloat16", "float64", "int32", "int64"):
     for reduce_name, reduce_op in (("sum", m.REDUCE_SUM), ("avg", m.REDUCE_AVERAGE), ("min", m.REDUCE_MIN),
                                    ("max", m.REDUCE_MAX), ("prod", m.REDUCE_PRODUCT)):
-        scaled = reduce_name in ("sum", "avg") and dtype.startswith("float")
+        scaled = reduce_name in ("sum", "avg") and is_float(dtype)
         for pre, post in ([(1.0, 1.0), (0.5, 3.0)] if scaled else [(1.0, 1.0)]):
-            for shape in ((5,), (3, 7), (200_003,)):  # the last is above the direct threshold
+            for shape in ((5,), (3, 7), (200_003,), (262_147,), (524_301,)):
                 seed += 1
                 per = [host_data(shape, r, dtype, seed) for r in range(size)]
                 if reduce_name == "prod":
-                    per = [np.sign(p).astype(dtype) + (p == 0).astype(dtype) for p in per]  # stays in range
+                    held = "float32" if dtype == "bfloat16" else dtype  # NumPy has no bfloat16
+                    per = [np.sign(p).astype(held) + (p == 0).astype(held) for p in per]  # stays in range
                 stack = np.stack([p.astype("float64") * pre for p in per])
                 total = {"sum": stack.sum(0), "avg": stack.sum(0) / size, "min": stack.min(0), "max": stack.max(0),
                          "prod": stack.prod(0)}[reduce_name] * post
-                if not dtype.startswith("float"):
+                if not is_float(dtype):
                     total = np.trunc(total)
                 name = f"ar.{dtype}.{reduce_name}.{pre}.{shape}"
-                inp = upload(per[rank])
+                inp = upload(per[rank], dtype)
                 out = zeros_like(inp)
                 keep.append(inp)  # the op holds only its pointer
                 ops.append(op(name, m.OP_ALLREDUCE, dtype, inp, out, reduce_op, pre=pre, post=post))
                 expect.append((name, out, total, dtype))
-                inplace = upload(per[rank])
+                inplace = upload(per[rank], dtype)
                 ops.append(op(name + ".inplace", m.OP_ALLREDUCE, dtype, inplace, inplace, reduce_op, pre=pre,
                               post=post))
                 expect.append((name + ".inplace", inplace, total, dtype))
 run(ops)
 for name, out, total, dtype in expect:
     check(name, out, total, dtype)
-say(f"rank {rank}: {len(ops)} allreduces ok")
+say(f"rank {rank}: {len(ops)} allreduces ok (GPU direct threshold {DIRECT_THRESHOLD})")
 
 # --- scale factors the half types cannot hold (Note [Pre-multiplied sums]):
 # a tensor alone is reduced where it lies (direct), two together are fused;
@@ -114,20 +155,11 @@ say(f"rank {rank}: {len(ops)} allreduces ok")
 # core divides halves before the sum; 1/3 at 3 ranks keeps 8 bits in
 # bfloat16; each element non-zero on one rank only), float16 times 2^17
 # (infinity in float16: zeros would become NaN) and times 2^-25 (0 in
-# float16). Every sum is exact whatever order NCCL adds the ranks in.
-def to_bfloat16_bits(x):
-    """float32 -> bfloat16 bits, rounded to nearest even (NumPy has no bfloat16)."""
-    b = np.atleast_1d(np.asarray(x, dtype="float32")).view("uint32").astype("uint64")
-    one, sixteen = np.uint64(1), np.uint64(16)
-    return ((b + np.uint64(0x7FFF) + ((b >> sixteen) & one)) >> sixteen).astype("uint16")
-
-
-def from_bfloat16_bits(b):
-    return (np.asarray(b, dtype="uint32") << 16).view("float32")
-
-
-n_half = 4099
-idx = np.arange(n_half)
+# float16). Every sum is exact whatever order NCCL adds the ranks in. With
+# MXPLUGIN_GPU_DIRECT_THRESHOLD=1 the pair is reduced where it lies too, each
+# tensor on a lane of its own. At an odd count and at the large odd counts
+# above (the direct path's scale passes and NCCL's channels split them).
+idx = None  # the element indices of the count being checked
 half_cases = [  # name, dtype, reduce op, postscale, rank r's values, the float32 result before rounding
     ("bf16.average", "bfloat16", m.REDUCE_AVERAGE, 1.0,
      lambda r: np.where(idx % size == r, idx % 251 - 125, 0).astype("float32"),
@@ -137,7 +169,11 @@ half_cases = [  # name, dtype, reduce op, postscale, rank r's values, the float3
     ("f16.times.2^-25", "float16", m.REDUCE_SUM, 2.0 ** -25,
      lambda r: np.where(idx % 4 == 0, 0.0, 512.0 * ((idx + r) % 3 + 1)).astype("float32"), None),
 ]
-for name, dtype, reduce_op, post, value, result in half_cases:
+for n_half, (name, dtype, reduce_op, post, value, result) in (
+        (n, case) for n in (4099, 200_003, 262_147, 524_301) for case in half_cases):
+    idx = np.arange(n_half)
+    name = f"{name}.{n_half}"
+
     def bits(x, dtype=dtype):
         return to_bfloat16_bits(x) if dtype == "bfloat16" else x.astype("float16").view("uint16")
     inp = upload(bits(value(rank)))
@@ -162,6 +198,8 @@ say(f"rank {rank}: half-type scale factors, direct and fused bit for bit ok")
 # DistributedOptimizer and kvstore='mxplugin' give gradients): one lane
 # launch, not one each (Note [Fusion across priorities]). Counted from the
 # timeline: the requests of one launch share its span to the nanosecond.
+# With a direct threshold at or below the smallest (400 bytes) each is a
+# launch of its own; at one between the sizes, the count is not checked.
 timeline_dir = tempfile.mkdtemp(prefix="check_nccl_timeline.")
 core.start_timeline(os.path.join(timeline_dir, "t.{rank}.json"))
 per = [[host_data((100 + 37 * k,), r, "float32", 700 + k) for k in range(50)] for r in range(size)]
@@ -178,8 +216,14 @@ shutil.rmtree(timeline_dir)
 rows = {e["tid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
 spans = {(e["ts"], e["dur"]) for e in events if e["ph"] == "X" and e["name"] == "NCCL_ALLREDUCE" and
          rows[e["tid"]].startswith("prio.")}
-assert len(spans) == 1, f"rank {rank}: 50 allreduces of distinct priorities took {len(spans)} lane launches"
-say(f"rank {rank}: 50 allreduces of distinct priorities in one lane launch ok")
+sizes = [b.nbytes for b in bufs]
+if DIRECT_THRESHOLD < 0 or DIRECT_THRESHOLD > max(sizes):
+    assert len(spans) == 1, f"rank {rank}: 50 allreduces of distinct priorities took {len(spans)} lane launches"
+    say(f"rank {rank}: 50 allreduces of distinct priorities in one lane launch ok")
+elif DIRECT_THRESHOLD <= min(sizes):
+    assert len(spans) == 50, (f"rank {rank}: 50 allreduces at or above the GPU direct threshold "
+                              f"({DIRECT_THRESHOLD} bytes) took {len(spans)} lane launches, not one each")
+    say(f"rank {rank}: 50 allreduces above the direct threshold, one lane launch each ok")
 
 # --- many groups at once: separate calls (and priorities) spread over the lanes
 handles, expect = [], []
