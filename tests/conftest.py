@@ -10,7 +10,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # test_core_raw.py only test_raw_core; everything else needs MXNet and is
 # reported as skipped there. Add a module here when it (and the SPMD
 # scripts it runs) needs no MXNet.
-CORE_ONLY_MODULES = {"test_build.py", "test_core_raw.py", "test_in_process.py", "test_cuda_kernels.py", "test_gpu_executor_host.py", "test_nccl.py"}
+CORE_ONLY_MODULES = {"test_build.py", "test_core_raw.py", "test_in_process.py", "test_cuda_kernels.py", "test_gpu_executor_host.py", "test_nccl.py",
+                     "test_gpu_soak.py"}
 CORE_ONLY_SKIP = "needs MXNet: this mxplugin is a core-only build (MXPLUGIN_WITH_MXNET=0)"
 
 
