@@ -7,7 +7,7 @@ import numpy as np
 
 from mxplugin import basics
 from mxplugin.basics import global_process_set
-from mxplugin.errors import ArgumentError
+from mxplugin.errors import ArgumentError, PeerFailureError
 from mxplugin.ops import allgather, broadcast_
 
 try:
@@ -35,6 +35,13 @@ def broadcast_object(obj, root_rank=0, name=None):
         length = mx.nd.zeros((1,), dtype="int64")
     broadcast_(length, root_rank, name=name + ".sz")
     n = int(length.asnumpy()[0])
+    if n <= 0:
+        # A pickle is never empty: no length came from the root. Seen when a
+        # third rank was killed during the broadcast (an elastic test): the
+        # length read 0 rather than failing. Reported as what it is, a lost
+        # peer, so that elastic training goes back to its last commit.
+        raise PeerFailureError(f"broadcast_object '{name}': rank {basics.rank()} received no object from root "
+                               f"rank {root_rank} (length {n}): a peer failed during the broadcast")
     data = mx.nd.array(payload, dtype="uint8") if payload is not None else mx.nd.zeros((n,), dtype="uint8")
     broadcast_(data, root_rank, name=name + ".t")
     if basics.rank() == root_rank:
