@@ -1,5 +1,8 @@
 """Start-up, topology, process sets, timeline and build information."""
 import atexit
+import os
+import signal
+import sys
 import threading
 
 from mxplugin.errors import ArgumentError, NotInitializedError
@@ -14,6 +17,7 @@ class _State:
         self.topology = None
         self.lock = threading.Lock()
         self.shut_down = False
+        self.interrupted = False  # this process got SIGINT (Note [Interrupted ranks end with a code])
 
 
 _state = _State()
@@ -112,6 +116,7 @@ def init(comm=None, process_sets=None):
         _state.topology = topo
         global_process_set.ranks = list(range(topo["size"]))
     atexit.register(_shutdown_at_exit)
+    _notice_interrupts()
     if process_sets is not None and not isinstance(process_sets, str):
         for ps in process_sets:
             add_process_set(ps)
@@ -121,14 +126,93 @@ def _shutdown_at_exit():
     """shutdown() as the interpreter exits. When another rank stopped first
     (it failed, or exited before this rank), the core is already down and
     says why; that is one line of news, not an 'Exception ignored in atexit
-    callback' traceback."""
+    callback' traceback. A rank that an interrupt ends then ends with an
+    exit code (Note [Interrupted ranks end with a code])."""
+    who = f"mxplugin: rank {_state.topology['rank'] if _state.topology else '?'}"
     try:
         shutdown()
     except Exception as exc:  # noqa: BLE001 -- nothing may escape an atexit hook
-        import sys
+        sys.stderr.write(f"{who} shut down: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}\n")
+    if not _ending_by_interrupt():
+        return
+    _forget_collectives_failed_by_the_stop(who)
+    if _state.topology and _state.topology["size"] > 1:
+        from mxplugin.elastic.protocol import ENV_DRIVER
 
-        sys.stderr.write(f"mxplugin: rank {_state.topology['rank'] if _state.topology else '?'} shut down: "
-                         f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}\n")
+        if ENV_DRIVER not in os.environ:  # not under the elastic supervisor
+            _core_module().exit_at_end(128 + signal.SIGINT)
+
+
+def _forget_collectives_failed_by_the_stop(who):
+    """After an interrupt, collectives still pending when the core stopped
+    (pushed when the KeyboardInterrupt came, never read) have failed with its
+    "shut down" error. MXNet's own atexit hook, which waits for all, would
+    print that as "Exception ignored in atexit callback: _notify_shutdown":
+    noise after a Ctrl-C. So it is waited for here, and dropped; another
+    failure still gets its first line."""
+    mx = sys.modules.get("mxnet")
+    if mx is None or not hasattr(mx, "nd"):
+        return
+    try:
+        mx.nd.waitall()
+    except Exception as exc:  # noqa: BLE001 -- nothing may escape an atexit hook
+        first = str(exc).replace("MXNetError: ", "", 1).strip().splitlines()[0] if str(exc).strip() else ""
+        if not first.startswith("mxplugin"):
+            sys.stderr.write(f"{who}: an MXNet operation failed: {first or type(exc).__name__}\n")
+
+
+# Note [Interrupted ranks end with a code]: CPython ends a program stopped by
+# a KeyboardInterrupt that nobody caught by killing itself with SIGINT once
+# it has finalised, so that a shell sees the Ctrl-C. MPICH's launcher takes
+# a rank that ends by a signal for a crash and SIGKILLs the job's other
+# ranks at once: when it reaps that rank, and when the rank's PMI connection
+# closes unfinalised (MPICH sends PMI finalize from an exit handler, which a
+# death by signal skips). After a Ctrl-C every rank ends that way, each once
+# its own clean-up is done (all ranks stop together in shutdown(); what
+# follows is each rank's own: atexit handlers registered before init(),
+# MXNet's, files and output flushed as the interpreter finalises), so the
+# first rank to end killed the others in the middle of theirs. mpiexec ORs
+# the ranks' raw wait statuses: 2 | 9 = 11, reported as a "Segmentation
+# fault", or 2 when the PMI path came first (it presets the statuses of the
+# ranks it kills to 0: killed all the same). So a rank of a job of several
+# that an interrupt ends calls exit(128 + SIGINT) where it would have killed
+# itself: exit handlers run, MPICH sees an orderly end and kills nobody, and
+# mpiexec exits 130, as a shell reports a Ctrl-C. Ended by an interrupt: by
+# a KeyboardInterrupt nobody caught, or by any uncaught exception once the
+# process got SIGINT (a KeyboardInterrupt raised inside a destructor, as
+# NDArray's, is swallowed; the rank then fails at its next collective, which
+# the other ranks' stop has ended; it would exit 1, and mpiexec's OR make
+# 131). A one-process run keeps CPython's way (its parent may be a shell),
+# and so does a rank under the elastic supervisor, which reports the signal
+# itself and exits with a code (mxplugin/elastic/supervisor.py).
+
+
+def _notice_interrupts():
+    """Has SIGINT remembered (_state.interrupted) while Python's own handler
+    still raises KeyboardInterrupt; only where that handler is in place (a
+    program's own stays as it is), and only from the main thread."""
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return
+
+    def on_interrupt(signum, frame):
+        _state.interrupted = True
+        signal.default_int_handler(signum, frame)
+
+    try:
+        signal.signal(signal.SIGINT, on_interrupt)
+    except ValueError:  # not the main thread
+        pass
+
+
+def _ending_by_interrupt():
+    """Whether an interrupt ends this interpreter: an exception nobody caught
+    (CPython prints it, keeping it as sys.last_value and sys.last_exc, before
+    it finalises) that is a KeyboardInterrupt or came after SIGINT. Not in
+    an interactive session, where that exception may be an old one."""
+    if hasattr(sys, "ps1") or sys.flags.interactive or sys.flags.inspect:
+        return False
+    uncaught = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)
+    return uncaught is not None and (isinstance(uncaught, KeyboardInterrupt) or _state.interrupted)
 
 
 def shutdown():

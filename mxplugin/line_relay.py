@@ -16,6 +16,18 @@ redrawn with '\\r', which ends a piece like '\\n') is written once the
 command has printed nothing for PARTIAL_AFTER_SECONDS, so it is seen late
 rather than never.
 
+The grandchild keeps none of the command's other descriptors (Note [The
+relay holds only the output]).
+
+Note [The relay holds only the output]: forked before the exec, the
+grandchild would inherit everything the command is started with, MPICH's
+PMI socket (PMI_FD) among them. MPICH's proxy learns that a rank ended
+without finalising (a crash: it then stops the job) from that socket's
+closing; held by the relay, it would close only when the relay ends, which
+is after the command and after whatever still holds the command's output (a
+process it started). So the grandchild closes all but its own stdout and
+stderr and the two pipes, and reads stdin from /dev/null.
+
 With --prefix, each line starts with the rank as horovodrun prints it:
 "[1]<stdout>:" or "[1]<stderr>:".
 
@@ -119,6 +131,18 @@ def relay(sources):
             sources[fd].write(done)
 
 
+def keep_only(keep):
+    """Closes every descriptor of this process but those in `keep`; stdin
+    becomes /dev/null."""
+    low = 0
+    for fd in sorted(keep) + [os.sysconf("SC_OPEN_MAX")]:
+        if fd > low:
+            os.closerange(low, fd)
+        low = fd + 1
+    if 0 not in keep:
+        os.open(os.devnull, os.O_RDONLY)  # the lowest free descriptor: 0
+
+
 def start_relay(prefix):
     """Pipes for stdout and stderr, read by a detached grandchild (so the
     command, which takes this pid, has no child it did not start); returns
@@ -132,8 +156,7 @@ def start_relay(prefix):
             # command's to handle; the relay ends when its output does.
             for name in ("SIGINT", "SIGTERM", "SIGHUP"):
                 signal.signal(getattr(signal, name), signal.SIG_IGN)
-            os.close(out_write)
-            os.close(err_write)
+            keep_only({1, 2, out_read, err_read})  # Note [The relay holds only the output]
             rank = rank_from_environment()
             tag = (lambda stream: f"[{rank}]<{stream}>:".encode()) if prefix else (lambda stream: b"")
             relay({out_read: Sink(1, tag("stdout")), err_read: Sink(2, tag("stderr"))})

@@ -207,12 +207,22 @@ except KeyboardInterrupt:
         sys.exit(0)
     raise
 """
+# Rank 1 still has clean-up to do (an atexit handler of its own, which runs
+# after mxplugin's shutdown) when rank 0 has ended.
+CTRL_C_SLOW_CLEANUP_JOB = CTRL_C_JOB.replace("hvd.init()\n", """import atexit
+def clean_up():
+    time.sleep(1)
+    print("rank 1 finished its clean-up", flush=True)
+if os.environ["PMI_RANK"] == "1":
+    atexit.register(clean_up)  # before init: runs after mxplugin's own
+hvd.init()
+""", 1)
 
 
-def ctrl_c_at_a_terminal(*job_args):
+def ctrl_c_at_a_terminal(*job_args, job=None):
     """Runs the launcher as the foreground job of a new terminal (a pty),
     types Ctrl-C once both ranks are training; returns (exit code, output, seconds
-    from the Ctrl-C to the end)."""
+    from the Ctrl-C to the end). `job`: the ranks' code, CTRL_C_JOB by default."""
     import pty
     import select
 
@@ -222,7 +232,7 @@ def ctrl_c_at_a_terminal(*job_args):
         pytest.skip(f"no pseudo-terminal here: {exc}")
     if pid == 0:  # the child: the pty is its controlling terminal
         os.chdir(REPO)
-        os.execvpe(sys.executable, launcher("-np", "2", sys.executable, "-c", CTRL_C_JOB, *job_args),
+        os.execvpe(sys.executable, launcher("-np", "2", sys.executable, "-c", job or CTRL_C_JOB, *job_args),
                    launcher_env())
     out, typed, deadline = b"", None, time.monotonic() + TIMEOUT
     try:
@@ -254,6 +264,50 @@ def test_ctrl_c_stops_every_rank_quietly_with_one_line():
     for noise in ("Traceback", "KeyboardInterrupt", "BAD TERMINATION", "assert", "Sending Ctrl-C", "[mpiexec@"):
         assert noise not in out, f"{noise!r} in:\n{out}"
     assert took < 20, out
+
+
+def test_ctrl_c_lets_every_rank_finish_its_clean_up():
+    """Note [Interrupted ranks end with a code] (mxplugin/basics.py): a rank
+    that ended by the signal made MPICH kill the ranks still cleaning up,
+    and mpiexec then exited 2 | 9 = 11, a "Segmentation fault"."""
+    code, out, _ = ctrl_c_at_a_terminal(job=CTRL_C_SLOW_CLEANUP_JOB)
+    assert "rank 1 finished its clean-up" in out, out
+    assert code == 130, out
+    for noise in ("Traceback", "KeyboardInterrupt", "BAD TERMINATION", "[mpiexec@"):
+        assert noise not in out, f"{noise!r} in:\n{out}"
+
+
+def test_an_interrupt_with_a_collective_pending_ends_quietly():
+    """A KeyboardInterrupt that comes after an allreduce was pushed and before
+    it was read: the stop fails it, and MXNet's atexit hook no longer prints
+    that failure ("Exception ignored in atexit callback: _notify_shutdown")."""
+    code = ("import time\nimport mxnet as mx, mxplugin as hvd\nhvd.init()\n"
+            "hvd.allreduce(mx.nd.ones(4), name='both').wait_to_read()\n"
+            "if hvd.rank() == 0:\n    y = hvd.allreduce(mx.nd.ones(4), name='only_rank_0')\n    raise KeyboardInterrupt\n"
+            "time.sleep(1)  # rank 1 stays until rank 0 has pushed it\n")
+    result = run_launcher("-np", "2", sys.executable, "-c", code)
+    assert result.returncode == 130, result.stderr
+    for noise in ("Exception ignored", "_notify_shutdown", "MXNetError", "BAD TERMINATION"):
+        assert noise not in result.stderr, f"{noise!r} in:\n{result.stderr}"
+
+
+def test_a_rank_whose_interrupt_a_destructor_swallowed_ends_as_interrupted():
+    """Note [Interrupted ranks end with a code]: a KeyboardInterrupt raised
+    inside a destructor is lost; that rank fails at its next collective,
+    which the others' stop ended, and it too exits 130 (not 1: mpiexec ORs
+    the codes, and 130 | 1 made 131)."""
+    code = ("import os, signal, time\nimport mxnet as mx, mxplugin as hvd\nhvd.init()\n"
+            "hvd.allreduce(mx.nd.ones(4), name='both').wait_to_read()\n"
+            "if hvd.rank() == 0:\n    raise KeyboardInterrupt\n"
+            "class Swallows:\n"
+            "    def __del__(self):\n"
+            "        os.kill(os.getpid(), signal.SIGINT)\n"
+            "        time.sleep(1)  # the KeyboardInterrupt comes here, and is lost\n"
+            "Swallows()\n"
+            "hvd.allreduce(mx.nd.ones(4), name='only_rank_1').wait_to_read()\n")
+    result = run_launcher("-np", "2", sys.executable, "-c", code)
+    assert "Exception ignored in" in result.stderr, result.stderr
+    assert result.returncode == 130, result.stderr
 
 
 def test_ctrl_c_keeps_what_the_ranks_print_while_stopping():

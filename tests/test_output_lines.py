@@ -2,6 +2,7 @@
 [Whole lines], mxplugin/line_relay.py), optionally tagged with the rank."""
 import os
 import re
+import select
 import subprocess
 import sys
 import time
@@ -97,3 +98,28 @@ def test_exit_code_pid_and_stdin_are_the_commands_own(prefix):
         parent = f.read()
     # The parent is MPICH's proxy (or gone already), never the relay.
     assert b"line_relay" not in parent, parent
+
+
+def test_the_relay_keeps_none_of_the_commands_other_descriptors(tmp_path):
+    """Note [The relay holds only the output] (line_relay.py): a descriptor
+    the command starts with (MPICH's PMI socket, say) closes when the command
+    ends, though a process it started still holds its output, and so keeps
+    the relay's reader running."""
+    done = tmp_path / "done"
+    holder = f"import os, time\nwhile not os.path.exists({str(done)!r}):\n    time.sleep(0.05)\n"
+    code = f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {holder!r}])\n"
+    read_end, write_end = os.pipe()
+    relay = os.path.join(REPO, "mxplugin", "line_relay.py")
+    child = subprocess.Popen([sys.executable, "-S", relay, "--", sys.executable, "-c", code], pass_fds=(write_end,),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.close(write_end)
+    try:
+        assert child.wait(timeout=TIMEOUT) == 0
+        ready = select.select([read_end], [], [], 5)[0]
+        assert ready and os.read(read_end, 1) == b"", "the command's descriptor outlived it (held by the relay)"
+    finally:
+        done.touch()
+        os.close(read_end)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
