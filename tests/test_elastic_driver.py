@@ -116,6 +116,19 @@ def test_verdicts(service):
         driver.judge(service, never_started, 1)
 
 
+def test_a_crash_after_a_peer_was_lost_keeps_its_host(service):
+    """Note [Collateral crashes]: rank 2 killed, then rank 1's MPI crashes:
+    only rank 2's host is left out. A host whose rank crashes first is."""
+    driver = driver_with(service)
+    verdict = driver.judge(service, finished_world(service, left={0: "failure"},
+                                                   exits={2: "signal 9", 1: "signal 11"}), 137)
+    assert "kept for the next world: b" in verdict and "left out from now on: c" in verdict, verdict
+    assert driver.excluded == {"c": "rank 2 was lost there (signal 9)"}
+    verdict = driver.judge(service, finished_world(service, left={0: "failure"},
+                                                   exits={1: "signal 11", 2: "signal 9"}), 137)
+    assert set(driver.excluded) == {"b", "c"}, verdict
+
+
 def test_service_keeps_the_newest_state_and_wants_the_token(service):
     service.start()
     try:

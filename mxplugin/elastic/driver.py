@@ -268,24 +268,54 @@ class ElasticDriver:
                                    "to resume from (no survivor handed one over; --checkpoint-path keeps one "
                                    "on disk)")
             return f"world {record.number}: every rank was lost; resuming from the newest committed state"
+        collateral = collateral_crashes(exits)
         for rank, how in lost:
             host = record.host_of(rank)
-            if host not in gone:  # a host discovery dropped comes back when it lists it again
+            # A host discovery dropped comes back when it lists it again; a
+            # rank that crashed after a peer was already lost keeps its host.
+            if host not in gone and rank not in collateral:
                 self.excluded.setdefault(host, f"rank {rank} was lost there ({how})")
         if lost:
             listed = ", ".join(f"rank {r} on {record.host_of(r)} ({how})" for r, how in lost)
             hosts = sorted({record.host_of(r) for r, _ in lost})
-            excluded = [h for h in hosts if h not in gone]
+            kept = {record.host_of(r) for r in collateral} - {record.host_of(r) for r, _ in lost if r not in collateral}
+            excluded = [h for h in hosts if h not in gone and h not in kept]
+            if kept:
+                listed += (f" (kept for the next world: {', '.join(sorted(kept))}, whose rank crashed only after "
+                           "a peer was lost)")
+            dropped = [h for h in hosts if h in gone]
             return (f"world {record.number}: lost {listed}"
                     + (f"; left out from now on: {', '.join(excluded)}" if excluded else "")
-                    + (f"; left out while discovery does not list them: {', '.join(h for h in hosts if h in gone)}"
-                       if len(excluded) < len(hosts) else ""))
+                    + (f"; left out while discovery does not list them: {', '.join(dropped)}" if dropped else ""))
         if any(left[r] == "hosts" for r in leavers):
             return f"world {record.number}: hosts changed"
         return f"world {record.number}: ranks lost contact with each other, though none ended"
 
     def checkpoint_exists(self):
         return bool(self.args.checkpoint_path) and os.path.exists(self.args.checkpoint_path)
+
+
+# Note [Collateral crashes]: MPI is not fault tolerant. When a rank is
+# killed mid-collective, a survivor's MPI (UCX) may itself crash (SIGSEGV,
+# seen in the elastic tests) before its watcher hands over and leaves. Such
+# a rank's host is healthy: leaving it out would shrink every later world
+# for a fault that was not its own. So a rank that died by a crash signal
+# after another rank of its world had already ended by a signal is not
+# held against its host. A host whose own ranks crash first still is, and
+# worlds that keep failing stop at --reset-limit or after
+# MAX_WORLDS_WITHOUT_PROGRESS.
+CRASH_SIGNALS = ("signal 11", "signal 6", "signal 7", "signal 4", "signal 8")
+
+
+def collateral_crashes(exits):
+    """Ranks of `exits` ({rank: how}, in the order their ends were reported)
+    that crashed after another rank had already ended by a signal."""
+    collateral, peer_lost = set(), False
+    for rank, how in exits.items():
+        if peer_lost and how in CRASH_SIGNALS:
+            collateral.add(rank)
+        peer_lost = peer_lost or how.startswith("signal")
+    return collateral
 
 
 def fmt_hosts(hosts):
