@@ -17,6 +17,7 @@ has seen what it waits for (tests/test_elastic.py: a new world, say).
 import argparse
 import logging
 import os
+import pickle
 import time
 
 import mxnet as mx
@@ -32,7 +33,11 @@ def parse_args():
     p.add_argument("--epochs", type=int, default=20, help="passes over the training set (default 20)")
     p.add_argument("--batch-size", type=int, default=32, help="samples per rank per step (default 32)")
     p.add_argument("--base-lr", type=float, default=0.05, help="learning rate per rank (default 0.05)")
+    p.add_argument("--optimizer", default="sgd", help="sgd (with --momentum) or any other MXNet optimizer by name "
+                                                       "(default sgd)")
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
+    p.add_argument("--shard-optimizer-states", action="store_true",
+                   help="each rank keeps 1/N of the optimizer states (re-sharded after every reset)")
     p.add_argument("--hidden", type=int, default=128, help="hidden units (default 128)")
     p.add_argument("--commit-every", type=int, default=5, help="steps between commits (default 5)")
     p.add_argument("--seed", type=int, default=42, help="random seed (default 42)")
@@ -57,8 +62,11 @@ def main():
     net.initialize(mx.init.Xavier())
     net.hybridize()
     net(mx.nd.zeros((1, 64)))
-    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd",
-                                     {"learning_rate": args.base_lr * hvd.size(), "momentum": args.momentum})
+    optimizer_params = {"learning_rate": args.base_lr * hvd.size()}
+    if args.optimizer == "sgd":
+        optimizer_params["momentum"] = args.momentum
+    trainer = hvd.DistributedTrainer(net.collect_params(), args.optimizer, optimizer_params,
+                                     shard_optimizer_states=args.shard_optimizer_states)
     # sample: where this epoch's pass over the data is (a sample offset, not
     # a batch index, so that a world of another size goes on from the same
     # place); step: steps taken in all.
@@ -66,15 +74,28 @@ def main():
 
     def on_reset():  # a new world: the learning rate follows the global batch
         trainer.set_learning_rate(args.base_lr * hvd.size())
-        if args.log_steps:  # every rank: where it resumes, and a digest of its weights
+        if args.log_steps:  # every rank: where it resumes, digests of its weights and optimizer states
             digest = sum(float(p.data().sum().asscalar()) for p in net.collect_params().values())
-            logging.info("rank %d of %d resumes at step %d, weights digest %.6f", hvd.rank(), hvd.size(),
-                         state.step, digest)
+            logging.info("rank %d of %d resumes at step %d, weights digest %.6f, states digest %s, "
+                         "%d bytes of optimizer state held", hvd.rank(), hvd.size(), state.step, digest,
+                         states_digest(), trainer.optimizer_state_bytes())
 
     state.register_reset_callbacks([on_reset])
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
+    def states_digest():
+        """A digest of the whole optimizer states (every rank takes part:
+        with sharded states they are gathered)."""
+        states, _ = pickle.loads(trainer.states_bytes())
+        arrays = [a for st in states.values() for a in (st if isinstance(st, (tuple, list)) else [st])
+                  if isinstance(a, mx.nd.NDArray)]
+        return "%.6f" % sum(float(mx.nd.abs(a).sum().asscalar()) for a in arrays)
+
     def commit():
+        if args.log_steps:  # before the commit, which a lost peer may cut short after its snapshot
+            digest = states_digest()
+            if hvd.rank() == 0:
+                logging.info("committing %d: states digest %s", state.commits + 1, digest)
         state.commit()
         if args.log_steps and hvd.rank() == 0:
             logging.info("commit %d: step %d", state.commits, state.step)

@@ -27,15 +27,17 @@ not.
 import mxnet as mx
 import numpy as np
 
-from mxplugin import basics, native_update
+from mxplugin import basics, native_update, ops
 from mxplugin.buckets import ELEMENTWISE_OPTIMIZERS, slice_state
 from mxplugin.errors import ArgumentError
 from mxplugin.compression import Compression
 from mxplugin.ops import Sum, _base_name, _core_module, _describe, _push, _record, _reduce_code, _set_id
 
 # Optimizers whose slices can be updated on their own: their state is
-# element-wise and so is their update (buckets.ELEMENTWISE_OPTIMIZERS).
-SHARDABLE_OPTIMIZERS = ELEMENTWISE_OPTIMIZERS
+# element-wise and so is their update (buckets.ELEMENTWISE_OPTIMIZERS); and
+# lamb, whose per-parameter norms are summed across the slices (Note
+# [Sharded LAMB]).
+SHARDABLE_OPTIMIZERS = ELEMENTWISE_OPTIMIZERS | {"lamb"}
 
 
 def check_shardable(optimizer, compression, local_sgd_steps):
@@ -44,7 +46,8 @@ def check_shardable(optimizer, compression, local_sgd_steps):
     if name not in SHARDABLE_OPTIMIZERS:
         raise ArgumentError(
             f"shard_optimizer_states=True cannot shard the states of optimizer '{name}': a slice of a bucket "
-            f"can be updated on its own only when the update is element-wise. Shardable: "
+            f"can be updated on its own only when the update is element-wise (or, as lamb's, needs only "
+            f"per-parameter norms summed across slices). Shardable: "
             f"{', '.join(sorted(SHARDABLE_OPTIMIZERS))}. Use shard_optimizer_states=False for '{name}'.")
     if compression is not Compression.none:
         raise ArgumentError("shard_optimizer_states=True does not combine with gradient compression: the "
@@ -83,14 +86,14 @@ class BucketSlice:
     the optimizer states of elements [lo, hi), and the flat buffer the
     updated slices are gathered into."""
 
-    def __init__(self, bucket, rank, size, optimizer):
+    def __init__(self, bucket, rank, size, optimizer, gathered):
         self.bucket = bucket
         self.lo, self.hi = slice_bounds(bucket.size, size, rank)
         self.size = self.hi - self.lo
         dtype = bucket.grad.dtype
         self.grad = mx.nd.zeros((self.size,), ctx=bucket.ctx, dtype=dtype)
         self.weight = mx.nd.zeros((self.size,), ctx=bucket.ctx, dtype=dtype)
-        self.gathered = mx.nd.zeros((bucket.size,), ctx=bucket.ctx, dtype=dtype)
+        self.gathered = gathered  # a view of a scratch buffer that other slices share (GatherScratch)
         # (member, its elements [a, b), their place [x, y) in this slice)
         self.pieces = []
         for k, (start, stop) in enumerate(bucket.offsets):
@@ -145,7 +148,8 @@ class ShardedStates:
         size = process_set.size() if process_set.included() else 1
         rank = process_set.rank() if process_set.included() else 0
         self.world = size
-        self.slices = [BucketSlice(b, rank, size, optimizer) for b in layout.buckets]
+        scratch = GatherScratch(layout.buckets)
+        self.slices = [BucketSlice(b, rank, size, optimizer, scratch.view(b)) for b in layout.buckets]
 
     def reduce_scatter(self, predivide):
         """Step 1 for every bucket: this rank's slice of the summed gradient."""
@@ -167,8 +171,13 @@ class ShardedStates:
         """Steps 2 and 3: update the slices, gather them into the weights."""
         core = basics._core_module()
         kernel = native_update.has_kernel(optimizer)
+        lamb = type(optimizer).__name__.lower() == "lamb"
         for i, s in enumerate(self.slices):
-            if s.size:
+            if lamb:
+                if s.size:
+                    s.load_weights()
+                self._update_lamb(optimizer, s, i)
+            elif s.size:
                 s.load_weights()
                 if kernel and native_update.supports(optimizer, s.bucket):
                     native_update.update_flat(optimizer, s.indices, s.weight, s.grad, s.state, core)
@@ -182,6 +191,58 @@ class ShardedStates:
             else:
                 _allgather_into(s.weight, s.gathered, f"{self.prefix}gather{i}", self.process_set, -i)
             s.store_weights()
+
+    def _update_lamb(self, opt, s, i):
+        """Note [Sharded LAMB]: LAMB scales each parameter's step by
+        ||weight|| / ||g||, norms over the whole parameter, whose elements
+        may lie in several ranks' slices. Its phase 1 (moments, g) is
+        element-wise, so it runs on the slice; then every rank sums the
+        squares of its pieces of each member, one allreduce per bucket of
+        2 x members floats (a rank owning nothing of the bucket sends
+        zeros), and phase 2 applies each member's norms to its piece. The
+        norms differ from one process's in the last bits only (another
+        summation order)."""
+        indices = s.indices
+        opt._update_count(indices)
+        t = opt._index_update_count[indices[0]]
+        lr, wd = opt._get_lr(indices[0]), opt._get_wd(indices[0])  # one bucket, one lr and wd
+        members = len(s.bucket.entries)
+        partial = mx.nd.zeros((2 * members,), ctx=s.bucket.ctx, dtype="float32")
+        mp = opt.multi_precision and s.weight.dtype == np.float16
+        g = None
+        if s.size:
+            kwargs = {"beta1": opt.beta1, "beta2": opt.beta2, "epsilon": opt.epsilon, "t": t,
+                      "bias_correction": opt.bias_correction, "rescale_grad": opt.rescale_grad, "wd": wd}
+            if opt.clip_gradient:
+                kwargs["clip_gradient"] = opt.clip_gradient
+            # With master weights the whole update runs on them in float32, as
+            # the optimizer's multi_mp_lamb_update does (MXNet 1.9.1's
+            # single-tensor mp_lamb_update_phase2 leaves the master weights
+            # behind from the second step on).
+            w = s.state[0] if mp else s.weight
+            mean, var = s.state[1] if mp else s.state
+            grad = s.grad.astype("float32") if mp else s.grad
+            g = mx.nd.lamb_update_phase1(w, grad, mean, var, **kwargs)
+            for k, _, _, x, y in s.pieces:
+                partial[k] = mx.nd.sum(mx.nd.square(w[x:y]))
+                partial[members + k] = mx.nd.sum(mx.nd.square(g[x:y]))
+        if self.world > 1:
+            ops.allreduce_(partial, name=f"{self.prefix}lambnorms{i}", op=Sum, process_set=self.process_set,
+                           priority=-i)
+        if not s.size:
+            return
+        norms = mx.nd.sqrt(partial)
+        bounds = {}
+        if opt.lower_bound:
+            bounds["lower_bound"] = opt.lower_bound
+        if opt.upper_bound:
+            bounds["upper_bound"] = opt.upper_bound
+        for k, _, _, x, y in s.pieces:
+            piece = w[x:y]
+            mx.nd.lamb_update_phase2(piece, g[x:y], norms[k:k + 1], norms[members + k:members + k + 1], lr=lr,
+                                     out=piece, **bounds)
+        if mp:
+            s.weight[:] = w.astype(s.weight.dtype)
 
     def state_bytes(self):
         return sum(nbytes(a) for s in self.slices for a in state_arrays(s.state))
@@ -216,6 +277,39 @@ class ShardedStates:
     def load_param_states(self, states):
         for s in self.slices:
             s.load_param_states(states)
+
+
+class GatherScratch:
+    """Note [Two gather buffers]: the updated slices of a bucket are
+    gathered into a flat buffer, then copied into the members' weights. One
+    such buffer per bucket would hold a second copy of the whole model, as
+    much memory as sharding saves on Adam's states at 2 ranks; so the
+    buckets of one device and dtype take turns on two buffers of the
+    largest bucket's size. The engine orders each gather after the copies
+    out of the buffer's last use, and the second buffer lets a bucket's
+    gather run while the one before is still copied out."""
+
+    def __init__(self, buckets):
+        largest, self._turns, self._buffers = {}, {}, {}
+        for b in buckets:
+            largest[_kind(b)] = max(largest.get(_kind(b), 0), b.size)
+        for b in buckets:
+            if _kind(b) not in self._buffers:
+                self._buffers[_kind(b)] = [mx.nd.zeros((largest[_kind(b)],), ctx=b.ctx, dtype=b.grad.dtype)
+                                           for _ in range(2)]
+
+    def view(self, bucket):
+        """The first bucket.size elements of the buffer the bucket (the next
+        of its kind) gathers into."""
+        key = _kind(bucket)
+        turn = self._turns.get(key, 0)
+        self._turns[key] = turn + 1
+        buf = self._buffers[key][turn % 2]
+        return buf if buf.size == bucket.size else buf[:bucket.size]
+
+
+def _kind(bucket):
+    return str(bucket.ctx), str(bucket.grad.dtype)
 
 
 def nbytes(arr):

@@ -34,14 +34,15 @@ def cluster():
         yield c
 
 
-def start(cluster, *options, epochs=12, env=None):
-    """The launcher on the first host, training the example; returns (proc,
-    log, release): the example trains past `epochs` until finish() creates
-    the file `release`, however fast the machine."""
+def start(cluster, *options, epochs=12, env=None, example=()):
+    """The launcher on the first host, training the example (with the
+    options `example` besides the usual); returns (proc, log, release): the
+    example trains past `epochs` until finish() creates the file `release`,
+    however fast the machine."""
     release = os.path.join(cluster.dir, f"release{next(RUN_NUMBERS)}")
     argv = [sys.executable, "-m", "mxplugin.run", "--rsh", cluster.rsh, "--network-interface", IFACE, *options,
             sys.executable, EXAMPLE, "--epochs", str(epochs), "--log-steps", "--commit-every", str(COMMIT_EVERY),
-            "--min-accuracy", "0.95", "--until-exists", release]
+            "--min-accuracy", "0.95", "--until-exists", release, *example]
     proc, log = cluster.start(0, argv, env=rank_env({**ENV, **PEER_TIMEOUT, **(env or {})}), cwd=REPO)
     return proc, log, release
 
@@ -74,7 +75,9 @@ def kill_ranks(cluster, *host_indexes):
 
 STEP = re.compile(r"^step (\d+): epoch (\d+), (\d+) ranks")
 COMMIT = re.compile(r"^commit (\d+): step (\d+)")
-RESUMES = re.compile(r"rank (\d+) of (\d+) resumes at step (\d+), weights digest (\S+)")
+RESUMES = re.compile(r"rank (\d+) of (\d+) resumes at step (\d+), weights digest ([-\d.]+), states digest "
+                     r"([-\d.]+), (\d+) bytes of optimizer state held")
+COMMITTING = re.compile(r"^committing (\d+): states digest ([-\d.]+)")
 
 
 def steps_at(ranks):
@@ -181,6 +184,34 @@ def test_a_host_found_by_discovery_joins_at_the_next_commit_with_the_state(clust
     assert {int(m.group(3)) for m in resumed} == {last_step}, report
     assert len({m.group(4) for m in resumed}) == 1, report
     assert any(m.group(3) == "3" for m in matches(STEP, lines[world1:])), report
+    assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
+
+
+def test_sharded_optimizer_states_are_resharded_for_the_new_world(cluster):
+    """Adam with shard_optimizer_states=True at 3 ranks, one killed: world
+    1's two ranks hold the committed states (whole, by their digest) split
+    between them, half each, and train on to the accuracy target (Note
+    [Elastic sharded states] in mxplugin/elastic/state.py)."""
+    proc, log, release = start(cluster, "--min-np", "2", "--max-np", "3", "-H", cluster.host_list((1, 1, 1)),
+                               example=("--optimizer", "adam", "--base-lr", "0.001", "--shard-optimizer-states"))
+    assert log.wait_for(commit_line(4), 120), log.text()[-4000:]
+    kill_ranks(cluster, 2)
+    resumed = log.wait_for(steps_at(2), 120)
+    code, text = finish(proc, log, release)
+    report = f"exit {code}\n{without_steps(text)}"
+    assert code == 0 and resumed, report
+    lines = text.splitlines()
+    world1 = next(i for i, line in enumerate(lines) if "world 1: 2 ranks" in line)
+    steps_lost_at_the_reset(lines, world1, report)
+    commit = int(re.search(r"resumes from commit (\d+)", "\n".join(lines[world1:])).group(1))
+    committed = {int(m.group(1)): m.group(2) for m in matches(COMMITTING, lines[:world1])}
+    ranks = [m for m in map(RESUMES.search, lines[world1:]) if m]
+    assert sorted(int(m.group(1)) for m in ranks) == [0, 1], report
+    assert {m.group(5) for m in ranks} == {committed[commit]}, report  # the whole committed states
+    held = [int(m.group(6)) for m in ranks]
+    hidden = 128  # the example's MLP: 64 -> hidden -> 10; Adam keeps 2 float32 states per weight
+    whole = (64 * hidden + hidden + hidden * 10 + 10) * 2 * 4
+    assert sum(held) == whole and max(held) <= whole // 2 + 2 * 4 * 4, (held, whole, report)
     assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
 
 

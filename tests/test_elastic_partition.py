@@ -37,6 +37,8 @@ WHEN_DISCOVERY_SAYS_S = 15
 AFTER_PEER_TIMEOUT_S = 15
 ELASTIC_PEER_TIMEOUT_S = 30  # the launcher's default for elastic jobs
 STOP_BOUND_S = 10
+# A rank's line crosses MPICH's proxy, mpiexec and the launcher's relay before the test sees it.
+LINE_DELIVERY_S = 2
 
 STEP = re.compile(r"^step (\d+): epoch (\d+), (\d+) ranks")
 COMMIT = re.compile(r"^commit (\d+): step (\d+)")
@@ -267,8 +269,10 @@ def test_sigterm_ends_the_launcher_within_10_s_while_a_host_is_cut(cluster, cut_
 def test_a_plain_job_ends_every_reachable_rank_naming_the_host_cut_off(cluster, cut_link):
     """2 hosts x 2 ranks, not elastic, the second host cut mid-allreduce (its
     link slowed so that a round's transfer takes seconds): the first host's
-    ranks, stuck inside MPI, end within the peer timeout (and the probe's
-    second) naming the host, and the launcher gives up on mpiexec."""
+    ranks, stuck inside MPI, end within the peer timeout naming the host
+    (Note [A verdict within the timeout]; the allowance is for the line's
+    way through mpiexec and the launcher), and the launcher gives up on
+    mpiexec."""
     peer_timeout = 10
     near, far = cluster.hosts[0], cluster.hosts[CUT]
     limit_rate(cluster, CUT, "100mbit")
@@ -297,7 +301,7 @@ def test_a_plain_job_ends_every_reachable_rank_naming_the_host_cut_off(cluster, 
     wait_until_nothing_runs(cluster, [0, CUT], timeout=60)
     print(f"cut to each reachable rank's error naming the host: {failed[0]:.1f} s, {failed[1]:.1f} s (peer "
           f"timeout {peer_timeout} s); to the launcher's exit: {ended:.1f} s")
-    assert max(failed.values()) < peer_timeout + 5, text
+    assert max(failed.values()) < peer_timeout + LINE_DELIVERY_S, text
 
 
 # -- the launcher's pieces on their own (no cluster) --------------------------------------------

@@ -7,10 +7,19 @@ from mpi_harness import assert_spmd_ok
 
 @pytest.mark.parametrize("np_", [1, 2, 3])
 def test_sharded_states_match_gluon_trainer(np_):
-    """Every shardable optimizer with odd bucket sizes, every hybridize mode,
-    state bytes per rank, refusals, float16 weights with multi_precision."""
+    """Every shardable optimizer (lamb included) with odd bucket sizes, every
+    hybridize mode, state bytes per rank, refusals, float16 weights with
+    multi_precision, a process set (at 3 ranks)."""
     out, _ = assert_spmd_ok("check_sharded.py", np_)
-    assert out.count("ok ") == 5, out
+    assert out.count("ok ") == 6, out
+
+
+def test_sharded_states_over_flat_mpi():
+    """The same at 3 ranks with the shared-memory data plane off: the
+    reduce-scatters and allgathers go over MPI alone."""
+    out, _ = assert_spmd_ok("check_sharded.py", 3, args=["optimizers", "float16", "process_set"],
+                            env={"MXPLUGIN_HIERARCHICAL_ALLREDUCE": "0"})
+    assert out.count("ok ") == 3, out
 
 
 def test_sharded_checkpoint_resumes_at_any_size_sharded_or_not(tmp_path):

@@ -160,12 +160,8 @@ class GluonState(ObjectState):
     GluonState(net, trainer, epoch=0, batch=0)."""
 
     def __init__(self, net, trainer, **values):
-        if getattr(trainer, "_shard", False):
-            # sync() gathers the trainer's states on rank 0 alone; sharded
-            # states are gathered by every rank together.
-            raise ValueError("GluonState does not support DistributedTrainer(shard_optimizer_states=True) yet: "
-                             "use shard_optimizer_states=False for elastic training")
         self.net, self.trainer = net, trainer
+        self._applied_trainer = None  # the trainer states last applied from a snapshot
         super().__init__(**values)
 
     def _params(self):
@@ -184,6 +180,7 @@ class GluonState(ObjectState):
         for name, p in self._params().items():
             p.set_data(mx.nd.array(snapshot["params"][name], dtype=p.dtype))
         load_trainer_states(self.trainer, snapshot["trainer"])
+        self._applied_trainer = snapshot["trainer"]
 
     def check_snapshot(self, snapshot):
         missing = sorted(set(self._params()) - set(snapshot.get("params", {})))
@@ -193,10 +190,31 @@ class GluonState(ObjectState):
 
     def sync(self):
         hvd.broadcast_parameters(self._params(), root_rank=0, prefix="mxplugin.elastic.")
-        blob = hvd.broadcast_object(trainer_states(self.trainer) if hvd.rank() == 0 else None, root_rank=0,
-                                    name="mxplugin.elastic.trainer")
-        load_trainer_states(self.trainer, blob)
+        if getattr(self.trainer, "_shard", False):
+            self._sync_sharded()
+        else:
+            blob = hvd.broadcast_object(trainer_states(self.trainer) if hvd.rank() == 0 else None, root_rank=0,
+                                        name="mxplugin.elastic.trainer")
+            load_trainer_states(self.trainer, blob)
+        self._applied_trainer = None
         super().sync()  # the values, then one snapshot of everything
+
+    def _sync_sharded(self):
+        """Note [Elastic sharded states]: a snapshot holds the whole states
+        (gathered from every rank's slices at the commit; a lost rank takes
+        its slice with it, so nothing less could be handed over). In a new
+        world rank 0 has applied the handed-over snapshot, so it alone holds
+        the states in full, and its trainer only its new slice of them: it
+        sends the snapshot's states and every rank cuts its slice for the
+        new world's size out of them (load_states_bytes). In a first world
+        nothing was applied: the ranks' slices together are the states."""
+        rank0 = hvd.rank() == 0
+        applied = hvd.broadcast_object(self._applied_trainer is not None if rank0 else None, root_rank=0,
+                                       name="mxplugin.elastic.trainer_applied")
+        if applied:
+            blob = hvd.broadcast_object(self._applied_trainer if rank0 else None, root_rank=0,
+                                        name="mxplugin.elastic.trainer")
+            load_trainer_states(self.trainer, blob)
 
 
 def trainer_states(trainer):

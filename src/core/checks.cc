@@ -104,7 +104,7 @@ const Core::ProcessSet& Core::CheckLocked(int process_set_id, const std::vector<
   if (stopped_) throw Error(stop_status_);
   auto it = sets_.find(process_set_id);
   if (it == sets_.end()) {
-    throw Error(Status::InvalidArgument("unknown process set id " + std::to_string(process_set_id)));
+    throw Error(UnknownSet(process_set_id));
   }
   const ProcessSet& set = *it->second;
   if (!set.group.data) {

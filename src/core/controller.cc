@@ -13,8 +13,8 @@ constexpr double kCachedResendSeconds = 10.0;
 
 }  // namespace
 
-Controller::Controller(ControlPlane* comm, const Config& config, const Logger* logger)
-    : comm_(comm), config_(config), logger_(logger), cache_(config.cache_capacity) {
+Controller::Controller(ControlPlane* comm, const Config& config, const Logger* logger, double wait_seconds)
+    : comm_(comm), config_(config), wait_seconds_(wait_seconds), logger_(logger), cache_(config.cache_capacity) {
   if (comm_->rank() == 0) {
     table_ = std::make_unique<MessageTable>(comm_->size(), config_, logger_, comm_->global_ranks());
   }
@@ -32,8 +32,7 @@ void Controller::Submit(const RequestMeta& meta, Clock::time_point now) {
 Status Controller::RunRound(bool want_shutdown, bool i_failed, std::vector<Response>* responses, bool* shutdown,
                             bool* failed) {
   const Clock::time_point now = Clock::now();
-  const auto deadline = now + std::chrono::microseconds(
-                                  static_cast<int64_t>(config_.peer_timeout_seconds * 1e6));
+  const auto deadline = now + std::chrono::microseconds(static_cast<int64_t>(wait_seconds_ * 1e6));
 
   // A cached request waiting too long is sent in full, so the coordinator's
   // stall and conflict detection (which name the ranks) see it: a rank that

@@ -24,7 +24,10 @@ namespace mxplugin {
 
 class Controller {
  public:
-  Controller(ControlPlane* comm, const Config& config, const Logger* logger);
+  // `wait_seconds`: how long a round waits for its peers (the peer timeout,
+  // less the time to name who is unreachable: Note [A verdict within the
+  // timeout] in core/transfer_watchdog.cc).
+  Controller(ControlPlane* comm, const Config& config, const Logger* logger, double wait_seconds);
 
   // Metadata of a request this rank just enqueued.
   void Submit(const RequestMeta& meta, Clock::time_point now);
@@ -42,6 +45,7 @@ class Controller {
 
   ControlPlane* comm_;
   const Config& config_;
+  const double wait_seconds_;
   const Logger* logger_;
   ResponseCache cache_;
   std::unique_ptr<MessageTable> table_;  // rank 0 only

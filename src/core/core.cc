@@ -62,7 +62,11 @@ std::unique_ptr<Core::ProcessSet> Core::MakeProcessSet(std::vector<int> ranks, G
   set->group = std::move(group);
   if (set->group.data) {
     MXP_LOG(logger_, kDebug, "process set of ranks " << RanksText(set->ranks) << ": " << set->group.how);
-    set->controller = std::make_unique<Controller>(set->group.control.get(), config_, &logger_);
+    // Note [A verdict within the timeout]: with a probe, negotiation gives
+    // up early by the probe's time.
+    const double lead = reach_ ? VerdictLead(config_.peer_timeout_seconds) : 0.0;
+    set->controller = std::make_unique<Controller>(set->group.control.get(), config_, &logger_,
+                                                   config_.peer_timeout_seconds - lead);
     set->executor = std::make_unique<Executor>(
         set->group.data.get(), set->group.control.get(), config_, &timeline_,
         [this](Request& r, const Status& s) { Finish(r, s.ok() ? s : NameUnreachable(s)); },
@@ -238,15 +242,16 @@ void Core::RunCycle(bool* stop) {
     if (!st.ok()) {
       // Note [Who is unreachable]: a host cut off is named; else a process
       // has died or is stuck.
-      const std::string who = reach_ ? reach_(set.ranks, kProbeSeconds) : "";
+      const double lead = VerdictLead(config_.peer_timeout_seconds);
+      const std::string who = reach_ ? reach_(set.ranks, lead) : "";
       const std::string cut_off = who.empty() ? "" : who + " cannot be reached from " + host_ + " (no answer within " +
-                                                         std::to_string(static_cast<int>(kProbeSeconds)) + " s): ";
+                                                         std::to_string(static_cast<int>(lead * 1000)) + " ms): ";
       std::lock_guard<std::mutex> lock(mutex_);
       lost_peers_ = true;
       // A cause found earlier (a GPU failure on this rank) is the better message.
       if (stop_status_.ok()) stop_status_ = Status::Aborted(
           "mxplugin lost contact with its peers: " + cut_off + st.reason() + " while negotiating on process set " +
-          std::to_string(id) + " (ranks " + RanksText(set.ranks) + ") for more than " +
+          std::to_string(id) + " (ranks " + RanksText(set.ranks) + ") within the peer timeout, " +
           std::to_string(static_cast<int>(config_.peer_timeout_seconds)) + " s (MXPLUGIN_PEER_TIMEOUT_SECONDS). " +
           (who.empty() ? "A process has probably died or is stuck outside mxplugin; see the other ranks' output."
                        : "That host is probably cut off from the network."));

@@ -108,6 +108,7 @@ class Core {
   void Finish(Request& req, const Status& status);
   // A failed collective's status, naming the peers this rank cannot reach.
   Status NameUnreachable(const Status& status);
+  Status UnknownSet(int id) const;  // under mutex_
   void FailEverything(const Status& status);
   std::unique_ptr<ProcessSet> MakeProcessSet(std::vector<int> ranks, Group group);
   Status RunControl(int process_set_id, const std::string& name, std::vector<int64_t> shape,

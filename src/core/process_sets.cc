@@ -93,17 +93,24 @@ bool Core::RemoveProcessSet(int id) {
   return *removed;
 }
 
+// The sets go with a stopped core: asked for one then, a rank hears why the
+// core stopped (a lost peer, say), not that the set is unknown. Under mutex_.
+Status Core::UnknownSet(int id) const {
+  if (stopped_ && !stop_status_.ok()) return stop_status_;
+  return Status::InvalidArgument("unknown process set id " + std::to_string(id));
+}
+
 std::vector<int> Core::ProcessSetRanks(int id) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = sets_.find(id);
-  if (it == sets_.end()) throw Error(Status::InvalidArgument("unknown process set id " + std::to_string(id)));
+  if (it == sets_.end()) throw Error(UnknownSet(id));
   return it->second->ranks;
 }
 
 int Core::ProcessSetRank(int id) const {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = sets_.find(id);
-  if (it == sets_.end()) throw Error(Status::InvalidArgument("unknown process set id " + std::to_string(id)));
+  if (it == sets_.end()) throw Error(UnknownSet(id));
   const auto& ranks = it->second->ranks;
   auto pos = std::find(ranks.begin(), ranks.end(), topology_.rank);
   return pos == ranks.end() ? -1 : static_cast<int>(pos - ranks.begin());

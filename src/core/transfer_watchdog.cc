@@ -2,18 +2,31 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <sstream>
 
 namespace mxplugin {
 namespace {
 
 // How long a peer's host may take to answer a probe (a round trip on a
-// working network) and how often a phase is looked at.
+// working network).
 constexpr double kProbeSeconds = 1.0;
-constexpr auto kCheckEvery = std::chrono::seconds(1);
 constexpr int kExitStuck = 1;
+// Note [Every reachable rank says it]: the ranks stuck in one collective
+// reach their verdicts within moments of each other, and the first to end
+// gets mpiexec to kill the others, maybe before they have written theirs.
+// So a rank ends this long after its line, not at once.
+constexpr auto kExitGrace = std::chrono::seconds(1);
+
 
 }  // namespace
+
+// Note [A verdict within the timeout]: a rank cut off from a peer must fail
+// within MXPLUGIN_PEER_TIMEOUT_SECONDS of the wait's start, naming the peer,
+// not a probe (and a polling period) later. So a wait for peers (this
+// watch, a negotiation round) gives up early by the probe's time, the probe
+// taking the rest; a short timeout gives the probe at most half of it.
+double VerdictLead(double timeout_seconds) { return std::min(kProbeSeconds, timeout_seconds / 2); }
 
 TransferWatchdog::TransferWatchdog(double timeout_seconds, ReachabilityProbe probe, std::string host, int rank,
                                    std::vector<int> ranks, Logger* logger)
@@ -34,9 +47,16 @@ void TransferWatchdog::Stop() {
 }
 
 void TransferWatchdog::Begin() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  in_phase_ = true;
-  since_ = Clock::now();
+  bool wake;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    in_phase_ = true;
+    since_ = Clock::now();
+    wake = watcher_idle_;
+  }
+  // Only a watch waiting for a phase needs waking: one timing a phase looks
+  // at the newest when its timer fires (a few times per timeout, not per phase).
+  if (wake) wake_.notify_all();
 }
 
 void TransferWatchdog::End() {
@@ -56,39 +76,50 @@ std::string TransferWatchdog::Stuck() const {
 
 void TransferWatchdog::Watch() {
   std::unique_lock<std::mutex> lock(mutex_);
+  const double lead = VerdictLead(timeout_seconds_);
   Clock::time_point phase{};  // the phase looked at, by its start
-  double probe_after = timeout_seconds_;
+  double probe_after = timeout_seconds_ - lead;
   while (!stop_) {
-    wake_.wait_for(lock, kCheckEvery);
-    if (stop_ || !in_phase_) continue;
+    if (!in_phase_) {
+      watcher_idle_ = true;
+      wake_.wait(lock, [this] { return stop_ || in_phase_; });
+      watcher_idle_ = false;
+      continue;
+    }
     const Clock::time_point since = since_;
     if (since != phase) {
       phase = since;
-      probe_after = timeout_seconds_;
+      probe_after = timeout_seconds_ - lead;
     }
-    const double waited = std::chrono::duration<double>(Clock::now() - since).count();
-    if (waited < probe_after) continue;
+    const auto probe_at = since + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(probe_after));
+    if (Clock::now() < probe_at) {
+      // Woken early by the phase's end, a new phase or the stop.
+      wake_.wait_until(lock, probe_at, [this, since] { return stop_ || !in_phase_ || since_ != since; });
+      continue;
+    }
     lock.unlock();
-    const std::string who = probe_(ranks_, kProbeSeconds);
+    const std::string who = probe_(ranks_, lead);
     lock.lock();
     if (!in_phase_ || since_ != since) continue;  // the phase ended meanwhile
+    const double waited = std::chrono::duration<double>(Clock::now() - since).count();
     std::ostringstream why;
-    why << "a transfer of the data plane has not completed for more than " << static_cast<int>(waited)
+    why << "a transfer of the data plane has not completed in " << static_cast<int>(waited + 0.5)
         << " s (MXPLUGIN_PEER_TIMEOUT_SECONDS is " << static_cast<int>(timeout_seconds_) << ")";
     if (who.empty()) {
       MXP_LOG(*logger_, kWarning, why.str() << ", though every peer's host answers from " << host_
                                             << ": a peer is stuck, or the transfer is slow; still waiting");
-      probe_after = waited + timeout_seconds_;
+      probe_after += timeout_seconds_;
       continue;
     }
     stuck_ = "mxplugin lost contact with its peers: " + who + " cannot be reached from " + host_ +
-             " (no answer within " + std::to_string(static_cast<int>(kProbeSeconds)) + " s): " + why.str();
+             " (no answer within " + std::to_string(static_cast<int>(lead * 1000)) + " ms): " + why.str();
     if (keep_running_) return;
     const std::string line = "mxplugin: rank " + std::to_string(rank_) + ": " + stuck_ +
                              "; a transfer inside MPI cannot be abandoned, so this process ends (exit code " +
                              std::to_string(kExitStuck) + ")\n";
     ssize_t written = write(2, line.data(), line.size());
     (void)written;
+    std::this_thread::sleep_for(kExitGrace);
     _exit(kExitStuck);
   }
 }

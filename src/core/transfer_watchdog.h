@@ -4,9 +4,10 @@
 // (MXPLUGIN_PEER_TIMEOUT_SECONDS), but a collective of the data plane (an
 // MPI_Allreduce) can neither be bounded nor abandoned: with a peer behind a
 // dead link it waits for ever, and with it the rank's training loop. So a
-// watchdog thread times each data-plane phase. One that lasts longer than
+// watchdog thread times each data-plane phase. One that lasts as long as
 // the peer timeout gets the peers probed (Note [Who is unreachable] in
-// backend/mpi/peer_probe.h). When some cannot be reached, the rank is cut
+// backend/mpi/peer_probe.h), the verdict in by the timeout (Note [A verdict
+// within the timeout] in the .cc). When some cannot be reached, the rank is cut
 // off from them for good: the watchdog writes why to stderr, naming them,
 // and ends the process with exit code 1, since neither the call nor its
 // thread can be freed and only an end lets the job end (mpiexec stops the
@@ -28,6 +29,11 @@
 #include "common/logging.h"
 
 namespace mxplugin {
+
+// How much sooner than the peer timeout a wait for peers gives up, so that
+// the probe naming who is out of reach ends by the timeout (Note [A verdict
+// within the timeout] in the .cc).
+double VerdictLead(double timeout_seconds);
 
 class TransferWatchdog {
  public:
@@ -63,6 +69,7 @@ class TransferWatchdog {
   std::condition_variable wake_;
   bool in_phase_ = false;
   Clock::time_point since_;
+  bool watcher_idle_ = false;  // the watch waits for a phase to begin
   bool keep_running_ = false;
   bool stop_ = false;
   std::string stuck_;

@@ -5,7 +5,8 @@ argv[1] "plain-trainer": DistributedTrainer without a mesh on the 1 x size mesh.
 
 Each dp group trains on its block of the global batch; the gradients of all
 parameters are averaged over the dp group either by hand
-(parallel.allreduce_gradients + gluon.Trainer) or by DistributedTrainer(mesh=).
+(parallel.allreduce_gradients + gluon.Trainer) or by DistributedTrainer(mesh=),
+with its optimizer states sharded over the dp group or not.
 To switch to the trainer only, set TRAINER_MODES = ["DistributedTrainer"].
 """
 import inspect
@@ -27,6 +28,9 @@ TOL = dict(rtol=1e-5, atol=1e-6)
 TRAINER_MODES = ["manual"]
 if "mesh" in inspect.signature(hvd.DistributedTrainer.__init__).parameters:
     TRAINER_MODES.append("DistributedTrainer")
+    # Sharded optimizer states on the mesh's data-parallel group (momentum:
+    # states to shard; the reference gets the same optimizer).
+    TRAINER_MODES.append("DistributedTrainer sharded")
 
 
 def meshes():
@@ -91,7 +95,18 @@ def make_trainer(net, mode, mesh):
         return gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": LR}, kvstore=None)
     if mode == "DistributedTrainer without mesh":  # data-parallel over the world: skips the shards
         return hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": LR})
+    if mode == "DistributedTrainer sharded":
+        return hvd.DistributedTrainer(net.collect_params(), "sgd", optimizer_params(mode), mesh=mesh,
+                                      shard_optimizer_states=True, bucket_bytes=BUCKET_BYTES_SHARDED)
     return hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": LR}, mesh=mesh)
+
+
+# Buckets of 11 float32 elements: sizes no data-parallel group divides.
+BUCKET_BYTES_SHARDED = 44
+
+
+def optimizer_params(mode):
+    return {"learning_rate": LR, "momentum": 0.9} if mode.endswith("sharded") else {"learning_rate": LR}
 
 
 def step(trainer, mode, net, mesh, batch_size):
@@ -165,7 +180,7 @@ def check_mlp(mesh, variant, mode):
     ref, net = reference_mlp(init), parallel_mlp(mesh, variant, init)
     what = f"{mesh} {variant} {mode}"
     same_params(net, ref, f"{what}: initial values")
-    ref_trainer = gluon.Trainer(ref.collect_params(), "sgd", {"learning_rate": LR}, kvstore=None)
+    ref_trainer = gluon.Trainer(ref.collect_params(), "sgd", optimizer_params(mode), kvstore=None)
     trainer = make_trainer(net, mode, mesh)
     rows = slice(mesh.dp_rank * PER_GROUP, (mesh.dp_rank + 1) * PER_GROUP)
     for s in range(STEPS):

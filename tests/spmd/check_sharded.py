@@ -16,12 +16,14 @@ import check_trainer
 from mxplugin.errors import ArgumentError
 from mxplugin.sharding import SHARDABLE_OPTIMIZERS, state_arrays
 
+# lamb's bounds clip its weight norms, which are summed across slices (Note [Sharded LAMB])
+SHARDED_PARAMS = dict(check_trainer.OPTIMIZER_PARAMS, lamb={"lower_bound": 0.1, "upper_bound": 0.5})
 # 44 bytes: 11 float32 elements, so buckets of 11, 16+..., never a multiple of 2 or 3
 ODD_BUCKET_BYTES = 44
 
 
 def train_pair(name, rank, size, bucket_bytes):
-    params = dict({"learning_rate": 0.05, "wd": 0.01}, **check_trainer.OPTIMIZER_PARAMS.get(name, {}))
+    params = dict({"learning_rate": 0.05, "wd": 0.01}, **SHARDED_PARAMS.get(name, {}))
     ref_net, net = check_trainer.build_net(1), check_trainer.build_net(1)
     ref = check_trainer.train(ref_net, gluon.Trainer(ref_net.collect_params(), name, dict(params), kvstore=None),
                               False, 3, rank, size)
@@ -73,7 +75,7 @@ def check_state_bytes(rank, size):
 
 def check_refusals(rank, size):
     net = check_trainer.build_net(1)
-    for name in ("lamb", "nadam", "sgld", "lars"):
+    for name in ("nadam", "sgld", "lars"):
         try:
             hvd.DistributedTrainer(net.collect_params(), name, {}, shard_optimizer_states=True)
         except ArgumentError as e:
@@ -88,15 +90,6 @@ def check_refusals(rank, size):
             assert word in str(e), str(e)
         else:
             raise AssertionError(f"{options} was not refused")
-    from mxplugin.elastic import GluonState
-
-    trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {}, shard_optimizer_states=True)
-    try:
-        GluonState(net, trainer, epoch=0)
-    except ValueError as e:
-        assert "shard_optimizer_states" in str(e), str(e)
-    else:
-        raise AssertionError("GluonState took a sharded trainer")
 
 
 def float16_grads(step, rank, shapes):
@@ -111,7 +104,7 @@ def check_float16_multi_precision(rank, size):
     float32 master weights of its slice only. MXNet's CPU build has no
     float16 GEMM, so the gradients are set directly, as backward would."""
     shapes = [(7, 5), (13,), (3, 3)]
-    for optimizer, params in (("sgd", {"momentum": 0.9}), ("adam", {})):
+    for optimizer, params in (("sgd", {"momentum": 0.9}), ("adam", {}), ("lamb", {})):
         params = dict(params, learning_rate=0.05, wd=0.01, multi_precision=True)
         nets = []
         for shard in (None, True):
@@ -147,12 +140,40 @@ def check_float16_multi_precision(rank, size):
         owned = sum(sl.size for sl in trainer._shards.slices)
         assert owned <= sum(int(np.prod(sh)) for sh in shapes) // size + len(trainer._shards.slices), owned
 
+def check_process_set(rank, size):
+    """A trainer on a process set of the first and last ranks shards over
+    that set only; the rank outside it takes no part."""
+    if size < 3:
+        say(f"rank {rank}: process set case needs 3 ranks, not {size}: skipped")
+        return
+    members = [0, size - 1]
+    ps = hvd.add_process_set(members)
+    try:
+        if rank in members:
+            for name in ("adam", "lamb"):
+                params = dict({"learning_rate": 0.05, "wd": 0.01}, **SHARDED_PARAMS.get(name, {}))
+                ref_net, net = check_trainer.build_net(1), check_trainer.build_net(1)
+                ref = check_trainer.train(ref_net, gluon.Trainer(ref_net.collect_params(), name, dict(params),
+                                                                 kvstore=None), False, 3, 0, 1)
+                trainer = hvd.DistributedTrainer(net.collect_params(), name, dict(params), process_set=ps,
+                                                 shard_optimizer_states=True, bucket_bytes=ODD_BUCKET_BYTES)
+                got = check_trainer.train(net, trainer, True, 3, ps.rank(), ps.size())
+                for k in ref:
+                    assert_close(got[k], ref[k], rtol=1e-4, atol=1e-6,
+                                 what=f"sharded {name} on process set {members}, parameter {k}")
+                whole = sum(s.bucket.size for s in trainer._shards.slices)
+                assert sum(s.size for s in trainer._shards.slices) <= whole // 2 + len(trainer._shards.slices)
+    finally:
+        hvd.remove_process_set(ps)
+
+
 CASES = {
     "optimizers": check_optimizers,
     "hybridize": check_hybridize_modes,
     "state_bytes": check_state_bytes,
     "refusals": check_refusals,
     "float16": check_float16_multi_precision,
+    "process_set": check_process_set,
 }
 
 
