@@ -3,7 +3,7 @@ bucket and keeps the optimizer states (and multi-precision master weights)
 of that slice only.
 
 Note [Sharded optimizer states]
-A step of a sharded trainer, per bucket (buckets.py), reduction order:
+A step of a sharded trainer, bucket by bucket (buckets.py), in reduction order:
   1. reduce-scatter of the flat gradient (Sum, prescaled by 1/f): this rank
      gets the sum of its slice [lo, hi) only;
   2. the slice's weights are copied out of the members' weight arrays
@@ -86,20 +86,26 @@ class BucketSlice:
     the optimizer states of elements [lo, hi), and the flat buffer the
     updated slices are gathered into."""
 
-    def __init__(self, bucket, rank, size, optimizer, gathered):
+    def __init__(self, bucket, rank, size, optimizer, gathered, weight, grad):
         self.bucket = bucket
         self.lo, self.hi = slice_bounds(bucket.size, size, rank)
         self.size = self.hi - self.lo
-        dtype = bucket.grad.dtype
-        self.grad = mx.nd.zeros((self.size,), ctx=bucket.ctx, dtype=dtype)
-        self.weight = mx.nd.zeros((self.size,), ctx=bucket.ctx, dtype=dtype)
-        self.gathered = gathered  # a view of a scratch buffer that other slices share (GatherScratch)
+        # Views of buffers that other slices share (TurnBuffers): their
+        # contents last from the slice's reduce-scatter to store_weights()
+        # only. One rank: the slice is the bucket, whose gradient it takes.
+        self.grad = bucket.grad if size == 1 else grad
+        self.weight, self.gathered = weight, gathered
         # (member, its elements [a, b), their place [x, y) in this slice)
         self.pieces = []
         for k, (start, stop) in enumerate(bucket.offsets):
             a, b = max(start, self.lo), min(stop, self.hi)
             if a < b:
                 self.pieces.append((k, a - start, b - start, a - self.lo, b - self.lo))
+        # Note [Views made once]: slicing and reshaping an NDArray costs
+        # Python and C API calls; made per member and step they took longer
+        # than the copies themselves (a bucket has up to hundreds of members).
+        self._loads = [(bucket.weights[k].reshape((-1,))[a:b], self.weight[x:y]) for k, a, b, x, y in self.pieces]
+        self._stores = [(gathered[a:b].reshape(w.shape), w) for w, (a, b) in zip(bucket.weights, bucket.offsets)]
         self.indices = [i for i, _ in bucket.entries]
         self.state = None
         if self.size:
@@ -109,13 +115,13 @@ class BucketSlice:
     def load_weights(self):
         """Copies the members' current weights into the slice (a user may have
         set them since the last step)."""
-        for k, a, b, x, y in self.pieces:
-            self.weight[x:y] = self.bucket.weights[k].reshape((-1,))[a:b]
+        for src, dst in self._loads:
+            src.copyto(dst)
 
     def store_weights(self):
         """Copies the gathered flat weights back into every member."""
-        for w, (a, b) in zip(self.bucket.weights, self.bucket.offsets):
-            w[:] = self.gathered[a:b].reshape(w.shape)
+        for src, dst in self._stores:
+            src.copyto(dst)
 
     def load_param_states(self, states):
         """Cuts this slice out of per-parameter states (a checkpoint's)."""
@@ -148,31 +154,43 @@ class ShardedStates:
         size = process_set.size() if process_set.included() else 1
         rank = process_set.rank() if process_set.included() else 0
         self.world = size
-        scratch = GatherScratch(layout.buckets)
-        self.slices = [BucketSlice(b, rank, size, optimizer, scratch.view(b)) for b in layout.buckets]
+        buckets = layout.buckets
+        bounds = [slice_bounds(b.size, size, rank) for b in buckets]
+        sizes = [hi - lo for lo, hi in bounds]
+        gathered = TurnBuffers(buckets, [b.size for b in buckets])
+        weights, grads = TurnBuffers(buckets, sizes), TurnBuffers(buckets, sizes)
+        self.slices = [BucketSlice(b, rank, size, optimizer, gathered.view(b, b.size), weights.view(b, n),
+                                   grads.view(b, n)) for b, n in zip(buckets, sizes)]
+        self._predivide = None  # set: the next update reduce-scatters, with this predivide factor
 
     def reduce_scatter(self, predivide):
-        """Step 1 for every bucket: this rank's slice of the summed gradient."""
-        if self.world == 1:
-            for s in self.slices:
-                s.grad[:] = s.bucket.grad  # one rank: the slice is the bucket
-            return
-        for i, s in enumerate(self.slices):
-            _reducescatter_into(s.bucket.grad, s.grad, f"{self.prefix}bucket{i}", 1.0 / predivide,
-                                self.process_set, -i)
+        """Step 1 for every bucket, this rank's slice of the summed gradient,
+        by a reduce-scatter that the next update() runs bucket by bucket
+        (each into a buffer taken in turns: Note [Buffers taken in turns])."""
+        self._predivide = predivide
 
     def take_summed(self):
-        """Step 1 when allreduce_grads() already summed the whole buckets."""
-        for s in self.slices:
-            if s.size:
-                s.grad[:] = s.bucket.grad[s.lo:s.hi]
+        """Step 1 when allreduce_grads() already summed the whole buckets: the
+        next update() copies each slice out of them."""
+        self._predivide = None
+
+    def _fill_grad(self, s, i):
+        if self.world == 1:
+            return  # one rank: the slice's gradient is the bucket's
+        if self._predivide is not None:
+            _reducescatter_into(s.bucket.grad, s.grad, f"{self.prefix}bucket{i}", 1.0 / self._predivide,
+                                self.process_set, -i)
+        elif s.size:
+            s.bucket.grad[s.lo:s.hi].copyto(s.grad)
 
     def update(self, optimizer):
-        """Steps 2 and 3: update the slices, gather them into the weights."""
+        """Steps 1 to 3, bucket by bucket: reduce-scatter (or take from
+        summed buckets), update the slices, gather them into the weights."""
         core = basics._core_module()
         kernel = native_update.has_kernel(optimizer)
         lamb = type(optimizer).__name__.lower() == "lamb"
         for i, s in enumerate(self.slices):
+            self._fill_grad(s, i)
             if lamb:
                 if s.size:
                     s.load_weights()
@@ -191,6 +209,7 @@ class ShardedStates:
             else:
                 _allgather_into(s.weight, s.gathered, f"{self.prefix}gather{i}", self.process_set, -i)
             s.store_weights()
+        self._predivide = None
 
     def _update_lamb(self, opt, s, i):
         """Note [Sharded LAMB]: LAMB scales each parameter's step by
@@ -279,33 +298,36 @@ class ShardedStates:
             s.load_param_states(states)
 
 
-class GatherScratch:
-    """Note [Two gather buffers]: the updated slices of a bucket are
-    gathered into a flat buffer, then copied into the members' weights. One
-    such buffer per bucket would hold a second copy of the whole model, as
-    much memory as sharding saves on Adam's states at 2 ranks; so the
-    buckets of one device and dtype take turns on two buffers of the
-    largest bucket's size. The engine orders each gather after the copies
-    out of the buffer's last use, and the second buffer lets a bucket's
-    gather run while the one before is still copied out."""
+class TurnBuffers:
+    """Note [Buffers taken in turns]: per bucket, the slice's reduced
+    gradient, its weights and the flat buffer the slices are gathered into
+    are needed only from the slice's reduce-scatter to the copy into the
+    members' weights. One of each per bucket would hold another copy of the
+    whole model and two of 1/N of it, more memory than sharding saves on
+    Adam's states at 2 ranks; so the buckets of one device and dtype take
+    turns on two buffers (of each kind) of the largest size they need. Each
+    bucket's reduce-scatter, copies, update, gather and copies back are
+    pushed before the next bucket's, so the engine orders every use of a
+    buffer after its last one; the second buffer lets one bucket's work run
+    while the one before is still copied out."""
 
-    def __init__(self, buckets):
+    def __init__(self, buckets, sizes):
         largest, self._turns, self._buffers = {}, {}, {}
-        for b in buckets:
-            largest[_kind(b)] = max(largest.get(_kind(b), 0), b.size)
+        for b, n in zip(buckets, sizes):
+            largest[_kind(b)] = max(largest.get(_kind(b), 0), n)
         for b in buckets:
             if _kind(b) not in self._buffers:
                 self._buffers[_kind(b)] = [mx.nd.zeros((largest[_kind(b)],), ctx=b.ctx, dtype=b.grad.dtype)
                                            for _ in range(2)]
 
-    def view(self, bucket):
-        """The first bucket.size elements of the buffer the bucket (the next
-        of its kind) gathers into."""
+    def view(self, bucket, n):
+        """The first n elements of the buffer whose turn it is for the next
+        bucket of this bucket's kind."""
         key = _kind(bucket)
         turn = self._turns.get(key, 0)
         self._turns[key] = turn + 1
         buf = self._buffers[key][turn % 2]
-        return buf if buf.size == bucket.size else buf[:bucket.size]
+        return buf if buf.size == n else buf[:n]
 
 
 def _kind(bucket):

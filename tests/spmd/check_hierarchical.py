@@ -1,7 +1,8 @@
 """Allreduce at the sizes where the hierarchical (shared-memory) path cuts
 its work: fewer elements than local ranks, slices that do not divide, piece
 boundaries (1 MiB per rank: 262,144 float32), many pieces, and every
-dtype and reduce op, in place and out of place, against NumPy. Run it with
+dtype and reduce op, in place and out of place, against NumPy; then
+reduce-scatter and allgather, which take the segment too. Run it with
 ranks sharing hosts (and across fake hosts in tests/test_multi_host.py)."""
 from common import finish, hvd, mx, np, start
 
@@ -61,4 +62,31 @@ for dtype, tol in (("float32", 1e-5), ("float16", 3e-2)):
                                 ("single", singles[i], total * (i + 1) * posts[i])):
             np.testing.assert_allclose(got.asnumpy().astype("float64"), want, rtol=tol, atol=tol,
                                        err_msg=f"rank {r}: batch tensor {i} ({SIZES[i]} x {dtype}) {what}")
+
+# Reduce-scatter and allgather, which go through the segment on one host
+# (Note [Shared-memory reduce-scatter and allgather]): blocks that differ by
+# a row, blocks of nothing, many pieces, a prescale, and dtypes of 1 to 8
+# bytes; between allreduces, whose piece counter they share.
+for rows, cols in ((1, 1), (n - 1, 3), (n + 1, 7), (3 * n + 1, 65_537), (2 * n, 1_048_577 // n)):
+    for dtype, op_name in (("float32", "sum"), ("float16", "sum"), ("float64", "average"), ("uint8", "sum"),
+                           ("int64", "sum")):
+        if rows * cols > 300_000 and dtype not in ("float32", "float16"):
+            continue
+        seed += 1
+        per = [values((rows, cols), k, dtype, seed).astype("float64") for k in range(n)]
+        want = sum(per) / n if op_name == "average" else sum(per)
+        lo = r * (rows // n) + min(r, rows % n)
+        hi = lo + rows // n + (1 if r < rows % n else 0)
+        x = mx.nd.array(values((rows, cols), r, dtype, seed), dtype=dtype)
+        pre = 0.5 if dtype == "float32" else 1.0
+        got = hvd.reducescatter(x, op=OPS[op_name], prescale_factor=pre, name=f"rs.{seed}")
+        tol = 2e-2 if dtype == "float16" else 1e-6
+        np.testing.assert_allclose(got.asnumpy().astype("float64"), want[lo:hi] * pre, rtol=tol, atol=tol,
+                                   err_msg=f"rank {r}: reducescatter {rows}x{cols} {dtype} {op_name}")
+        # Each rank gives rows of its own (some none), gathered in rank order.
+        mine = values((r % 3, cols), r, dtype, seed)
+        gathered = hvd.allgather(mx.nd.array(mine, dtype=dtype), name=f"ag.{seed}").asnumpy()
+        expect = np.concatenate([values((k % 3, cols), k, dtype, seed) for k in range(n)])
+        np.testing.assert_array_equal(gathered, expect, err_msg=f"rank {r}: allgather of {cols} columns {dtype}")
+        hvd.allreduce_(x, op=hvd.Sum, name=f"between.{seed}")  # interleaved with the segment's other users
 finish()

@@ -1,6 +1,8 @@
 // Hierarchical allreduce (Note [Hierarchical allreduce]): within a host the
 // ranks reduce through one shared-memory segment, across hosts only each
-// local rank's slice travels, among the ranks with the same local rank. The
+// local rank's slice travels, among the ranks with the same local rank. On
+// one host, reduce-scatter and allgather go through the segment too (Note
+// [Shared-memory reduce-scatter and allgather] in scatter_gather.cc); the
 // other collectives, and allreduces too small to gain, go to the flat
 // communicator. Built by a world (MpiWorld::CreateGroup) when every host
 // runs the same number (> 1) of the group's ranks.
@@ -54,10 +56,9 @@ class HierarchicalCommunicator : public Communicator {
   Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op) override;
   Status AllreduceMany(const std::vector<Buffer>& buffers, DataType dtype, ReduceOp op) override;
   bool BatchesSmallBuffers() const override { return true; }
+  // On one host through the segment (scatter_gather.cc), else flat.
   Status Allgatherv(const void* send, int64_t send_count, void* recv, const std::vector<int64_t>& counts,
-                    const std::vector<int64_t>& displs, DataType dtype) override {
-    return flat_->Allgatherv(send, send_count, recv, counts, displs, dtype);
-  }
+                    const std::vector<int64_t>& displs, DataType dtype) override;
   Status Broadcast(void* buffer, int64_t count, DataType dtype, int root) override {
     return flat_->Broadcast(buffer, count, dtype, root);
   }
@@ -67,9 +68,7 @@ class HierarchicalCommunicator : public Communicator {
     return flat_->Alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype);
   }
   Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts, DataType dtype,
-                       ReduceOp op) override {
-    return flat_->ReduceScatter(send, recv, recv_counts, dtype, op);
-  }
+                       ReduceOp op) override;
 
  private:
   // Waits until every local rank has arrived; fails after the timeout, or
