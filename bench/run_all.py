@@ -24,6 +24,7 @@ sys.path.insert(0, HERE)
 
 from mpi_harness import mpiexec_path, rank_env  # noqa: E402
 from report_multi_host import multi_host_section  # noqa: E402
+from sharding_report import sharding_section  # noqa: E402
 from tensor_parallel import report_section as tensor_parallel_section  # noqa: E402
 
 EXAMPLE = os.path.join(REPO, "examples", "mxnet_imagenet_resnet50.py")
@@ -341,6 +342,7 @@ def report():
     lines += tensor_parallel_section(load("tensor_parallel.json"))
     lines += multi_host_section(load("multi_host.json"), DOCS)
     lines += _gpu_section(load("gpu_kernels.json"), load("gpu_allreduce.json"))
+    lines += sharding_section(load)
     with open(os.path.join(DOCS, "benchmarks.md"), "w") as f:
         f.write("\n".join(lines))
     print("wrote docs/benchmarks.md")

@@ -2,13 +2,15 @@
 
     mxplugin-run -np N python bench/sharding.py memory --shard 0|1
     mxplugin-run -np 2 python bench/sharding.py time
+    mxplugin-run -np N python bench/sharding.py fit --shard 0|1 --width W (bench/sharding_oom.py runs it)
 
 memory: optimizer-state bytes per rank (trainer.optimizer_state_bytes()) and
   the process's peak RSS after 3 steps, sharded or not (one setting per run,
   so the peak RSS is that setting's).
 time: hybridized resnet50_v1, two copies of the model, one trained by an
   unsharded and one by a sharded trainer, their steps interleaved; median
-  step time of each (batch 4 per rank, 3x64x64, 1 thread per rank).
+  step time of each (batch 4 per rank, 3x64x64, 1 thread per rank), and
+  of the optimizer kernels alone (whole buckets, or this rank's slices).
 Results go to bench/results/sharding_<mode>_<np>[_<shard>].json.
 """
 import argparse
@@ -68,11 +70,29 @@ def memory(shard):
          {"ranks": hvd.size(), "sharded": shard, "per_rank": everyone})
 
 
+def optimizer_kernels(trainer):
+    """Runs the trainer's optimizer kernels alone over what this rank
+    updates (whole buckets, or its slices), on the gradients already there,
+    and waits for them; their time is the update's own."""
+    from mxplugin import basics, native_update
+
+    core, opt = basics._core_module(), trainer._optimizer
+    if trainer._shards is None:
+        for b in trainer._layout.buckets:
+            native_update.update(opt, b, core)
+    else:
+        for s in trainer._shards.slices:
+            if s.size:
+                native_update.update_flat(opt, s.indices, s.weight, s.grad, s.state, core)
+    mx.nd.waitall()
+
+
 def timing(rounds):
     nets = [model(), model()]
     trainers = [hvd.DistributedTrainer(n.collect_params(), "adam", dict(ADAM), shard_optimizer_states=s,
                                        prefix=f"t{int(s)}.") for n, s in zip(nets, (False, True))]
     times = {False: [], True: []}
+    kernels = {False: [], True: []}
     for r in range(rounds + 1):
         for (net, trainer), shard in zip(zip(nets, trainers), (False, True)):
             hvd.barrier()
@@ -80,21 +100,53 @@ def timing(rounds):
             step(net, trainer, 4, 64)
             if r:  # round 0 builds the layouts and binds the graphs
                 times[shard].append(time.perf_counter() - start)
+                start = time.perf_counter()
+                optimizer_kernels(trainer)
+                kernels[shard].append(time.perf_counter() - start)
     med = {k: statistics.median(v) for k, v in times.items()}
+    upd = {k: statistics.median(v) for k, v in kernels.items()}
     save(f"sharding_time_{hvd.size()}.json", {"ranks": hvd.size(), "rounds": rounds,
                                                "unsharded_step_s": med[False], "sharded_step_s": med[True],
-                                               "ratio": med[True] / med[False]})
+                                               "ratio": med[True] / med[False],
+                                               "unsharded_update_s": upd[False], "sharded_update_s": upd[True],
+                                               "update_ratio": upd[True] / upd[False]})
+
+
+def fit(shard, width, steps):
+    """A wide MLP (4 square Dense layers of `width`: its weights, gradients
+    and Adam states are most of the process's memory) trained for `steps`
+    steps; bench/sharding_oom.py runs it under a memory limit."""
+    mx.random.seed(1)
+    net = gluon.nn.HybridSequential()
+    for _ in range(4):
+        net.add(gluon.nn.Dense(width, in_units=width, activation="relu"))
+    net.initialize(mx.init.Uniform(0.01))
+    trainer = hvd.DistributedTrainer(net.collect_params(), "adam", dict(ADAM), shard_optimizer_states=shard)
+    for _ in range(steps):
+        x = mx.nd.random.uniform(shape=(8, width))
+        with autograd.record():
+            loss = (net(x) ** 2).mean()
+        loss.backward()
+        trainer.step(8)
+        mx.nd.waitall()
+    if hvd.rank() == 0:
+        print(f"trained {steps} steps, {trainer.optimizer_state_bytes()} bytes of optimizer state per rank",
+              flush=True)
 
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["memory", "time"])
+    parser.add_argument("mode", choices=["memory", "time", "fit"])
     parser.add_argument("--shard", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--width", type=int, default=4096, help="fit: the MLP's width")
+    parser.add_argument("--steps", type=int, default=3, help="fit: training steps")
     args = parser.parse_args()
     hvd.init()
     if args.mode == "memory":
         memory(bool(args.shard))
+    elif args.mode == "fit":
+        fit(bool(args.shard), args.width, args.steps)
     else:
         timing(args.rounds)
     hvd.shutdown()
