@@ -47,7 +47,7 @@ def check_optimizers(rank, size):
 
 def check_hybridize_modes(rank, size):
     for mode in check_hybridize.MODES:
-        for optimizer in ("sgd", "adam"):
+        for optimizer in check_hybridize.OPTIMIZERS:  # sgd, adam, lamb
             check_hybridize.run_pair(f"sharded {mode}/{optimizer}", rank, size, optimizer,
                                      lambda n, m=mode: check_hybridize.hybridize(n, m),
                                      shard_optimizer_states=True, bucket_bytes=ODD_BUCKET_BYTES * 3)
