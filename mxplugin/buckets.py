@@ -107,6 +107,7 @@ class Bucket:
         self.size = total
         self.segments = [a for a, _ in self.offsets] + [total]
         self.grad = mx.nd.zeros((total,), ctx=ctx, dtype=dtype)
+        self.compressed = False     # reduced member by member by PowerSGD, not as a whole
         self.state = None           # flat optimizer state (fused updates)
         self.param_states = {}      # index -> state views (or own states, per-parameter updates)
         self.weights = [p.data() for _, p in entries]
@@ -155,9 +156,11 @@ class Layout:
     """All buckets of a trainer, in reduction order (last layers first)."""
 
     def __init__(self, params, optimizer, bucket_bytes, num_buckets=0, include_distributed=False,
-                 bucket_states=True):
+                 bucket_states=True, compressed=None):
         # bucket_states=False: the buckets hold no optimizer states (sharded
-        # trainers keep them per slice, sharding.py)
+        # trainers keep them per slice, sharding.py). compressed(param): whether
+        # its gradient is reduced by PowerSGD; those parameters get buckets of
+        # their own, which the ordinary allreduce skips (bucket.compressed).
         self.fused = has_flat_state(optimizer)
         groups = OrderedDict()
         self.excluded = []
@@ -172,10 +175,14 @@ class Layout:
             if p._stype != "default" or p._grad_stype != "default" or len(p.list_ctx()) != 1:
                 self.excluded.append((index, p))
                 continue
-            groups.setdefault(group_key(p), []).append((index, p))
+            key = group_key(p) + (bool(compressed and compressed(p)),)
+            groups.setdefault(key, []).append((index, p))
         self.buckets = []
-        for members in groups.values():
-            self.buckets.extend(self._cut(members, bucket_bytes, num_buckets))
+        for key, members in groups.items():
+            cut = self._cut(members, bucket_bytes, num_buckets)
+            for b in cut:
+                b.compressed = key[-1]
+            self.buckets.extend(cut)
         for b in self.buckets if bucket_states else ():
             b.create_states(optimizer, self.fused)
         self.local_states = {index: optimizer.create_state_multi_precision(index, p.data())

@@ -9,6 +9,7 @@ import numpy as np
 
 from mxplugin import basics, exchange
 from mxplugin.basics import global_process_set
+from mxplugin.compression import BFLOAT16
 from mxplugin.errors import ArgumentError
 
 # Reduce ops, with horovod.mxnet's values.
@@ -30,13 +31,14 @@ _dtype_by_type = {}  # filled lazily from the core's codes: NumPy scalar type ->
 def _dtype_code_of(dtype):
     """The core's code of an NDArray dtype, None if the core has none. The
     codes come from the binding (their one definition is src/common/codes.h);
-    NumPy has no bfloat16, so MXNet arrays never carry it here."""
+    NumPy has no bfloat16: MXNet gives its arrays the dtype BFLOAT16."""
     if not _dtype_by_type:
         for name, code in _core_module().DTYPES.items():
             try:
                 _dtype_by_type[np.dtype(name).type] = code
             except TypeError:
                 pass
+        _dtype_by_type[BFLOAT16] = _core_module().DTYPES["bfloat16"]
     return _dtype_by_type.get(dtype)
 
 
@@ -101,7 +103,7 @@ def _describe(tensor, what="tensor"):
     _check_array(tensor, what)
     code = _dtype_code_of(tensor.dtype)
     if code is None:
-        supported = sorted(np.dtype(t).name for t in _dtype_by_type)
+        supported = sorted("bfloat16" if t is BFLOAT16 else np.dtype(t).name for t in _dtype_by_type)
         raise TypeError(f"{what}: dtype {np.dtype(tensor.dtype).name} is not supported "
                         f"(use one of {supported})")
     return code, _core_module().CPU_DEVICE, list(tensor.shape)

@@ -11,6 +11,7 @@ import mxnet as mx
 
 from mxplugin import basics, native_update, sharding
 from mxplugin.compression import Compression
+from mxplugin.powersgd import STATE_KEY as POWERSGD_KEY, PowerSGD, PowerSGDReducer
 from mxplugin.errors import ArgumentError, MismatchError, values_by_rank
 from mxplugin.buckets import Layout
 from mxplugin.ops import Average, Sum, allreduce_, grouped_allreduce_
@@ -36,6 +37,10 @@ class DistributedTrainer(mx.gluon.Trainer):
         allgathered (Note [Sharded optimizer states] in sharding.py). For
         the element-wise optimizers (sharding.SHARDABLE_OPTIMIZERS); others
         are refused here, as are compression and local SGD (False).
+      compression: Compression.none, fp16 or bf16 (each bucket is sent in
+        that dtype), or Compression.powersgd(rank=...) (matrices are sent
+        as low-rank factors with error feedback, powersgd.py; not with
+        local SGD or sharded states).
       local_sgd_steps K, local_sgd_warmup_steps W: after W ordinary steps,
         each rank updates on its own gradients and every K steps the
         parameters (and, with local_sgd_average_states, the optimizer
@@ -98,6 +103,13 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._shard = bool(shard_optimizer_states)
         if self._shard:
             sharding.check_shardable(self._optimizer, compression, self._local_sgd_steps)
+        self._powersgd = None  # powersgd.PowerSGDReducer, with Compression.powersgd()
+        if isinstance(compression, PowerSGD):
+            if self._local_sgd_steps:
+                raise ArgumentError("Compression.powersgd() does not combine with local_sgd_steps: local SGD "
+                                    "averages parameters, not gradients, so there is nothing to compress. Pass "
+                                    "compression=Compression.none (or local_sgd_steps=0).")
+            self._powersgd = PowerSGDReducer(compression, self._prefix)
         self._shards = None  # sharding.ShardedStates of the layout, when sharded
         self._slices_filled = False  # this step's reduce-scatter filled the slices' gradients
         self._steps = 0
@@ -113,7 +125,8 @@ class DistributedTrainer(mx.gluon.Trainer):
             return self._layout
         old_states = self._param_states() if self._layout is not None else None
         self._layout = Layout(self._params, self._optimizer, self._bucket_bytes, self._num_groups,
-                              include_distributed=self._mesh is not None, bucket_states=not self._shard)
+                              include_distributed=self._mesh is not None, bucket_states=not self._shard,
+                              compressed=self._powersgd.config.compresses if self._powersgd else None)
         if self._shard:
             self._shards = sharding.ShardedStates(self._layout, self._optimizer, self._process_set, self._prefix)
         self._layout.fused = self._layout.fused and self._fused_update
@@ -166,7 +179,15 @@ class DistributedTrainer(mx.gluon.Trainer):
         if scatter:
             self._shards.reduce_scatter(self._predivide)
             self._slices_filled = True
+        compressed = [b for b in layout.buckets if b.compressed]
+        if compressed and not self._powersgd.in_warmup():
+            self._powersgd.reduce([(index, p.grad()) for b in compressed for index, p in b.entries],
+                                  self._process_set, 1.0 / self._predivide)
+        else:
+            compressed = []
         for i, bucket in enumerate(layout.buckets if not scatter else ()):
+            if bucket in compressed:
+                continue
             sent, ctx = self._compression.compress(bucket.grad)
             allreduce_(sent, name=f"{self._prefix}bucket{i}", priority=-i, op=Sum,
                        prescale_factor=1.0 / self._predivide, process_set=self._process_set)
@@ -396,10 +417,12 @@ class DistributedTrainer(mx.gluon.Trainer):
     # -- checkpoints ----------------------------------------------------------------
     def save_states(self, fname):
         """Saves optimizer states (per parameter, loadable by this class or
-        gluon.Trainer). With shard_optimizer_states every rank of the process
-        set must call it (the states are gathered) and rank 0 writes."""
+        gluon.Trainer). With shard_optimizer_states or PowerSGD every rank of
+        the process set must call it (states_bytes_collective()) and rank 0
+        writes."""
+        collective = self.states_bytes_collective()
         data = self.states_bytes()
-        if self._shards is not None and self._world() and self._process_set.rank() != 0:
+        if collective and self._process_set.rank() != 0:
             return
         with open(fname, "wb") as f:
             f.write(data)
@@ -413,12 +436,26 @@ class DistributedTrainer(mx.gluon.Trainer):
         self._prepare()
         states = dict(self._updaters[0].states)
         states.update(self._param_states())
+        if self._powersgd is not None:
+            states[POWERSGD_KEY] = self._powersgd.state_dict(self._process_set, self._world())
         return pickle.dumps((states, self._optimizer))
+
+    def states_bytes_collective(self):
+        """Whether states_bytes() (and so save_states) is a collective that
+        every rank of the process set must call: with sharded states (they
+        are gathered) and with PowerSGD (its errors are summed, Note
+        [PowerSGD state across worlds] in powersgd.py)."""
+        return (self._shard or self._powersgd is not None) and self._world()
 
     def load_states_bytes(self, data):
         self._prepare()
         loaded = pickle.loads(data)
         states, optimizer = loaded if isinstance(loaded, tuple) else (loaded, self._optimizer)
+        states = dict(states)
+        compressor = states.pop(POWERSGD_KEY, None)
+        if self._powersgd is not None and compressor is not None:
+            ranks = self._process_set.size() if self._world() else 1
+            self._powersgd.load_state_dict(compressor, self._params, ranks)
         optimizer.param_dict = {i: param for i, param in enumerate(self._params)}
         self._optimizer = optimizer
         for updater in self._updaters:

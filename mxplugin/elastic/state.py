@@ -192,6 +192,8 @@ class GluonState(ObjectState):
         hvd.broadcast_parameters(self._params(), root_rank=0, prefix="mxplugin.elastic.")
         if getattr(self.trainer, "_shard", False):
             self._sync_sharded()
+        elif getattr(self.trainer, "_powersgd", None) is not None:
+            self._sync_powersgd()
         else:
             blob = hvd.broadcast_object(trainer_states(self.trainer) if hvd.rank() == 0 else None, root_rank=0,
                                         name="mxplugin.elastic.trainer")
@@ -215,6 +217,24 @@ class GluonState(ObjectState):
             blob = hvd.broadcast_object(self._applied_trainer if rank0 else None, root_rank=0,
                                         name="mxplugin.elastic.trainer")
             load_trainer_states(self.trainer, blob)
+
+
+    def _sync_powersgd(self):
+        """A PowerSGD trainer's states hold the errors summed over the ranks
+        and each rank loads its share for this world's size (Note [PowerSGD
+        state across worlds] in mxplugin/powersgd.py). In a new world rank 0
+        has applied the handed-over snapshot and sends it; in a first world
+        every rank's errors are summed (states_bytes is then a collective)
+        and rank 0's result is sent."""
+        rank0 = hvd.rank() == 0
+        applied = hvd.broadcast_object(self._applied_trainer is not None if rank0 else None, root_rank=0,
+                                       name="mxplugin.elastic.trainer_applied")
+        if applied:
+            blob = self._applied_trainer if rank0 else None
+        else:
+            blob = trainer_states(self.trainer)
+        blob = hvd.broadcast_object(blob if rank0 else None, root_rank=0, name="mxplugin.elastic.trainer")
+        load_trainer_states(self.trainer, blob)
 
 
 def trainer_states(trainer):

@@ -49,8 +49,9 @@ std::string ContextName(const ::mxnet::Context& ctx) {
 }
 
 // The core's dtype of an NDArray's mshadow type flag; false for a type the
-// binding does not take either (bool, the 16/32/64-bit unsigned ones, int16
-// and bfloat16, which NumPy cannot name), with its MXNet name in `name`.
+// binding does not take either (bool, int16 and the 16/32/64-bit unsigned
+// ones), with its MXNet name in `name`. bfloat16 is taken: MXNet 1.9.1 casts
+// to it on CPU, and Compression.bf16 sends gradients in it.
 bool DataTypeOfArray(int type_flag, DataType* out, std::string* name) {
   switch (type_flag) {
     case mshadow::kFloat32: *out = DataType::kFloat32; return true;
@@ -65,7 +66,7 @@ bool DataTypeOfArray(int type_flag, DataType* out, std::string* name) {
     case mshadow::kUint16: *name = "uint16"; return false;
     case mshadow::kUint32: *name = "uint32"; return false;
     case mshadow::kUint64: *name = "uint64"; return false;
-    case mshadow::kBfloat16: *name = "bfloat16"; return false;
+    case mshadow::kBfloat16: *out = DataType::kBFloat16; return true;
     default: *name = "type flag " + std::to_string(type_flag); return false;
   }
 }
