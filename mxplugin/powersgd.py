@@ -119,6 +119,12 @@ class Factors:
         """Q^T = P^^T A (r x cols), written into self.q."""
         mx.nd.dot(p_hat, m, transpose_b=self.transposed, out=self.q)
 
+    def subtract_product(self, p_hat):
+        """error -= P^ Q^T in one pass over the error (a GEMM that
+        accumulates: the product is never written out on its own)."""
+        first, second = (self.q, p_hat) if self.transposed else (p_hat, self.q)
+        mx.nd.linalg.gemm(first, second, self.error, transpose_a=True, alpha=-1.0, beta=1.0, out=self.error)
+
     def product(self, p_hat, out):
         """The M that P^ Q^T stands for, written into `out` (m x n)."""
         first, second = (self.q, p_hat) if self.transposed else (p_hat, self.q)
@@ -167,8 +173,7 @@ class PowerSGDReducer:
             p_hat, _ = mx.nd.linalg.gelqf(f.p)
             f.p = p_hat
             f.q_of(f.error, p_hat)
-            f.product(p_hat, out)  # this rank's own part, before Q is summed
-            f.error -= out
+            f.subtract_product(p_hat)  # this rank's own part leaves the error, before Q is summed
         self._allreduce([f.q for f, _, _ in work], "q", process_set, prescale_factor)
         for f, grad, out in work:
             f.product(f.p, out)
