@@ -94,6 +94,21 @@ def test_gluonts_trainer_round_trips_through_gluonts_serde():
     assert (back.epochs, back.learning_rate, back.clip_gradient) == (3, 0.5, 2.0)
 
 
+@needs_gluonts
+def test_gluonts_example_runs_end_to_end_with_the_launcher(tmp_path):
+    """examples/gluonts_deepar.py, small, under mxplugin-run at 2 ranks:
+    trains, evaluates and writes the predictor once."""
+    out_dir = tmp_path / "deepar"
+    cmd = [sys.executable, "-m", "mxplugin.run", "-np", "2", sys.executable, f"{REPO}/examples/gluonts_deepar.py",
+           "--series", "10", "--epochs", "2", "--batches-per-epoch", "5", "--batch-size", "16",
+           "--out", str(out_dir)]
+    result = subprocess.run(cmd, cwd=REPO, env=rank_env(), capture_output=True, text=True, timeout=TIMEOUT)
+    report = f"exit {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
+    assert result.returncode == 0, report
+    assert "2 rank(s): MASE" in result.stdout + result.stderr, report
+    assert (out_dir / "prediction_net-0000.params").exists(), report
+
+
 def test_import_mxplugin_needs_no_gluonts():
     """`import mxplugin` imports no GluonTS; mxplugin.gluonts without it
     says what to install."""

@@ -1,0 +1,175 @@
+"""DeepAR training throughput: one process against mxplugin.gluonts on 2 ranks.
+
+    python bench/gluonts_deepar.py all       # every setting below, ~6 minutes on 2 cores
+    python bench/gluonts_deepar.py one --setting NAME   # one setting (all runs these)
+
+GluonTS's default DeepAR (2 LSTM layers of 40 cells, dropout 0.1,
+context = prediction length = 24) on 200 artificial hourly series, global
+batch 64, the same number of steps in every setting:
+  single_1thread   GluonTS's own Trainer, OMP_NUM_THREADS=1
+  single_2threads  GluonTS's own Trainer, OMP_NUM_THREADS=2, 2 MXNet workers
+  single_default   GluonTS's own Trainer, MXNet's default threads
+  mxplugin_1rank   mxplugin.gluonts.Trainer alone (its overhead), 1 thread
+  mxplugin_2ranks  mxplugin.gluonts.Trainer, 2 ranks x 1 thread, batch 32 each
+Samples per second: the global batch times the batches of an epoch over the
+epoch's time (from on_train_epoch_start to on_train_epoch_end on rank 0),
+median over the epochs after the first. Time to a loss: the wall time from
+the start of training to the end of the first epoch whose (averaged) loss
+is at or below the target, the lowest loss every setting reaches. Forecast
+accuracy on the held-out window is recorded too (the same training, so it
+should not depend on the setting beyond seed noise).
+Results: bench/results/gluonts_deepar.json.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+GLOBAL_BATCH = 64
+EPOCHS = 10
+BATCHES_PER_EPOCH = 50
+SERIES = 200
+
+# name: (ranks, trainer, environment for each process; None = unset)
+SETTINGS = {
+    "single_1thread": (1, "gluonts", {"OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1"}),
+    "single_2threads": (1, "gluonts", {"OMP_NUM_THREADS": "2", "MXNET_CPU_WORKER_NTHREADS": "2"}),
+    "single_default": (1, "gluonts", {"OMP_NUM_THREADS": None, "MXNET_CPU_WORKER_NTHREADS": None}),
+    "mxplugin_1rank": (1, "mxplugin", {"OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1"}),
+    "mxplugin_2ranks": (2, "mxplugin", {"OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1"}),
+}
+
+
+def train_one(setting):
+    """Trains in this process (one rank of the job); rank 0 returns the record."""
+    import mxnet as mx
+    import numpy as np
+    from gluonts.dataset.artificial import ComplexSeasonalTimeSeries
+    from gluonts.env import env
+    from gluonts.evaluation import Evaluator, make_evaluation_predictions
+    from gluonts.mx import DeepAREstimator
+    from gluonts.mx import Trainer as GluonTSTrainer
+    from gluonts.mx.trainer.callback import Callback
+
+    ranks, kind, _ = SETTINGS[setting]
+    rank = 0
+    if kind == "mxplugin":
+        import mxplugin as hvd
+        import mxplugin.gluonts
+
+        hvd.init()
+        rank = hvd.rank()
+        assert hvd.size() == ranks, f"{setting} runs on {ranks} ranks, not {hvd.size()}"
+
+    class EpochClock(Callback):
+        def __init__(self):
+            self.start, self.epoch_start, self.epochs = None, None, []
+
+        def on_train_start(self, max_epochs):
+            self.start = time.perf_counter()
+
+        def on_train_epoch_start(self, training_network):
+            self.epoch_start = time.perf_counter()
+
+        def on_train_epoch_end(self, epoch_no, epoch_loss, training_network, trainer):
+            now = time.perf_counter()
+            self.epochs.append({"seconds": now - self.epoch_start, "since_start": now - self.start,
+                                "loss": epoch_loss})
+            return True
+
+    env._push(use_tqdm=False)
+    np.random.seed(0)
+    mx.random.seed(0)
+    data = ComplexSeasonalTimeSeries(num_series=SERIES, prediction_length=24, freq_str="H", length_low=300,
+                                     length_high=600, percentage_unique_timestamps=0)
+    clock = EpochClock()
+    Trainer = mxplugin.gluonts.Trainer if kind == "mxplugin" else GluonTSTrainer
+    trainer = Trainer(epochs=EPOCHS, num_batches_per_epoch=BATCHES_PER_EPOCH, learning_rate=1e-3, callbacks=[clock])
+    estimator = DeepAREstimator(freq="H", prediction_length=24, trainer=trainer, batch_size=GLOBAL_BATCH // ranks)
+    predictor = estimator.train(data.train)
+    if rank != 0:
+        return None
+    np.random.seed(1)
+    mx.random.seed(1)
+    forecasts, series = make_evaluation_predictions(data.test, predictor, num_samples=100)
+    metrics, _ = Evaluator(num_workers=0)(series, forecasts, num_series=len(data.test))
+    rates = [GLOBAL_BATCH * BATCHES_PER_EPOCH / e["seconds"] for e in clock.epochs[1:]]
+    return {"setting": setting, "ranks": ranks, "trainer": kind, "batch_per_rank": GLOBAL_BATCH // ranks,
+            "samples_per_s": rates, "median_samples_per_s": statistics.median(rates), "epochs": clock.epochs,
+            "MASE": metrics["MASE"], "mean_wQuantileLoss": metrics["mean_wQuantileLoss"]}
+
+
+def launch(setting):
+    """Runs one setting in fresh processes, with its threads; returns its record."""
+    from mpi_harness import mpiexec_path
+
+    ranks, _, threads = SETTINGS[setting]
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
+    for key, value in threads.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    out_file = os.path.join(RESULTS, f".gluonts_{setting}.json")
+    cmd = ([mpiexec_path(), "-n", str(ranks)] if ranks > 1 else []) + [
+        sys.executable, os.path.abspath(__file__), "one", "--setting", setting, "--out", out_file]
+    print("$", " ".join(f"{k}={v}" for k, v in threads.items() if v), " ".join(cmd), flush=True)
+    started = time.perf_counter()
+    result = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-5000:])
+        raise SystemExit(f"{setting} failed")
+    with open(out_file) as f:
+        record = json.load(f)
+    os.remove(out_file)
+    record["process_wall_s"] = time.perf_counter() - started
+    print(f"  {record['median_samples_per_s']:.0f} samples/s, wQL {record['mean_wQuantileLoss']:.4f}", flush=True)
+    return record
+
+
+def summarise(records):
+    """Ratios to the best single process and the time to a common loss."""
+    single = [r for r in records.values() if r["trainer"] == "gluonts"]
+    best = max(single, key=lambda r: r["median_samples_per_s"])
+    target = max(min(e["loss"] for e in r["epochs"]) for r in records.values())
+    time_to = {name: next(e["since_start"] for e in r["epochs"] if e["loss"] <= target)
+               for name, r in records.items()}
+    two = records["mxplugin_2ranks"]
+    return {"best_single": best["setting"],
+            "ratio_2ranks_vs_best_single": two["median_samples_per_s"] / best["median_samples_per_s"],
+            "target_loss": target, "time_to_target_s": time_to,
+            "time_ratio_best_single_vs_2ranks": time_to[best["setting"]] / time_to["mxplugin_2ranks"]}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mode", choices=["all", "one"])
+    p.add_argument("--setting", choices=sorted(SETTINGS))
+    p.add_argument("--out")
+    args = p.parse_args()
+    if args.mode == "one":
+        record = train_one(args.setting)
+        if record is not None:
+            with open(args.out, "w") as f:
+                json.dump(record, f)
+        return
+    os.makedirs(RESULTS, exist_ok=True)
+    records = {name: launch(name) for name in SETTINGS}
+    result = {"global_batch": GLOBAL_BATCH, "epochs": EPOCHS, "batches_per_epoch": BATCHES_PER_EPOCH,
+              "series": SERIES, "settings": records, "summary": summarise(records)}
+    with open(os.path.join(RESULTS, "gluonts_deepar.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps(result["summary"], indent=1))
+
+
+if __name__ == "__main__":
+    main()
