@@ -1,23 +1,25 @@
 """DeepAR training throughput: one process against mxplugin.gluonts on 2 ranks.
 
-    python bench/gluonts_deepar.py all       # every setting below, ~6 minutes on 2 cores
-    python bench/gluonts_deepar.py one --setting NAME   # one setting (all runs these)
+    python bench/gluonts_deepar.py all       # every setting, 3 rounds: ~10 minutes on 2 cores
+    python bench/gluonts_deepar.py one --setting NAME --out FILE   # one run (what `all` starts)
 
 GluonTS's default DeepAR (2 LSTM layers of 40 cells, dropout 0.1,
-context = prediction length = 24) on 200 artificial hourly series, global
-batch 64, the same number of steps in every setting:
+context = prediction length = 24, Adam at 1e-3) on 200 artificial hourly
+series, global batch 64, the same number of steps in every setting:
   single_1thread   GluonTS's own Trainer, OMP_NUM_THREADS=1
   single_2threads  GluonTS's own Trainer, OMP_NUM_THREADS=2, 2 MXNet workers
   single_default   GluonTS's own Trainer, MXNet's default threads
   mxplugin_1rank   mxplugin.gluonts.Trainer alone (its overhead), 1 thread
   mxplugin_2ranks  mxplugin.gluonts.Trainer, 2 ranks x 1 thread, batch 32 each
+Each run is a fresh job. The settings run in ROUNDS interleaved rounds
+(the order rotating), so that load from other work on the machine falls on
+all of them alike.
 Samples per second: the global batch times the batches of an epoch over the
-epoch's time (from on_train_epoch_start to on_train_epoch_end on rank 0),
-median over the epochs after the first. Time to a loss: the wall time from
-the start of training to the end of the first epoch whose (averaged) loss
-is at or below the target, the lowest loss every setting reaches. Forecast
-accuracy on the held-out window is recorded too (the same training, so it
-should not depend on the setting beyond seed noise).
+epoch's time (on_train_epoch_start to on_train_epoch_end on rank 0); the
+median over every epoch but each run's first. Time to a loss: from the start
+of training to the end of the first epoch whose (averaged) loss is at or
+below the target, the lowest loss that every run reaches; the median over
+a setting's runs. Forecast accuracy on the held-out window is recorded too.
 Results: bench/results/gluonts_deepar.json.
 """
 import argparse
@@ -35,9 +37,10 @@ sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "tests"))
 
 GLOBAL_BATCH = 64
-EPOCHS = 10
-BATCHES_PER_EPOCH = 50
+EPOCHS = 5
+BATCHES_PER_EPOCH = 40
 SERIES = 200
+ROUNDS = 3
 
 # name: (ranks, trainer, environment for each process; None = unset)
 SETTINGS = {
@@ -136,19 +139,27 @@ def launch(setting):
     return record
 
 
-def summarise(records):
-    """Ratios to the best single process and the time to a common loss."""
-    single = [r for r in records.values() if r["trainer"] == "gluonts"]
-    best = max(single, key=lambda r: r["median_samples_per_s"])
-    target = max(min(e["loss"] for e in r["epochs"]) for r in records.values())
-    time_to = {name: next(e["since_start"] for e in r["epochs"] if e["loss"] <= target)
-               for name, r in records.items()}
-    two = records["mxplugin_2ranks"]
-    return {"best_single": best["setting"],
-            "ratio_2ranks_vs_best_single": two["median_samples_per_s"] / best["median_samples_per_s"],
-            "target_loss": target, "time_to_target_s": time_to,
-            "time_ratio_best_single_vs_2ranks": time_to[best["setting"]] / time_to["mxplugin_2ranks"]}
-
+def summarise(runs):
+    """Per setting: median samples/s, time to the common loss and accuracy;
+    ratios of 2 ranks to the best single process."""
+    target = max(min(e["loss"] for e in run["epochs"]) for rs in runs.values() for run in rs)
+    settings = {}
+    for name, rs in runs.items():
+        rates = [x for run in rs for x in run["samples_per_s"]]
+        times = [next(e["since_start"] for e in run["epochs"] if e["loss"] <= target) for run in rs]
+        settings[name] = {"ranks": rs[0]["ranks"], "trainer": rs[0]["trainer"],
+                          "median_samples_per_s": statistics.median(rates),
+                          "run_medians_samples_per_s": [run["median_samples_per_s"] for run in rs],
+                          "median_time_to_target_s": statistics.median(times),
+                          "median_wQuantileLoss": statistics.median(run["mean_wQuantileLoss"] for run in rs),
+                          "median_MASE": statistics.median(run["MASE"] for run in rs)}
+    single = [n for n, v in settings.items() if v["trainer"] == "gluonts"]
+    best = max(single, key=lambda n: settings[n]["median_samples_per_s"])
+    two = settings["mxplugin_2ranks"]
+    return {"target_loss": target, "settings": settings, "best_single": best,
+            "ratio_2ranks_vs_best_single": two["median_samples_per_s"] / settings[best]["median_samples_per_s"],
+            "time_ratio_best_single_vs_2ranks": settings[best]["median_time_to_target_s"]
+            / two["median_time_to_target_s"]}
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -163,13 +174,16 @@ def main():
                 json.dump(record, f)
         return
     os.makedirs(RESULTS, exist_ok=True)
-    records = {name: launch(name) for name in SETTINGS}
+    names = list(SETTINGS)
+    runs = {name: [] for name in names}
+    for r in range(ROUNDS):
+        for name in names[r:] + names[:r]:
+            runs[name].append(launch(name))
     result = {"global_batch": GLOBAL_BATCH, "epochs": EPOCHS, "batches_per_epoch": BATCHES_PER_EPOCH,
-              "series": SERIES, "settings": records, "summary": summarise(records)}
+              "series": SERIES, "rounds": ROUNDS, "runs": runs, "summary": summarise(runs)}
     with open(os.path.join(RESULTS, "gluonts_deepar.json"), "w") as f:
         json.dump(result, f, indent=1)
     print(json.dumps(result["summary"], indent=1))
-
 
 if __name__ == "__main__":
     main()
