@@ -96,7 +96,9 @@ class Trainer(GluonTSTrainer):
         """What every rank must have alike (Note [What a GluonTS job shares])."""
         return {"epochs": self.epochs, "num_batches_per_epoch": self.num_batches_per_epoch,
                 "learning_rate": self.learning_rate, "clip_gradient": self.clip_gradient,
-                "weight_decay": self.weight_decay, "init": repr(self.init), "hybridize": self.hybridize,
+                "weight_decay": self.weight_decay, "hybridize": self.hybridize,
+                # an Initializer's repr holds its address: its dumps() says what it is
+                "init": self.init if isinstance(self.init, str) else self.init.dumps(),
                 "callbacks": [type(c).__name__ for c in self.callbacks.callbacks],
                 "network": type(net).__name__, "validation data": validation_iter is not None,
                 "halted before training": self.halt}
