@@ -79,11 +79,19 @@ class RankTotals:
         self.fields = tuple(fields)
 
     def sum(self, **values):
+        """The sums over ranks of `values` (fields not given count 0)."""
         local = np.array([float(values.get(f, 0.0)) for f in self.fields], dtype=np.float64)
+        return self.read(self.start(mx.nd.array(local, dtype="float64")))
+
+    def start(self, local):
+        """Starts summing `local`, a float64 NDArray with one entry per
+        field (it may still be being computed); read() waits for the sums."""
         if basics.size() == 1:
-            return dict(zip(self.fields, local))
-        total = allreduce(mx.nd.array(local, dtype="float64"), op=Sum, name=self.name).asnumpy()
-        return dict(zip(self.fields, total))
+            return local
+        return allreduce(local, op=Sum, name=self.name)
+
+    def read(self, pending):
+        return dict(zip(self.fields, pending.asnumpy()))
 
 
 def everyone_agrees(flag, name):

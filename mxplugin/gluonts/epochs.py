@@ -1,27 +1,34 @@
 """One training or validation epoch of a GluonTS network on every rank.
 
-Note [Training rounds]: every training batch is one round, and every round
-ends in one small allreduce (RankTotals, a fixed name and shape) after the
-forward pass and before the backward pass. It carries what the ranks must
-decide together:
+Note [Training rounds]: every training batch is one round. Its forward and
+backward passes run, then two reductions start together: the gradients
+(DistributedTrainer.allreduce_grads) and a small vector of counters
+(RankTotals, a fixed name and shape). Reading the counters is the round's
+one wait; the update follows only if they allow it. They carry what the
+ranks must decide together:
   - present: ranks that drew a batch. An epoch ends for all when one rank's
     batches end (GluonTS's training loaders never end; a finite one on some
-    ranks must not leave the others waiting in a reduction).
+    ranks must not leave the others waiting in a reduction). A rank without
+    a batch still takes part in the gradient reduction, whose sums are then
+    not used.
   - skipped: ranks whose loss is not finite. One process on the combined
-    batch would see a non-finite loss and skip the batch, so every rank
-    skips it: no backward, no step, the loss not counted.
+    batch would see a non-finite loss and skip the batch, so no rank
+    updates: the summed gradients are dropped and the loss not counted.
   - loss_sum, loss_count: the batch's loss summed and counted over ranks, so
     the progress bar and the epoch loss the callbacks see are what one
     process on the combined batch would report (mx.metric.Loss's mean).
-  - rows: the combined batch size. step() gets rows / size, so that the
+  - rows: the combined batch size. update() gets rows / size, so that the
     gradients summed over ranks are divided by the combined batch size even
     when ranks' batches differ in size.
   - stop: ranks whose on_train_batch_end asked to stop after the previous
     round. Callbacks such as TrainingTimeLimit decide by each rank's clock;
-    the vote arrives one round late (that round's forward pass is wasted and
-    its batch not used, as GluonTS would not have drawn it), and all ranks
-    stop at the same batch. After the last batch one more round, with no
-    batch, collects the last votes.
+    the vote arrives one round late (that round's batch is computed but not
+    used, as GluonTS would not have drawn it), and all ranks stop at the
+    same batch. After the last batch one more round, with no batch and no
+    gradients, collects the last votes.
+Starting both reductions before waiting for either leaves one wait per batch
+(a rank's forward pass no longer waits for the others before its backward
+pass) and lets the core negotiate both in one cycle.
 Validation needs no rounds (no step): each rank takes every size-th batch
 and the totals are summed once at the end.
 """
@@ -60,6 +67,14 @@ def _mean(total, count):
     return total / count if count else float("nan")
 
 
+def _counter_vector(**values):
+    """ROUND_FIELDS in order as one float64 NDArray; each value a number or
+    a 1-element float64 NDArray (0 when not given)."""
+    parts = [v if isinstance(v, mx.nd.NDArray) else mx.nd.array([v], dtype="float64")
+             for v in (values.get(f, 0.0) for f in ROUND_FIELDS)]
+    return mx.nd.concat(*parts, dim=0)
+
+
 class EpochRunner:
     """Runs the epochs of one Trainer call: the network, the
     DistributedTrainer, the callbacks, and collective names under `name`."""
@@ -87,8 +102,13 @@ class EpochRunner:
             batch = next(batches, None) if round_no < num_batches else None
             if not self.initialised:
                 self._initialise(batch)
-            loss, local = self._forward(batch, mx.autograd.train_mode)
-            totals = self.rounds.sum(stop=stop_vote, **local)
+            loss, counters = self._forward(batch, mx.autograd.train_mode, stop_vote)
+            if loss is not None:
+                loss.backward()
+            pending = self.rounds.start(counters)
+            if round_no < num_batches:  # the same on every rank: the closing round has no gradients
+                self.trainer.allreduce_grads()
+            totals = self.rounds.read(pending)
             if totals["stop"]:
                 return self._finish(bar, epoch_no, loss_sum, loss_count, stop=True)
             if totals["present"] < size:
@@ -96,12 +116,12 @@ class EpochRunner:
                     self._no_data("training", totals["present"])
                 break
             if totals["skipped"]:
-                logger.warning("Batch [%d] of Epoch[%d] gave NaN loss on %d rank(s) and it will be ignored",
-                               round_no + 1, epoch_no, int(totals["skipped"]))
+                if basics.rank() == 0:
+                    logger.warning("Batch [%d] of Epoch[%d] gave NaN loss on %d rank(s) and it will be ignored",
+                                   round_no + 1, epoch_no, int(totals["skipped"]))
                 stop_vote = False
             else:
-                loss.backward()
-                self.trainer.step(totals["rows"] / size)
+                self.trainer.update(totals["rows"] / size)
                 stop_vote = not self.callbacks.on_train_batch_end(training_network=self.net)
                 loss_sum += totals["loss_sum"]
                 loss_count += totals["loss_count"]
@@ -127,18 +147,24 @@ class EpochRunner:
         self.initialised = True
         self.callbacks.on_train_epoch_start(training_network=self.net)
 
-    def _forward(self, batch, mode):
+    def _forward(self, batch, mode, stop_vote=False):
         """The loss of `batch` (recorded for backward) and this rank's
-        share of the round's totals."""
+        counters for the round, which MXNet computes without this thread
+        waiting for them."""
         if batch is None:
-            return None, {}
+            return None, _counter_vector(stop=float(stop_vote))
+        loss = self._loss(batch, mode)
+        total = mx.nd.sum(loss).astype("float64").reshape((1,))
+        finite = mx.nd.contrib.isfinite(total)
+        return loss, _counter_vector(present=1.0, skipped=1.0 - finite,
+                                     loss_sum=mx.nd.where(finite, total, mx.nd.zeros_like(total)),
+                                     loss_count=finite * float(loss.size), rows=float(loss.shape[0]),
+                                     stop=float(stop_vote))
+
+    def _loss(self, batch, mode):
         with mx.autograd.record():
             with mode():
-                loss = _loss_of(self.net(*batch.values()))
-        total = float(mx.nd.sum(loss).asscalar())
-        if not np.isfinite(total):
-            return loss, {"present": 1, "skipped": 1}
-        return loss, {"present": 1, "loss_sum": total, "loss_count": loss.size, "rows": loss.shape[0]}
+                return _loss_of(self.net(*batch.values()))
 
     # -- validation -------------------------------------------------------------
     def validate(self, epoch_no, batches, halted):
@@ -151,12 +177,13 @@ class EpochRunner:
         bar = self._progress(None)
         for batch in itertools.islice(batches, basics.rank(), None, basics.size()):
             local["present"] += 1
-            loss, mine = self._forward(batch, mx.autograd.predict_mode)
-            if mine.get("skipped"):
+            loss = self._loss(batch, mx.autograd.predict_mode)
+            total = float(mx.nd.sum(loss).asscalar())
+            if not np.isfinite(total):
                 logger.warning("A validation batch of Epoch[%d] gave NaN loss and it will be ignored", epoch_no)
                 continue
-            local["loss_sum"] += mine["loss_sum"]
-            local["loss_count"] += mine["loss_count"]
+            local["loss_sum"] += total
+            local["loss_count"] += loss.size
             self._show(bar, epoch_no, "validation_avg_epoch_loss", _mean(local["loss_sum"], local["loss_count"]))
             if not self.callbacks.on_validation_batch_end(training_network=self.net):
                 local["stop"] = 1
