@@ -127,6 +127,7 @@ def launch(setting):
         sys.executable, os.path.abspath(__file__), "one", "--setting", setting, "--out", out_file]
     print("$", " ".join(f"{k}={v}" for k, v in threads.items() if v), " ".join(cmd), flush=True)
     started = time.perf_counter()
+    load_before = os.getloadavg()[0]  # other work on the machine, reported beside the numbers
     result = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
     if result.returncode != 0:
         sys.stderr.write(result.stderr[-5000:])
@@ -135,13 +136,14 @@ def launch(setting):
         record = json.load(f)
     os.remove(out_file)
     record["process_wall_s"] = time.perf_counter() - started
+    record["load_average_1min"] = [load_before, os.getloadavg()[0]]
     print(f"  {record['median_samples_per_s']:.0f} samples/s, wQL {record['mean_wQuantileLoss']:.4f}", flush=True)
     return record
 
 
 def summarise(runs):
     """Per setting: median samples/s, time to the common loss and accuracy;
-    ratios of 2 ranks to the best single process."""
+    ratios of 2 ranks to the best single-process setting, whichever trainer."""
     target = max(min(e["loss"] for e in run["epochs"]) for rs in runs.values() for run in rs)
     settings = {}
     for name, rs in runs.items():
@@ -152,8 +154,10 @@ def summarise(runs):
                           "run_medians_samples_per_s": [run["median_samples_per_s"] for run in rs],
                           "median_time_to_target_s": statistics.median(times),
                           "median_wQuantileLoss": statistics.median(run["mean_wQuantileLoss"] for run in rs),
-                          "median_MASE": statistics.median(run["MASE"] for run in rs)}
-    single = [n for n, v in settings.items() if v["trainer"] == "gluonts"]
+                          "median_MASE": statistics.median(run["MASE"] for run in rs),
+                          "load_average_1min": [min(x for run in rs for x in run["load_average_1min"]),
+                                                max(x for run in rs for x in run["load_average_1min"])]}
+    single = [n for n, v in settings.items() if v["ranks"] == 1]  # GluonTS's Trainer or ours alone
     best = max(single, key=lambda n: settings[n]["median_samples_per_s"])
     two = settings["mxplugin_2ranks"]
     return {"target_loss": target, "settings": settings, "best_single": best,

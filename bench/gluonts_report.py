@@ -1,4 +1,5 @@
 """The GluonTS section of docs/benchmarks.md, from bench/results/gluonts_deepar.json."""
+import os
 
 LABELS = {
     "single_1thread": ("1 process, GluonTS's Trainer", "1"),
@@ -29,14 +30,16 @@ def gluonts_section(result):
              "each run's first; time to loss: median over runs of the time from the start of training to the "
              f"first epoch whose loss (averaged over ranks) is <= {s['target_loss']:.3f}, the lowest loss every run "
              "reached; accuracy: median over runs, held-out last day.", "",
-             "| setting | threads | samples/s | per-run medians | time to loss | mean wQL | MASE |",
-             "|---|---|---|---|---|---|---|"]
+             "| setting | threads | samples/s | per-run medians | time to loss | mean wQL | MASE | load |",
+             "|---|---|---|---|---|---|---|---|"]
     for name, v in s["settings"].items():
         what, threads = LABELS.get(name, (name, "?"))
         runs = ", ".join(f"{x:.0f}" for x in v["run_medians_samples_per_s"])
         lines.append(f"| {what} | {threads} | {v['median_samples_per_s']:.0f} | {runs} | "
                      f"{v['median_time_to_target_s']:.1f} s | {v['median_wQuantileLoss']:.4f} | "
-                     f"{v['median_MASE']:.3f} |")
+                     f"{v['median_MASE']:.3f} | {v['load_average_1min'][0]:.1f}-{v['load_average_1min'][1]:.1f} |")
+    lines += ["", "Load: the machine's 1-minute load average before and after the runs (other work shares its "
+              f"{os.cpu_count()} cores: 2 ranks need both, one process one, so load counts against 2 ranks more)."]
     best = s["best_single"]
     lines += ["", f"2 ranks against the best single process ({LABELS[best][0]}, {LABELS[best][1]} thread(s)): "
               f"**{s['ratio_2ranks_vs_best_single']:.3f}x** the samples/s, and "
