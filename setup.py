@@ -225,6 +225,9 @@ class ParallelBuildExt(build_ext):
         super().build_extensions()
 
 
+GLUONTS_PINS = ["gluonts==0.17.0", "numpy<1.24", "pandas<2.2", "pydantic<2.10"]
+
+
 def cythonize_ext():
     from Cython.Build import cythonize
 
@@ -251,8 +254,13 @@ setup(
     # scikit-learn and scipy wheels (about 240 MB) while it backtracks.
     # The build's own requirements are in the test extra too: the packaging
     # test builds an sdist and a wheel without an isolated environment.
+    # GluonTS (mxplugin.gluonts) pinned to versions that install and run
+    # together with MXNet 1.9.1 (numpy < 1.24 is MXNet's own limit). The
+    # test extra includes it so that CI runs tests/test_gluonts.py (about
+    # 20 MB of wheels more).
     extras_require={"test": ["pytest", "scikit-learn>=1.5,<1.8", "scipy>=1.11,<1.16",
-                             "build", "cython>=3.0", "setuptools>=64", "wheel"],
+                             "build", "cython>=3.0", "setuptools>=64", "wheel"] + GLUONTS_PINS,
+                    "gluonts": GLUONTS_PINS,
                     "bench": ["matplotlib"],
                     "nccl-cu12": ["nvidia-nccl-cu12>=2.14"], "nccl-cu13": ["nvidia-nccl-cu13"]},
     entry_points={"console_scripts": ["mxplugin-run = mxplugin.run:main"]},

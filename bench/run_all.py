@@ -8,6 +8,7 @@ bench/results/*.json are committed: the report is rendered from them, and
 --report refuses to run when any is missing rather than write a shorter one.
 """
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -24,6 +25,7 @@ sys.path.insert(0, HERE)
 
 from mpi_harness import mpiexec_path, rank_env  # noqa: E402
 from report_multi_host import multi_host_section  # noqa: E402
+from gluonts_report import gluonts_section, gluonts_target  # noqa: E402
 from sharding_report import sharding_section  # noqa: E402
 from tensor_parallel import report_section as tensor_parallel_section  # noqa: E402
 
@@ -84,6 +86,11 @@ def run_all():
         run(1, [os.path.join(HERE, "multi_host.py")])
     single_process("2threads_after")
     run(1, [os.path.join(HERE, "tensor_parallel.py")])  # starts its own 1- and 2-rank runs
+    if importlib.util.find_spec("gluonts") is not None:  # the gluonts extra
+        run(1, [os.path.join(HERE, "gluonts_deepar.py"), "all"])  # starts its own jobs, with their threads
+    else:
+        print("gluonts is not installed (pip install -e '.[gluonts]'): bench/results/gluonts_deepar.json is "
+              "left as it is", flush=True)
     example = {"1": example_throughput(1), "1x2threads": example_throughput(1, threads=2, batch_size=16),
                "2": example_throughput(2)}
     example["scaling_efficiency"] = (example["2"]["median_images_per_s"] /
@@ -114,7 +121,7 @@ REFERENCE_NOTE = [
 REQUIRED = ("allreduce.json", "mpi_plain_before.json", "mpi_plain_after.json", "trainer_update.json",
             "fused_kernels.json", "step_breakdown_1ranks.json", "step_breakdown_2ranks.json",
             "trainer_scaling.json", "trainer_single_2threads_before.json", "trainer_single_2threads_after.json",
-            "example.json", "tensor_parallel.json")
+            "example.json", "tensor_parallel.json", "gluonts_deepar.json")
 
 
 def load(name):
@@ -196,7 +203,7 @@ def plots(allreduce, breakdown, plain):
     return made
 
 
-def _targets(ar, upd, sc, plain, single2):
+def _targets(ar, upd, sc, plain, single2, gluonts=None):
     rows = []
     if ar:
         r = allreduce_ratios(ar, plain)
@@ -214,6 +221,8 @@ def _targets(ar, upd, sc, plain, single2):
                          f"{sc['median_images_per_s']['mxplugin'] / single2['median_images_per_s']:.3f}"))
         rows.append(("allreduce + update / per-tensor allreduce_ + gluon update", "<= 0.6",
                      f"{sc['allreduce_update_ratio']:.3f}"))
+    if gluonts_target(gluonts):
+        rows.append(gluonts_target(gluonts))
     if not rows:
         return []
     out = ["## Targets", "", "| measure | target | measured |", "|---|---|---|"]
@@ -236,7 +245,7 @@ def report():
              "this page from them). Every number is a median of repeated runs, compared with a reference",
              "measured in the same run. Unless a row says otherwise each process runs with OMP_NUM_THREADS=1.",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.", ""]
-    lines += _targets(ar, upd, sc, plain, single2)
+    lines += _targets(ar, upd, sc, plain, single2, load("gluonts_deepar.json"))
     if ar:
         g = ar["gradient_set"]
         m = g["median_s"]
@@ -340,6 +349,7 @@ def report():
                   f"2 ranks against one process with 2 threads on the same global batch: "
                   f"**{ex['vs_one_process_all_cores']:.3f}**.", ""]
     lines += tensor_parallel_section(load("tensor_parallel.json"))
+    lines += gluonts_section(load("gluonts_deepar.json"))
     lines += multi_host_section(load("multi_host.json"), DOCS)
     lines += _gpu_section(load("gpu_kernels.json"), load("gpu_allreduce.json"))
     lines += sharding_section(load)

@@ -1,0 +1,193 @@
+"""DeepAR training throughput: one process against mxplugin.gluonts on 2 ranks.
+
+    python bench/gluonts_deepar.py all       # every setting, 3 rounds: ~10 minutes on 2 cores
+    python bench/gluonts_deepar.py one --setting NAME --out FILE   # one run (what `all` starts)
+
+GluonTS's default DeepAR (2 LSTM layers of 40 cells, dropout 0.1,
+context = prediction length = 24, Adam at 1e-3) on 200 artificial hourly
+series, global batch 64, the same number of steps in every setting:
+  single_1thread   GluonTS's own Trainer, OMP_NUM_THREADS=1
+  single_2threads  GluonTS's own Trainer, OMP_NUM_THREADS=2, 2 MXNet workers
+  single_default   GluonTS's own Trainer, MXNet's default threads
+  mxplugin_1rank   mxplugin.gluonts.Trainer alone (its overhead), 1 thread
+  mxplugin_2ranks  mxplugin.gluonts.Trainer, 2 ranks x 1 thread, batch 32 each
+Each run is a fresh job. The settings run in ROUNDS interleaved rounds
+(the order rotating), so that load from other work on the machine falls on
+all of them alike.
+Samples per second: the global batch times the batches of an epoch over the
+epoch's time (on_train_epoch_start to on_train_epoch_end on rank 0); the
+median over every epoch but each run's first. Time to a loss: from the start
+of training to the end of the first epoch whose (averaged) loss is at or
+below the target, the lowest loss that every run reaches; the median over
+a setting's runs. Forecast accuracy on the held-out window is recorded too.
+Results: bench/results/gluonts_deepar.json.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+RESULTS = os.path.join(HERE, "results")
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+GLOBAL_BATCH = 64
+EPOCHS = 5
+BATCHES_PER_EPOCH = 40
+SERIES = 200
+ROUNDS = 3
+
+# name: (ranks, trainer, environment for each process; None = unset)
+SETTINGS = {
+    "single_1thread": (1, "gluonts", {"OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1"}),
+    "single_2threads": (1, "gluonts", {"OMP_NUM_THREADS": "2", "MXNET_CPU_WORKER_NTHREADS": "2"}),
+    "single_default": (1, "gluonts", {"OMP_NUM_THREADS": None, "MXNET_CPU_WORKER_NTHREADS": None}),
+    "mxplugin_1rank": (1, "mxplugin", {"OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1"}),
+    "mxplugin_2ranks": (2, "mxplugin", {"OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1"}),
+}
+
+
+def train_one(setting):
+    """Trains in this process (one rank of the job); rank 0 returns the record."""
+    import mxnet as mx
+    import numpy as np
+    from gluonts.dataset.artificial import ComplexSeasonalTimeSeries
+    from gluonts.env import env
+    from gluonts.evaluation import Evaluator, make_evaluation_predictions
+    from gluonts.mx import DeepAREstimator
+    from gluonts.mx import Trainer as GluonTSTrainer
+    from gluonts.mx.trainer.callback import Callback
+
+    ranks, kind, _ = SETTINGS[setting]
+    rank = 0
+    if kind == "mxplugin":
+        import mxplugin as hvd
+        import mxplugin.gluonts
+
+        hvd.init()
+        rank = hvd.rank()
+        assert hvd.size() == ranks, f"{setting} runs on {ranks} ranks, not {hvd.size()}"
+
+    class EpochClock(Callback):
+        def __init__(self):
+            self.start, self.epoch_start, self.epochs = None, None, []
+
+        def on_train_start(self, max_epochs):
+            self.start = time.perf_counter()
+
+        def on_train_epoch_start(self, training_network):
+            self.epoch_start = time.perf_counter()
+
+        def on_train_epoch_end(self, epoch_no, epoch_loss, training_network, trainer):
+            now = time.perf_counter()
+            self.epochs.append({"seconds": now - self.epoch_start, "since_start": now - self.start,
+                                "loss": epoch_loss})
+            return True
+
+    env._push(use_tqdm=False)
+    np.random.seed(0)
+    mx.random.seed(0)
+    data = ComplexSeasonalTimeSeries(num_series=SERIES, prediction_length=24, freq_str="H", length_low=300,
+                                     length_high=600, percentage_unique_timestamps=0)
+    clock = EpochClock()
+    Trainer = mxplugin.gluonts.Trainer if kind == "mxplugin" else GluonTSTrainer
+    trainer = Trainer(epochs=EPOCHS, num_batches_per_epoch=BATCHES_PER_EPOCH, learning_rate=1e-3, callbacks=[clock])
+    estimator = DeepAREstimator(freq="H", prediction_length=24, trainer=trainer, batch_size=GLOBAL_BATCH // ranks)
+    predictor = estimator.train(data.train)
+    if rank != 0:
+        return None
+    np.random.seed(1)
+    mx.random.seed(1)
+    forecasts, series = make_evaluation_predictions(data.test, predictor, num_samples=100)
+    metrics, _ = Evaluator(num_workers=0)(series, forecasts, num_series=len(data.test))
+    rates = [GLOBAL_BATCH * BATCHES_PER_EPOCH / e["seconds"] for e in clock.epochs[1:]]
+    return {"setting": setting, "ranks": ranks, "trainer": kind, "batch_per_rank": GLOBAL_BATCH // ranks,
+            "samples_per_s": rates, "median_samples_per_s": statistics.median(rates), "epochs": clock.epochs,
+            "MASE": metrics["MASE"], "mean_wQuantileLoss": metrics["mean_wQuantileLoss"]}
+
+
+def launch(setting):
+    """Runs one setting in fresh processes, with its threads; returns its record."""
+    from mpi_harness import mpiexec_path
+
+    ranks, _, threads = SETTINGS[setting]
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
+    for key, value in threads.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    out_file = os.path.join(RESULTS, f".gluonts_{setting}.json")
+    cmd = ([mpiexec_path(), "-n", str(ranks)] if ranks > 1 else []) + [
+        sys.executable, os.path.abspath(__file__), "one", "--setting", setting, "--out", out_file]
+    print("$", " ".join(f"{k}={v}" for k, v in threads.items() if v), " ".join(cmd), flush=True)
+    started = time.perf_counter()
+    load_before = os.getloadavg()[0]  # other work on the machine, reported beside the numbers
+    result = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr[-5000:])
+        raise SystemExit(f"{setting} failed")
+    with open(out_file) as f:
+        record = json.load(f)
+    os.remove(out_file)
+    record["process_wall_s"] = time.perf_counter() - started
+    record["load_average_1min"] = [load_before, os.getloadavg()[0]]
+    print(f"  {record['median_samples_per_s']:.0f} samples/s, wQL {record['mean_wQuantileLoss']:.4f}", flush=True)
+    return record
+
+
+def summarise(runs):
+    """Per setting: median samples/s, time to the common loss and accuracy;
+    ratios of 2 ranks to the best single-process setting, whichever trainer."""
+    target = max(min(e["loss"] for e in run["epochs"]) for rs in runs.values() for run in rs)
+    settings = {}
+    for name, rs in runs.items():
+        rates = [x for run in rs for x in run["samples_per_s"]]
+        times = [next(e["since_start"] for e in run["epochs"] if e["loss"] <= target) for run in rs]
+        settings[name] = {"ranks": rs[0]["ranks"], "trainer": rs[0]["trainer"],
+                          "median_samples_per_s": statistics.median(rates),
+                          "run_medians_samples_per_s": [run["median_samples_per_s"] for run in rs],
+                          "median_time_to_target_s": statistics.median(times),
+                          "median_wQuantileLoss": statistics.median(run["mean_wQuantileLoss"] for run in rs),
+                          "median_MASE": statistics.median(run["MASE"] for run in rs),
+                          "load_average_1min": [min(x for run in rs for x in run["load_average_1min"]),
+                                                max(x for run in rs for x in run["load_average_1min"])]}
+    single = [n for n, v in settings.items() if v["ranks"] == 1]  # GluonTS's Trainer or ours alone
+    best = max(single, key=lambda n: settings[n]["median_samples_per_s"])
+    two = settings["mxplugin_2ranks"]
+    return {"target_loss": target, "settings": settings, "best_single": best,
+            "ratio_2ranks_vs_best_single": two["median_samples_per_s"] / settings[best]["median_samples_per_s"],
+            "time_ratio_best_single_vs_2ranks": settings[best]["median_time_to_target_s"]
+            / two["median_time_to_target_s"]}
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("mode", choices=["all", "one"])
+    p.add_argument("--setting", choices=sorted(SETTINGS))
+    p.add_argument("--out")
+    args = p.parse_args()
+    if args.mode == "one":
+        record = train_one(args.setting)
+        if record is not None:
+            with open(args.out, "w") as f:
+                json.dump(record, f)
+        return
+    os.makedirs(RESULTS, exist_ok=True)
+    names = list(SETTINGS)
+    runs = {name: [] for name in names}
+    for r in range(ROUNDS):
+        for name in names[r:] + names[:r]:
+            runs[name].append(launch(name))
+    result = {"global_batch": GLOBAL_BATCH, "epochs": EPOCHS, "batches_per_epoch": BATCHES_PER_EPOCH,
+              "series": SERIES, "rounds": ROUNDS, "runs": runs, "summary": summarise(runs)}
+    with open(os.path.join(RESULTS, "gluonts_deepar.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    print(json.dumps(result["summary"], indent=1))
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,47 @@
+"""The GluonTS section of docs/benchmarks.md, from bench/results/gluonts_deepar.json."""
+import os
+
+LABELS = {
+    "single_1thread": ("1 process, GluonTS's Trainer", "1"),
+    "single_2threads": ("1 process, GluonTS's Trainer", "2 (OMP, 2 MXNet workers)"),
+    "single_default": ("1 process, GluonTS's Trainer", "MXNet's defaults"),
+    "mxplugin_1rank": ("1 process, mxplugin.gluonts.Trainer", "1"),
+    "mxplugin_2ranks": ("2 ranks, mxplugin.gluonts.Trainer", "1 per rank"),
+}
+
+
+def gluonts_target(result):
+    """The Targets table's row: 2 ranks against the best single process."""
+    if not result:
+        return None
+    s = result["summary"]
+    return ("GluonTS DeepAR, 2 ranks x 1 thread vs the best single process (same global batch), samples/s",
+            ">= 1.6", f"{s['ratio_2ranks_vs_best_single']:.3f}")
+
+
+def gluonts_section(result):
+    if not result:
+        return []
+    s = result["summary"]
+    lines = ["## GluonTS DeepAR (`bench/gluonts_deepar.py`)", "",
+             f"GluonTS's default DeepAR on {result['series']} artificial hourly series, global batch "
+             f"{result['global_batch']}, {result['epochs']} epochs of {result['batches_per_epoch']} steps per run, "
+             f"{result['rounds']} runs per setting in interleaved rounds. Samples/s: median over every epoch but "
+             "each run's first; time to loss: median over runs of the time from the start of training to the "
+             f"first epoch whose loss (averaged over ranks) is <= {s['target_loss']:.3f}, the lowest loss every run "
+             "reached; accuracy: median over runs, held-out last day.", "",
+             "| setting | threads | samples/s | per-run medians | time to loss | mean wQL | MASE | load |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, v in s["settings"].items():
+        what, threads = LABELS.get(name, (name, "?"))
+        runs = ", ".join(f"{x:.0f}" for x in v["run_medians_samples_per_s"])
+        lines.append(f"| {what} | {threads} | {v['median_samples_per_s']:.0f} | {runs} | "
+                     f"{v['median_time_to_target_s']:.1f} s | {v['median_wQuantileLoss']:.4f} | "
+                     f"{v['median_MASE']:.3f} | {v['load_average_1min'][0]:.1f}-{v['load_average_1min'][1]:.1f} |")
+    lines += ["", "Load: the machine's 1-minute load average before and after the runs (other work shares its "
+              f"{os.cpu_count()} cores: 2 ranks need both, one process one, so load counts against 2 ranks more)."]
+    best = s["best_single"]
+    lines += ["", f"2 ranks against the best single process ({LABELS[best][0]}, {LABELS[best][1]} thread(s)): "
+              f"**{s['ratio_2ranks_vs_best_single']:.3f}x** the samples/s, and "
+              f"**{s['time_ratio_best_single_vs_2ranks']:.3f}x** as fast to the loss.", ""]
+    return lines

@@ -1,0 +1,99 @@
+"""What the ranks of a GluonTS training job must agree on, and the small
+collectives that make them agree: settings checked once, per-rank totals
+summed, stop votes joined, parameters made equal."""
+import mxnet as mx
+import numpy as np
+
+from mxplugin import basics
+from mxplugin.errors import MismatchError, values_by_rank
+from mxplugin.functions import allgather_object
+from mxplugin.ops import Max, Sum, allreduce, broadcast_
+
+
+def check_same_everywhere(what, values, name):
+    """Raises MismatchError on every rank, naming the first entry of the
+    dict `values` that differs between ranks and each rank's value of it.
+    One allgather: every rank sees every rank's values, so all raise alike."""
+    everyone = allgather_object(values, name=name)
+    ranks = list(range(len(everyone)))
+    for key in values:
+        theirs = [v.get(key, "<missing>") for v in everyone]
+        detail = values_by_rank(ranks, [repr(t) for t in theirs], [f"{key}={t!r}" for t in theirs])
+        if detail:
+            raise MismatchError(f"{what}: '{key}' differs across ranks: {detail}. Every rank must run the same "
+                                "training script with the same arguments.")
+    extra = sorted({k for v in everyone for k in v} - set(values))
+    if extra:
+        raise MismatchError(f"{what}: ranks disagree on what was checked ({', '.join(extra)}); every rank must "
+                            "run the same version of the training script.")
+
+
+def parameter_signature(params):
+    """(name, shape, dtype) of each parameter in the network's own order."""
+    return {f"{i:04d} {p.name}": (tuple(p.shape), str(np.dtype(p.dtype))) for i, p in enumerate(params.values())}
+
+
+def check_parameters_agree(params, name):
+    """MismatchError on every rank when the networks differ (position by
+    position: names carry per-process counters and may differ harmlessly)."""
+    mine = list(parameter_signature(params).items())
+    everyone = allgather_object(mine, name=name)
+    ranks = list(range(len(everyone)))
+    for i in range(max(len(theirs) for theirs in everyone)):
+        entries = [theirs[i] if i < len(theirs) else None for theirs in everyone]
+        detail = values_by_rank(ranks, [None if e is None else e[1] for e in entries],
+                                ["no parameter" if e is None else f"'{e[0][5:]}' of shape {e[1][0]} and dtype "
+                                 f"{e[1][1]}" for e in entries])
+        if detail:
+            raise MismatchError(f"mxplugin.gluonts.Trainer: the training networks differ across ranks; the first "
+                                f"difference, parameter {i}: {detail}. Every rank must build the same estimator.")
+
+
+def broadcast_parameters(params, name, root_rank=0):
+    """root_rank's values of every (initialised) parameter, in place, named
+    by position so that ranks whose block names differ still agree."""
+    for i, p in enumerate(params.values()):
+        for j, data in enumerate(p.list_data()):
+            broadcast_(data, root_rank, name=f"{name}.{i}.{j}")
+    mx.nd.waitall()
+
+
+def make_parameters_identical(params, name):
+    """Broadcasts rank 0's parameters and returns the largest absolute
+    difference any rank had from them before (0.0 when training kept every
+    rank's parameters bit for bit equal, as it should)."""
+    before = [d.copy() for p in params.values() for d in p.list_data()]
+    broadcast_parameters(params, name)
+    after = [d for p in params.values() for d in p.list_data()]
+    local = max((float(mx.nd.max(mx.nd.abs(a - b)).asscalar()) for a, b in zip(after, before) if a.size), default=0.0)
+    return float(allreduce(mx.nd.array([local], dtype="float64"), op=Max, name=name + ".drift").asscalar())
+
+
+class RankTotals:
+    """Sums a fixed set of named float64 counters over the ranks, in one
+    small allreduce of a fixed name and shape: every call site that uses
+    one RankTotals meets the same call on every rank."""
+
+    def __init__(self, name, fields):
+        self.name = name
+        self.fields = tuple(fields)
+
+    def sum(self, **values):
+        """The sums over ranks of `values` (fields not given count 0)."""
+        local = np.array([float(values.get(f, 0.0)) for f in self.fields], dtype=np.float64)
+        return self.read(self.start(mx.nd.array(local, dtype="float64")))
+
+    def start(self, local):
+        """Starts summing `local`, a float64 NDArray with one entry per
+        field (it may still be being computed); read() waits for the sums."""
+        if basics.size() == 1:
+            return local
+        return allreduce(local, op=Sum, name=self.name)
+
+    def read(self, pending):
+        return dict(zip(self.fields, pending.asnumpy()))
+
+
+def everyone_agrees(flag, name):
+    """True on every rank when `flag` is true on every rank."""
+    return RankTotals(name, ("no",)).sum(no=0.0 if flag else 1.0)["no"] == 0

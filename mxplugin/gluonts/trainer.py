@@ -1,0 +1,164 @@
+"""mxplugin.gluonts.Trainer: gluonts.mx.Trainer on every rank of a job.
+
+Note [What a GluonTS job shares]: the estimator calls `trainer(net,
+train_iter, validation_iter)` on every rank, each with its own copy of the
+data. This class keeps GluonTS's training loop (the callbacks' hooks in the
+same order with the same arguments, Adam with the trainer's learning rate,
+clip_gradient and weight_decay, hybridization with static memory, one
+checkpoint per epoch in a temporary directory for ModelAveraging) and
+changes what must be shared:
+  - settings: epochs, batches per epoch, optimizer settings, callbacks and
+    the network's parameters are compared across ranks once, before any
+    training, and a difference raises MismatchError on every rank;
+  - data: each rank draws its own windows (Note [Per-rank sampling seeds]);
+  - parameters: rank 0's after the first forward pass, then gradients summed
+    by DistributedTrainer and divided by the combined batch size, so N ranks
+    take the step one process would take on the N batches together;
+  - decisions: losses are summed over ranks before a callback sees them
+    (Note [Training rounds]), and every "continue?" the callbacks answer is
+    joined over ranks, so LearningRateReduction, early stopping and
+    ModelAveraging decide alike everywhere;
+  - the result: after on_train_end every rank takes rank 0's parameters
+    (they should already be equal; `parameter_drift` says by how much they
+    were not), so every rank's predictor is the same.
+Each rank writes its per-epoch checkpoints to its own temporary directory:
+ModelAveraging reads them back on the same host, and hosts share no disk.
+
+A Ctrl-C is not turned into GluonTS's "graceful shutdown" (which trains on
+with what it has): it would need every rank to stop at the same batch, and
+mxplugin ends an interrupted job on every rank instead.
+"""
+import itertools
+import logging
+import os
+import tempfile
+import warnings
+from typing import List, Optional, Union
+
+import mxnet as mx
+from gluonts.core.component import validated
+from gluonts.mx.context import num_gpus
+from gluonts.mx.trainer import Trainer as GluonTSTrainer
+from gluonts.mx.trainer.callback import Callback
+from gluonts.mx.trainer.model_averaging import save_epoch_info
+from gluonts.mx.util import HybridContext
+
+from mxplugin import basics
+from mxplugin.gluonts.agreement import check_same_everywhere, everyone_agrees, make_parameters_identical
+from mxplugin.gluonts.epochs import EpochRunner
+from mxplugin.gluonts.seeding import seed_this_rank
+from mxplugin.trainer import DistributedTrainer
+
+logger = logging.getLogger("gluonts").getChild("trainer")
+_call_ids = itertools.count()
+
+
+def rank_context():
+    """This rank's device: its local GPU when MXNet sees GPUs (ranks on a
+    host take one each), else the CPU."""
+    gpus = num_gpus()
+    if not gpus:
+        return mx.cpu()
+    if not basics.is_initialized():
+        basics.init()
+    return mx.gpu(basics.local_rank() % gpus)
+
+
+class Trainer(GluonTSTrainer):
+    """gluonts.mx.Trainer for `mxplugin-run -np N python train.py`: the same
+    arguments, passed to any gluonts.mx estimator. `batch_size` (the
+    estimator's) is per rank: a step averages the gradients of N batches.
+    `learning_rate` applies to that average. `num_batches_per_epoch` counts
+    steps, so an epoch sees N times the windows of one process. ctx defaults
+    to this rank's GPU (local rank) or the CPU."""
+
+    @validated()
+    def __init__(
+        self,
+        ctx: Optional[mx.Context] = None,
+        epochs: int = 100,
+        num_batches_per_epoch: int = 50,
+        learning_rate: float = 1e-3,
+        clip_gradient: float = 10.0,
+        weight_decay: float = 1e-8,
+        init: Union[str, mx.initializer.Initializer] = "xavier",
+        hybridize: bool = True,
+        callbacks: Optional[List[Callback]] = None,
+        add_default_callbacks: bool = True,
+    ) -> None:
+        super().__init__(ctx=ctx if ctx is not None else rank_context(), epochs=epochs,
+                         num_batches_per_epoch=num_batches_per_epoch, learning_rate=learning_rate,
+                         clip_gradient=clip_gradient, weight_decay=weight_decay, init=init, hybridize=hybridize,
+                         callbacks=callbacks, add_default_callbacks=add_default_callbacks)
+        self.parameter_drift = None  # set by each call: see make_parameters_identical
+
+    def _settings(self, net, validation_iter):
+        """What every rank must have alike (Note [What a GluonTS job shares])."""
+        return {"epochs": self.epochs, "num_batches_per_epoch": self.num_batches_per_epoch,
+                "learning_rate": self.learning_rate, "clip_gradient": self.clip_gradient,
+                "weight_decay": self.weight_decay, "hybridize": self.hybridize,
+                # an Initializer's repr holds its address: its dumps() says what it is
+                "init": self.init if isinstance(self.init, str) else self.init.dumps(),
+                "callbacks": [type(c).__name__ for c in self.callbacks.callbacks],
+                "network": type(net).__name__, "validation data": validation_iter is not None,
+                "halted before training": self.halt}
+
+    def __call__(self, net, train_iter, validation_iter=None):
+        if not basics.is_initialized():
+            basics.init()
+        name = f"gluonts{next(_call_ids)}."
+        if basics.size() > 1:
+            check_same_everywhere("mxplugin.gluonts.Trainer", self._settings(net, validation_iter),
+                                  name + "settings")
+        seed_this_rank(name + "seed")
+        logger.info("Start model training on %d rank(s)", basics.size())
+        with tempfile.TemporaryDirectory(prefix="mxplugin-gluonts-") as scratch, \
+                HybridContext(net=net, hybridize=self.hybridize, static_alloc=True, static_shape=True):
+            optimizer = mx.optimizer.Adam(learning_rate=self.learning_rate, wd=self.weight_decay,
+                                          clip_gradient=self.clip_gradient)
+            trainer = DistributedTrainer(net.collect_params(), optimizer, prefix=name + "grads.")
+            runner = EpochRunner(net, trainer, self.callbacks, name, self.epochs)
+            self._run_epochs(net, trainer, runner, train_iter, validation_iter, scratch, name)
+            self.callbacks.on_train_end(training_network=net, temporary_dir=scratch, ctx=self.ctx)
+        self.parameter_drift = make_parameters_identical(net.collect_params(), name + "final")
+        if self.parameter_drift:
+            warnings.warn(f"mxplugin.gluonts.Trainer: the ranks' parameters differed by up to "
+                          f"{self.parameter_drift:g} at the end of training; every rank now has rank 0's",
+                          RuntimeWarning, stacklevel=2)
+        logger.info("End model training")
+
+    def _run_epochs(self, net, trainer, runner, train_iter, validation_iter, scratch, name):
+        """GluonTS's epoch loop, each continue-or-stop joined over ranks."""
+        best = {"params_path": os.path.join(scratch, "state-init.params"), "epoch_no": -1, "score": float("inf")}
+        self.callbacks.on_train_start(max_epochs=self.epochs)
+        for epoch_no in range(self.epochs):
+            if self.halt:
+                logger.info("Epoch[%d] Interrupting training", epoch_no)
+                break
+            if basics.rank() == 0:
+                logger.info("Epoch[%d] Learning rate is %s", epoch_no, trainer.learning_rate)
+            hooks = {"epoch_no": epoch_no, "training_network": net, "trainer": trainer}
+            train = runner.train(epoch_no, iter(train_iter), self.num_batches_per_epoch)
+            self.halt = self.halt or train.stop
+            go_on = self.callbacks.on_train_epoch_end(epoch_loss=train.loss, **hooks)
+            # joined before the next hook, which GluonTS skips after a "stop":
+            # every rank's callbacks then see the same sequence of hooks
+            go_on = everyone_agrees(go_on, name + "agree.train")
+            score = train.loss
+            if validation_iter is not None:
+                validation = runner.validate(epoch_no, validation_iter, self.halt)
+                self.halt = self.halt or validation.stop
+                go_on = go_on and self.callbacks.on_validation_epoch_end(epoch_loss=validation.loss, **hooks)
+                go_on = everyone_agrees(go_on, name + "agree.validation")
+                score = validation.loss
+            base = os.path.join(scratch, f"state-epoch{epoch_no:04d}")
+            info = {"params_path": f"{base}-0000.params", "epoch_no": epoch_no, "score": score}
+            net.save_parameters(info["params_path"])
+            save_epoch_info(base, info)
+            if score < best["score"]:
+                best = dict(info)
+            go_on = go_on and self.callbacks.on_epoch_end(epoch_loss=score, best_epoch_info=best, ctx=self.ctx,
+                                                          **hooks)
+            if not everyone_agrees(go_on, name + "agree.epoch"):
+                logger.info("Stopping training")
+                break
