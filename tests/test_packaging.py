@@ -123,15 +123,26 @@ def test_sdist_holds_what_the_build_needs(installed):
 def test_every_module_imports_from_the_installed_package(installed):
     venv = installed["venv"]
     check = textwrap.dedent(f"""
-        import importlib, os, pkgutil, sys
+        import importlib, importlib.util, os, pkgutil, sys
         import mxplugin
         root = os.path.dirname(mxplugin.__file__)
         assert root.startswith({venv!r}), root
         names = sorted(m.name for m in pkgutil.walk_packages(mxplugin.__path__, "mxplugin."))
         skip = {sorted(SCRIPTS_RUN_BY_PATH)!r}
+        has_gluonts = importlib.util.find_spec("gluonts") is not None
         for name in names:
-            if name not in skip:
-                importlib.import_module(name)
+            if name in skip:
+                continue
+            if name.startswith("mxplugin.gluonts") and not has_gluonts:
+                # An optional extra: without it, a clear ImportError saying how to get it.
+                try:
+                    importlib.import_module(name)
+                except ImportError as e:
+                    assert "mxplugin[gluonts]" in str(e), (name, str(e))
+                else:
+                    raise AssertionError(name + " imported without gluonts installed")
+                continue
+            importlib.import_module(name)
         for name in skip:
             path = os.path.join(os.path.dirname(root), *name.split(".")) + ".py"
             assert os.path.isfile(path), path
