@@ -161,18 +161,15 @@ class ShardedStates:
         weights, grads = TurnBuffers(buckets, sizes), TurnBuffers(buckets, sizes)
         self.slices = [BucketSlice(b, rank, size, optimizer, gathered.view(b, b.size), weights.view(b, n),
                                    grads.view(b, n)) for b, n in zip(buckets, sizes)]
-        self._predivide = None  # set: the next update reduce-scatters, with this predivide factor
+        # Set: the next update reduce-scatters, with this predivide factor;
+        # None: allreduce_grads() summed the whole buckets, slices are copied.
+        self._predivide = None
 
     def reduce_scatter(self, predivide):
         """Step 1 for every bucket, this rank's slice of the summed gradient,
         by a reduce-scatter that the next update() runs bucket by bucket
         (each into a buffer taken in turns: Note [Buffers taken in turns])."""
         self._predivide = predivide
-
-    def take_summed(self):
-        """Step 1 when allreduce_grads() already summed the whole buckets: the
-        next update() copies each slice out of them."""
-        self._predivide = None
 
     def _fill_grad(self, s, i):
         if self.world == 1:

@@ -35,7 +35,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         multi-precision master weights) of 1/N of every bucket: gradients
         are reduce-scattered, each rank updates its slice, the weights are
         allgathered (Note [Sharded optimizer states] in sharding.py). For
-        the element-wise optimizers (sharding.SHARDABLE_OPTIMIZERS); others
+        the element-wise optimizers and lamb (sharding.SHARDABLE_OPTIMIZERS); others
         are refused here, as are compression and local SGD (False).
       compression: Compression.none, fp16 or bf16 (each bucket is sent in
         that dtype), or Compression.powersgd(rank=...) (matrices are sent
@@ -111,7 +111,6 @@ class DistributedTrainer(mx.gluon.Trainer):
                                     "compression=Compression.none (or local_sgd_steps=0).")
             self._powersgd = PowerSGDReducer(compression, self._prefix)
         self._shards = None  # sharding.ShardedStates of the layout, when sharded
-        self._slices_filled = False  # this step's reduce-scatter filled the slices' gradients
         self._steps = 0
         self._grads_summed = False  # allreduce_grads() left sums that the next update() scales
         self._local_rescale = None
@@ -178,7 +177,6 @@ class DistributedTrainer(mx.gluon.Trainer):
         self.num_reductions += 1
         if scatter:
             self._shards.reduce_scatter(self._predivide)
-            self._slices_filled = True
         compressed = [b for b in layout.buckets if b.compressed]
         if compressed and not self._powersgd.in_warmup():
             self._powersgd.reduce([(index, p.grad()) for b in compressed for index, p in b.entries],
@@ -317,7 +315,7 @@ class DistributedTrainer(mx.gluon.Trainer):
                                     "belongs to another rank's update). Set grad_req='null' on parameters "
                                     "that do not train.")
             if self._shard:
-                pass  # all buckets are updated below, slice by slice
+                pass  # all buckets are updated below, slice by slice (ShardedStates.update)
             elif layout.fused and all(fresh) and native_update.supports(opt, bucket):
                 native_update.update(opt, bucket, basics._core_module())
             else:
@@ -325,10 +323,7 @@ class DistributedTrainer(mx.gluon.Trainer):
             for _, p in bucket.entries:
                 p.data()._fresh_grad = False
         if self._shard:
-            if not self._slices_filled:
-                self._shards.take_summed()  # allreduce_grads() summed whole buckets (or one rank)
-            self._slices_filled = False
-            self._shards.update(opt)
+            self._shards.update(opt)  # reduce-scatters, or takes the slices of allreduce_grads()'s sums
         self._update_with_mxnet_ops(sorted(single, key=lambda e: e[0]))
         self._update_local(layout, ignore_stale_grad)
         for index, p in layout.excluded:

@@ -190,51 +190,30 @@ class GluonState(ObjectState):
 
     def sync(self):
         hvd.broadcast_parameters(self._params(), root_rank=0, prefix="mxplugin.elastic.")
-        if getattr(self.trainer, "_shard", False):
-            self._sync_sharded()
-        elif getattr(self.trainer, "_powersgd", None) is not None:
-            self._sync_powersgd()
+        if getattr(self.trainer, "states_bytes_collective", lambda: False)():
+            blob = self._collective_trainer_states()
         else:
-            blob = hvd.broadcast_object(trainer_states(self.trainer) if hvd.rank() == 0 else None, root_rank=0,
-                                        name="mxplugin.elastic.trainer")
-            load_trainer_states(self.trainer, blob)
+            blob = trainer_states(self.trainer) if hvd.rank() == 0 else None
+        blob = hvd.broadcast_object(blob if hvd.rank() == 0 else None, root_rank=0, name="mxplugin.elastic.trainer")
+        load_trainer_states(self.trainer, blob)
         self._applied_trainer = None
         super().sync()  # the values, then one snapshot of everything
 
-    def _sync_sharded(self):
-        """Note [Elastic sharded states]: a snapshot holds the whole states
-        (gathered from every rank's slices at the commit; a lost rank takes
-        its slice with it, so nothing less could be handed over). In a new
-        world rank 0 has applied the handed-over snapshot, so it alone holds
-        the states in full, and its trainer only its new slice of them: it
-        sends the snapshot's states and every rank cuts its slice for the
-        new world's size out of them (load_states_bytes). In a first world
-        nothing was applied: the ranks' slices together are the states."""
+    def _collective_trainer_states(self):
+        """Note [Elastic collective states]: a trainer whose states_bytes()
+        every rank must call (sharded states are gathered from the ranks'
+        slices, PowerSGD's errors summed over the ranks) commits the whole
+        states: a lost rank takes its part with it, so nothing less could be
+        handed over. In a new world rank 0 has applied the handed-over
+        snapshot, and its trainer holds only this world's part of it, so
+        rank 0 sends the snapshot's states and every rank takes its part
+        for the new size from them (load_states_bytes). In a first world
+        nothing was applied, and the ranks' parts make the states together.
+        Returns the states on rank 0 (None elsewhere, or the same)."""
         rank0 = hvd.rank() == 0
         applied = hvd.broadcast_object(self._applied_trainer is not None if rank0 else None, root_rank=0,
                                        name="mxplugin.elastic.trainer_applied")
-        if applied:
-            blob = hvd.broadcast_object(self._applied_trainer if rank0 else None, root_rank=0,
-                                        name="mxplugin.elastic.trainer")
-            load_trainer_states(self.trainer, blob)
-
-
-    def _sync_powersgd(self):
-        """A PowerSGD trainer's states hold the errors summed over the ranks
-        and each rank loads its share for this world's size (Note [PowerSGD
-        state across worlds] in mxplugin/powersgd.py). In a new world rank 0
-        has applied the handed-over snapshot and sends it; in a first world
-        every rank's errors are summed (states_bytes is then a collective)
-        and rank 0's result is sent."""
-        rank0 = hvd.rank() == 0
-        applied = hvd.broadcast_object(self._applied_trainer is not None if rank0 else None, root_rank=0,
-                                       name="mxplugin.elastic.trainer_applied")
-        if applied:
-            blob = self._applied_trainer if rank0 else None
-        else:
-            blob = trainer_states(self.trainer)
-        blob = hvd.broadcast_object(blob if rank0 else None, root_rank=0, name="mxplugin.elastic.trainer")
-        load_trainer_states(self.trainer, blob)
+        return self._applied_trainer if applied else trainer_states(self.trainer)
 
 
 def trainer_states(trainer):
