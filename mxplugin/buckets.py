@@ -156,12 +156,13 @@ class Layout:
     """All buckets of a trainer, in reduction order (last layers first)."""
 
     def __init__(self, params, optimizer, bucket_bytes, num_buckets=0, include_distributed=False,
-                 bucket_states=True, compressed=None):
+                 bucket_states=True, compressed=None, fused_update=True):
         # bucket_states=False: the buckets hold no optimizer states (sharded
         # trainers keep them per slice, sharding.py). compressed(param): whether
         # its gradient is reduced by PowerSGD; those parameters get buckets of
         # their own, which the ordinary allreduce skips (bucket.compressed).
-        self.fused = has_flat_state(optimizer)
+        # fused_update=False: per-parameter states, not views of flat ones.
+        self.fused = has_flat_state(optimizer) and fused_update
         groups = OrderedDict()
         self.excluded = []
         self.local = []  # model-parallel shards outside a mesh: updated, never reduced

@@ -225,6 +225,20 @@ def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_fa
     return tensors
 
 
+def grouped_allreduce_by_context_(tensors, name, op, prescale_factor=1.0, process_set=global_process_set):
+    """In-place grouped allreduce of tensors that may lie on several
+    devices: one grouped call per context (one engine op runs on one
+    device), named by the context's position in a sorted order so that ranks
+    whose GPUs have different ids agree."""
+    by_ctx = {}
+    for t in tensors:
+        by_ctx.setdefault(t.context, []).append(t)
+    contexts = sorted(by_ctx, key=lambda c: (c.device_type, c.device_id))
+    for i, ctx in enumerate(contexts):
+        grouped_allreduce_(by_ctx[ctx], name=name + (f".{i}" if len(contexts) > 1 else ""), op=op,
+                           prescale_factor=prescale_factor, process_set=process_set)
+
+
 def _allgather_output(tensor, name, process_set, index=None):
     what = "tensor" if index is None else f"tensor {index}"
     dtype, device, shape = _describe(tensor, what)

@@ -41,7 +41,7 @@ import mxnet as mx
 
 from mxplugin.compression import NoneCompressor
 from mxplugin.errors import ArgumentError
-from mxplugin.ops import Sum, grouped_allreduce, grouped_allreduce_
+from mxplugin.ops import Sum, grouped_allreduce, grouped_allreduce_by_context_
 
 # Key of the PowerSGD state in a trainer's saved states dict: not an int, so
 # gluon.Trainer's updater, which looks states up by parameter index, ignores it.
@@ -182,16 +182,8 @@ class PowerSGDReducer:
             f.p = None
 
     def _allreduce(self, arrays, what, process_set, prescale):
-        """One grouped in-place Sum per context (one engine op runs on one
-        device), named by position so that ranks agree."""
-        by_ctx = {}
-        for a in arrays:
-            by_ctx.setdefault(a.context, []).append(a)
-        contexts = sorted(by_ctx, key=lambda c: (c.device_type, c.device_id))
-        for i, ctx in enumerate(contexts):
-            suffix = f".{i}" if len(contexts) > 1 else ""
-            grouped_allreduce_(by_ctx[ctx], name=f"{self.name}powersgd.{what}{suffix}", op=Sum,
-                               prescale_factor=prescale, process_set=process_set)
+        grouped_allreduce_by_context_(arrays, f"{self.name}powersgd.{what}", Sum, prescale_factor=prescale,
+                                      process_set=process_set)
 
     # -- checkpoints (Note [PowerSGD state across worlds]) -------------------------
     def state_dict(self, process_set, world):

@@ -14,7 +14,7 @@ from mxplugin.compression import Compression
 from mxplugin.powersgd import STATE_KEY as POWERSGD_KEY, PowerSGD, PowerSGDReducer
 from mxplugin.errors import ArgumentError, MismatchError, values_by_rank
 from mxplugin.buckets import Layout
-from mxplugin.ops import Average, Sum, allreduce_, grouped_allreduce_
+from mxplugin.ops import Average, Sum, allreduce_, grouped_allreduce_by_context_
 from mxplugin.optimizer import DistributedOptimizer
 
 _trainer_ids = itertools.count()
@@ -125,14 +125,10 @@ class DistributedTrainer(mx.gluon.Trainer):
         old_states = self._param_states() if self._layout is not None else None
         self._layout = Layout(self._params, self._optimizer, self._bucket_bytes, self._num_groups,
                               include_distributed=self._mesh is not None, bucket_states=not self._shard,
-                              compressed=self._powersgd.config.compresses if self._powersgd else None)
+                              compressed=self._powersgd.config.compresses if self._powersgd else None,
+                              fused_update=self._fused_update)
         if self._shard:
             self._shards = sharding.ShardedStates(self._layout, self._optimizer, self._process_set, self._prefix)
-        self._layout.fused = self._layout.fused and self._fused_update
-        if not self._fused_update:  # per-parameter states, not views of flat ones
-            for b in self._layout.buckets:
-                b.param_states = {}
-                b.create_states(self._optimizer, False)
         for states in (old_states, self._pending_states):
             if states:
                 self._layout.load_param_states(states)
@@ -260,15 +256,7 @@ class DistributedTrainer(mx.gluon.Trainer):
                     arrays += _flat_arrays(bucket.state)
                 else:
                     arrays += [a for st in bucket.param_states.values() for a in _flat_arrays(st)]
-        # One grouped call per context (one engine op runs on one device),
-        # named by position so ranks on different GPU ids agree.
-        by_ctx = {}
-        for a in arrays:
-            by_ctx.setdefault(a.context, []).append(a)
-        contexts = sorted(by_ctx, key=lambda c: (c.device_type, c.device_id))
-        for i, ctx in enumerate(contexts):
-            name = f"{self._prefix}localsgd" + (f".{i}" if len(contexts) > 1 else "")
-            grouped_allreduce_(by_ctx[ctx], name=name, op=Average, process_set=self._process_set)
+        grouped_allreduce_by_context_(arrays, f"{self._prefix}localsgd", Average, process_set=self._process_set)
 
     def update(self, batch_size, ignore_stale_grad=False):
         """Updates with the gradients as they are: after allreduce_grads(),

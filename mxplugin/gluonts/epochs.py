@@ -68,9 +68,11 @@ def _mean(total, count):
 
 
 def _counter_vector(**values):
-    """ROUND_FIELDS in order as one float64 NDArray; each value a number or
-    a 1-element float64 NDArray (0 when not given)."""
-    parts = [v if isinstance(v, mx.nd.NDArray) else mx.nd.array([v], dtype="float64")
+    """ROUND_FIELDS in order as one float64 NDArray on the host; each value a
+    number or a 1-element float64 NDArray (0 when not given). On the host
+    whatever device the loss is on: a rank without a batch makes its vector
+    there too, and every rank's must be alike for one collective."""
+    parts = [v.as_in_context(mx.cpu()) if isinstance(v, mx.nd.NDArray) else mx.nd.array([v], dtype="float64")
              for v in (values.get(f, 0.0) for f in ROUND_FIELDS)]
     return mx.nd.concat(*parts, dim=0)
 
