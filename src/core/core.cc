@@ -11,9 +11,6 @@
 namespace mxplugin {
 namespace {
 
-// How long a peer's host may take to answer (Note [Who is unreachable]).
-constexpr double kProbeSeconds = 1.0;
-
 }  // namespace
 
 Core::Core(Config config, WorldFactory make_world, GpuBackend gpu)
@@ -156,19 +153,18 @@ void Core::Loop() {
 // peers cut off from this rank; probed once, at the first such failure.
 Status Core::NameUnreachable(const Status& status) {
   if (status.code() != StatusCode::kAborted || !reach_) return status;
+  const double lead = VerdictLead(config_.peer_timeout_seconds);
   std::string who;
   {
     std::lock_guard<std::mutex> lock(probe_mutex_);
     if (!probed_) {
-      unreachable_ = reach_(world_ranks_, kProbeSeconds);
+      unreachable_ = reach_(world_ranks_, lead);
       probed_ = true;
     }
     who = unreachable_;
   }
   if (who.empty() || status.reason().find(" cannot be reached from ") != std::string::npos) return status;
-  return Status::Aborted("mxplugin lost contact with its peers: " + who + " cannot be reached from " + host_ +
-                         " (no answer within " + std::to_string(static_cast<int>(kProbeSeconds)) +
-                         " s): " + status.reason());
+  return Status::Aborted("mxplugin lost contact with its peers: " + CutOffText(who, host_, lead) + status.reason());
 }
 
 std::string Core::StuckTransfer() const {
@@ -244,8 +240,7 @@ void Core::RunCycle(bool* stop) {
       // has died or is stuck.
       const double lead = VerdictLead(config_.peer_timeout_seconds);
       const std::string who = reach_ ? reach_(set.ranks, lead) : "";
-      const std::string cut_off = who.empty() ? "" : who + " cannot be reached from " + host_ + " (no answer within " +
-                                                         std::to_string(static_cast<int>(lead * 1000)) + " ms): ";
+      const std::string cut_off = CutOffText(who, host_, lead);
       std::lock_guard<std::mutex> lock(mutex_);
       lost_peers_ = true;
       // A cause found earlier (a GPU failure on this rank) is the better message.

@@ -28,6 +28,12 @@ constexpr auto kExitGrace = std::chrono::seconds(1);
 // taking the rest; a short timeout gives the probe at most half of it.
 double VerdictLead(double timeout_seconds) { return std::min(kProbeSeconds, timeout_seconds / 2); }
 
+std::string CutOffText(const std::string& who, const std::string& host, double probe_seconds) {
+  if (who.empty()) return "";
+  return who + " cannot be reached from " + host + " (no answer within " +
+         std::to_string(static_cast<int>(probe_seconds * 1000)) + " ms): ";
+}
+
 TransferWatchdog::TransferWatchdog(double timeout_seconds, ReachabilityProbe probe, std::string host, int rank,
                                    std::vector<int> ranks, Logger* logger)
     : timeout_seconds_(timeout_seconds), probe_(std::move(probe)), host_(std::move(host)), rank_(rank),
@@ -111,8 +117,7 @@ void TransferWatchdog::Watch() {
       probe_after += timeout_seconds_;
       continue;
     }
-    stuck_ = "mxplugin lost contact with its peers: " + who + " cannot be reached from " + host_ +
-             " (no answer within " + std::to_string(static_cast<int>(lead * 1000)) + " ms): " + why.str();
+    stuck_ = "mxplugin lost contact with its peers: " + CutOffText(who, host_, lead) + why.str();
     if (keep_running_) return;
     const std::string line = "mxplugin: rank " + std::to_string(rank_) + ": " + stuck_ +
                              "; a transfer inside MPI cannot be abandoned, so this process ends (exit code " +

@@ -106,8 +106,10 @@ std::string PeerProbe::Unreachable(const std::vector<int>& ranks, double seconds
   std::map<std::string, bool> answered;
   for (const auto& kv : by_host) {
     answered[kv.first] = false;
-    for (int r : kv.second) {
-      const Endpoint& e = peers_[r];
+    // The host's kernel answers for any of its ranks (a refusal counts), so
+    // one rank's addresses tell for the host.
+    {
+      const Endpoint& e = peers_[kv.second.front()];
       for (int i = 0; i < e.num_addresses && i < kMaxAddresses; ++i) {
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0) continue;
