@@ -14,20 +14,14 @@ import mxnet as mx
 
 from mxplugin import basics
 from mxplugin.errors import ArgumentError
-from mxplugin.parallel._tree import child_path
+from mxplugin.parallel._tree import child_path, walk
 from mxplugin.parallel.layers import _ParallelBlock
 
 
-def _places(block, path=""):
+def _places(block):
     """(structural prefix, block) for every block, pre-order, as gluon's
     _collect_params_with_prefix walks them."""
-    yield path, block
-    for key, child in block._children.items():
-        yield from _places(child, child_path(path, key))
-
-
-def _param_name(prefix, attr):
-    return f"{prefix}.{attr}" if prefix else attr
+    return [(node.path, node.block) for node in walk(block)]
 
 
 def gather_serial_parameters(net):
@@ -43,10 +37,10 @@ def gather_serial_parameters(net):
             whole = {attr: p.list_data()[0] for attr, p in block._reg_params.items() if p._data is not None}
             missing = [attr for attr, p in block._reg_params.items() if p._data is None]
             if missing:
-                raise ArgumentError(f"gather_serial_parameters: '{_param_name(prefix, missing[0])}' is not "
+                raise ArgumentError(f"gather_serial_parameters: '{child_path(prefix, missing[0])}' is not "
                                     "initialised")
         for attr, data in whole.items():
-            arrays[_param_name(prefix, attr)] = data.as_in_context(mx.cpu())
+            arrays[child_path(prefix, attr)] = data.as_in_context(mx.cpu())
     return arrays
 
 
@@ -75,7 +69,7 @@ def load_serial_parameters(net, filename, ctx=None):
     for prefix, block in _places(net):
         if not block._reg_params:
             continue
-        names = {attr: _param_name(prefix, attr) for attr in block._reg_params}
+        names = {attr: child_path(prefix, attr) for attr in block._reg_params}
         for attr, name in names.items():
             if name not in loaded:
                 raise ArgumentError(f"{filename} has no parameter '{name}' (the network's {block.name} needs it)")
