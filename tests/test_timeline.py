@@ -34,6 +34,18 @@ def check_events(events, rank):
             assert e["ts"] >= 0 and e["dur"] >= 0, e
 
 
+def check_idle_cycles(events):
+    """Note [Doorbell]: on one host an idle loop sleeps until some rank has
+    work, polling every 20 ms as a safety net, rather than every cycle time
+    (1 ms). The last second of the trace is idle: count its rounds. A slower
+    machine only makes fewer."""
+    last_work = max(e["ts"] + e["dur"] for e in events if e["ph"] == "X")
+    idle = sorted(e["ts"] for e in events if e["name"] == "CYCLE_START" and e["ts"] > last_work)
+    assert len(idle) >= 5, f"only {len(idle)} rounds in the idle second"
+    per_second = (len(idle) - 1) / ((idle[-1] - idle[0]) / 1e6)
+    assert per_second <= 100, f"idle loops negotiated {per_second:.0f} rounds a second (expected at most 50)"
+
+
 @pytest.fixture(scope="module")
 def env_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("timeline_env")
@@ -80,6 +92,7 @@ def test_timeline_started_and_stopped_at_runtime(runtime_run):
             assert phase in by_tensor["allreduce.during.small_1of4"], phase  # flat MPI: fused
         assert "ALLREDUCE" in by_tensor["allreduce.during.big"]
         assert any(e["name"] == "CYCLE_START" for e in first), "mark_cycles=True recorded no cycles"
+        check_idle_cycles(first)
         second = load_trace(os.path.join(d, f"rt2.{rank}.json"))  # closed by shutdown()
         check_events(second, rank)
         names = set(rows(second))

@@ -13,6 +13,7 @@
 
 #include "backend/communicator.h"
 #include "backend/control_plane.h"
+#include "backend/doorbell.h"
 #include "common/config.h"
 #include "common/topology.h"
 
@@ -49,6 +50,9 @@ class World {
   virtual ReachabilityProbe reachability() const { return nullptr; }
   // The name of this rank's host, as the launcher placed it ("" if unknown).
   virtual std::string host() const { return ""; }
+  // Rung to wake every rank of this host (Note [Doorbell]); null where the
+  // world has none. Held beyond the world's life by whoever keeps it.
+  virtual std::shared_ptr<Doorbell> doorbell() const { return nullptr; }
 };
 
 // Builds this rank's world; called once, on the core's background thread

@@ -38,7 +38,7 @@ void Core::Shutdown() {
     std::lock_guard<std::mutex> lock(mutex_);
     shutdown_requested_ = true;
   }
-  wake_.notify_all();
+  WakeLoops();
   if (thread_.joinable()) thread_.join();
   timeline_.Stop();
 }
@@ -50,7 +50,7 @@ void Core::RequestStop(const Status& why) {
     shutdown_requested_ = true;
     failed_ = true;
   }
-  wake_.notify_all();
+  WakeLoops();
 }
 
 std::unique_ptr<Core::ProcessSet> Core::MakeProcessSet(std::vector<int> ranks, Group group) {
@@ -82,6 +82,9 @@ void Core::Loop() {
     reach_ = world_->reachability();
     host_ = world_->host();
     world_ranks_ = everyone;
+    doorbell_ = world_->doorbell();
+    doorbell_reaches_all_ = doorbell_ && world_->topology().local_size == world_->topology().size;
+    doorbell_ring_.store(doorbell_.get());
     std::lock_guard<std::mutex> lock(mutex_);
     topology_ = world_->topology();
     logger_.set_rank(topology_.rank);
@@ -196,13 +199,38 @@ void Core::AgreeOnConfig() {
   config_.gpu_direct_threshold_bytes = values[4];
 }
 
+void Core::WakeLoops() {
+  wake_.notify_all();
+  if (Doorbell* bell = doorbell_ring_.load()) bell->Ring();
+}
+
+// Note [Doorbell]: where every rank's work rings the host's doorbell, a loop
+// with nothing to do sleeps until it rings (kIdleWait only bounds the sleep,
+// so that stall checks and lost peers are still noticed while idle); where
+// some ranks are on other hosts, whose work does not ring it, the loop polls
+// every cycle time, and the doorbell only wakes it sooner.
+void Core::WaitForWork(std::unique_lock<std::mutex>& lock) {
+  constexpr double kIdleWaitMs = 20.0;
+  const double wait_ms = doorbell_reaches_all_ ? std::max(config_.cycle_time_ms, kIdleWaitMs) : config_.cycle_time_ms;
+  const auto until = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(wait_ms * 1000));
+  if (!doorbell_) {
+    wake_.wait_until(lock, until, [this] { return !queue_.empty() || shutdown_requested_; });
+    return;
+  }
+  // Counted before looking, so a ring after the look ends the wait.
+  const uint32_t seen = doorbell_->Rings();
+  if (!queue_.empty() || shutdown_requested_) return;
+  lock.unlock();
+  doorbell_->Wait(seen, until);
+  lock.lock();
+}
+
 void Core::RunCycle(bool* stop) {
   std::vector<Request> incoming;
   bool want_shutdown, i_failed;
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    auto until = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(config_.cycle_time_ms * 1000));
-    wake_.wait_until(lock, until, [this] { return !queue_.empty() || shutdown_requested_; });
+    WaitForWork(lock);
     incoming.swap(queue_);
     want_shutdown = shutdown_requested_;
     i_failed = failed_;
@@ -301,6 +329,7 @@ void FillFailedOutput(const Request& req) {
 
 void Core::Finish(Request& req, const Status& status) {
   if (!status.ok()) FillFailedOutput(req);
+  bool requeued = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto key = std::make_pair(req.process_set_id, req.meta.name);
@@ -310,11 +339,12 @@ void Core::Finish(Request& req, const Status& status) {
       queue_.push_back(std::move(waiting->second.front()));
       waiting->second.pop_front();
       if (waiting->second.empty()) deferred_.erase(waiting);
+      requeued = true;
     } else {
       in_flight_[req.process_set_id].erase(req.meta.name);
     }
   }
-  wake_.notify_one();
+  if (requeued) WakeLoops();
   // Release the name first: the callback may enqueue the same name again.
   if (req.completion) req.completion->Finish(status);
 }
@@ -403,7 +433,7 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
       }
     }
   }
-  wake_.notify_one();
+  WakeLoops();
 }
 
 void Core::StartTimeline(const std::string& path, bool mark_cycles) {

@@ -9,6 +9,7 @@
 // collectives and calls the completion callbacks.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -106,6 +107,11 @@ class Core {
   void Loop();
   void RunCycle(bool* stop);
   void Finish(Request& req, const Status& status);
+  // Tells the loop (and, through the doorbell, the loops of this host's
+  // other ranks) that there is work; any thread, without the lock.
+  void WakeLoops();
+  // Until the next cycle: the queue has work, it is time, or shutdown.
+  void WaitForWork(std::unique_lock<std::mutex>& lock);
   // A failed collective's status, naming the peers this rank cannot reach.
   Status NameUnreachable(const Status& status);
   Status UnknownSet(int id) const;  // under mutex_
@@ -139,6 +145,13 @@ class Core {
   bool lost_peers_ = false;                    // negotiation timed out: MPI may be unusable; guarded by mutex_
   bool failed_ = false;                        // RequestStop was called; guarded by mutex_
   bool abort_gpu_work_ = false;                // background thread only: a rank stopped after a failure
+
+  // The host's doorbell (Note [Doorbell]), null without one: owned from
+  // before the loop starts until the core is destroyed, so that any thread
+  // may ring it; read through doorbell_ring_, set once by the loop.
+  std::shared_ptr<Doorbell> doorbell_;
+  std::atomic<Doorbell*> doorbell_ring_{nullptr};
+  bool doorbell_reaches_all_ = false;          // background thread only: every rank is on this host
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

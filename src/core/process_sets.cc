@@ -27,7 +27,7 @@ Status Core::RunControl(int process_set_id, const std::string& name, std::vector
     in_flight_[process_set_id].insert(name);
     queue_.push_back(std::move(r));
   }
-  wake_.notify_one();
+  WakeLoops();
   return future.get();
 }
 

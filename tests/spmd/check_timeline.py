@@ -10,6 +10,7 @@ Usage: check_timeline.py env|runtime|shared <dir>
 import json
 import os
 import sys
+import time
 
 mode, directory = sys.argv[1], sys.argv[2]
 if mode == "env":
@@ -35,6 +36,7 @@ if mode == "runtime":
     path = os.path.join(directory, "rt.{rank}.json")
     hvd.start_timeline(path, mark_cycles=True)
     workload("during")
+    time.sleep(1.0)  # an idle stretch: how often do idle loops negotiate? (the test counts)
     hvd.stop_timeline()
     path = path.replace("{rank}", str(r))
     with open(path) as f:

@@ -6,6 +6,7 @@
 #include <new>
 #include <string>
 
+#include "backend/mpi/host_segment.h"
 #include "backend/mpi/mpi_communicator.h"
 #include "backend/mpi/mpi_world.h"
 #include "backend/shm/hierarchical_communicator.h"
@@ -39,29 +40,18 @@ std::unique_ptr<Communicator> MpiWorld::MakeHierarchical(const std::shared_ptr<c
     MPI_Comm_free(&local);
     return nullptr;
   }
-  // Local rank 0 creates the segment, the others attach; the name is gone
-  // once all have (or have failed), and every member learns whether all did.
+  // The name is this process's (a world rank and pid); every member learns
+  // whether all hosts have their segment.
   const std::string name = "/mxplugin." + std::to_string(topology_.rank) + "." + std::to_string(getpid()) + "." +
                            std::to_string(index);
-  const size_t bytes = shm::HierarchicalCommunicator::SegmentBytes(local_size);
-  auto segment = std::make_unique<shm::Segment>();
-  Status st = local_rank == 0 ? segment->Create(name, bytes) : Status::Ok();
-  std::string shared_name = local_rank == 0 ? name : std::string();
-  int length = static_cast<int>(name.size());
-  MPI_Bcast(&length, 1, MPI_INT, 0, local);
-  shared_name.resize(static_cast<size_t>(length));
-  MPI_Bcast(&shared_name[0], length, MPI_CHAR, 0, local);
-  int created = st.ok() ? 1 : 0;
-  MPI_Bcast(&created, 1, MPI_INT, 0, local);
-  if (local_rank != 0 && created) st = segment->Attach(shared_name, bytes);
-  if (local_rank == 0 && st.ok()) new (segment->data()) shm::Header{};
-  MPI_Barrier(local);
-  segment->Unlink();
-  int ok = st.ok() && created ? 1 : 0;
+  Status failure;
+  auto segment = ShareHostSegment(local, name, shm::HierarchicalCommunicator::SegmentBytes(local_size),
+                                  [](char* data) { new (data) shm::Header{}; }, &failure);
+  int ok = segment ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, sub);
   MPI_Comm_free(&local);
   if (!ok) {
-    *why_not = st.ok() ? "shared memory could not be set up on some host" : st.reason();
+    *why_not = segment ? "shared memory could not be set up on some host" : failure.reason();
     return nullptr;
   }
   MPI_Comm_split(sub, local_rank, rank, &cross);

@@ -1,8 +1,13 @@
 #include "backend/mpi/mpi_world.h"
 
+#include <unistd.h>
+
+#include <new>
 #include <string>
 
+#include "backend/mpi/host_segment.h"
 #include "backend/mpi/mpi_communicator.h"
+#include "backend/shm/host_doorbell.h"
 #include "common/reduce.h"
 
 namespace mxplugin {
@@ -94,11 +99,26 @@ MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_
   CheckSetup(MPI_Comm_split(MPI_COMM_WORLD, t.local_rank, t.rank, &cross), "MPI_Comm_split");
   CheckSetup(MPI_Comm_rank(cross, &t.cross_rank), "MPI_Comm_rank");
   CheckSetup(MPI_Comm_size(cross, &t.cross_size), "MPI_Comm_size");
+  MakeDoorbell(local);
   CheckSetup(MPI_Comm_free(&local), "MPI_Comm_free");
   CheckSetup(MPI_Comm_free(&cross), "MPI_Comm_free");
   control_ = std::make_unique<MpiControlPlane>(std::make_shared<MpiComm>(MPI_COMM_WORLD));
   probe_ = std::make_shared<PeerProbe>();
   probe_->Exchange(MPI_COMM_WORLD, t.rank);
+}
+
+// Note [Doorbell]: every rank has one or none does (a rank without one would
+// never ring, and its host's peers would notice its work only when polling).
+void MpiWorld::MakeDoorbell(MPI_Comm local) {
+  static int worlds_made = 0;  // a process may build several worlds (elastic resets)
+  const std::string name = "/mxplugin.bell." + std::to_string(topology_.rank) + "." + std::to_string(getpid()) +
+                           "." + std::to_string(worlds_made++);
+  Status failure;
+  auto segment = ShareHostSegment(local, name, shm::kDoorbellBytes,
+                                  [](char* data) { new (data) shm::DoorbellWords{}; }, &failure);
+  int ok = segment ? 1 : 0;
+  CheckSetup(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
+  if (ok) doorbell_ = std::make_shared<shm::HostDoorbell>(std::move(segment));
 }
 
 ReachabilityProbe MpiWorld::reachability() const {

@@ -37,6 +37,7 @@ class MpiWorld : public World {
   void MarkBroken() override { skip_finalize_ = true; }
   ReachabilityProbe reachability() const override;
   std::string host() const override { return probe_->host(); }
+  std::shared_ptr<Doorbell> doorbell() const override { return doorbell_; }
 
  private:
   // The members' hierarchical data plane over `comm`, or null (saying why
@@ -44,6 +45,8 @@ class MpiWorld : public World {
   // `comm`, the same calls on every member whatever its settings
   // (mpi_hierarchy.cc).
   std::unique_ptr<Communicator> MakeHierarchical(const std::shared_ptr<const MpiComm>& comm, std::string* why_not);
+  // The host's doorbell over `local` (this host's ranks); collective over the world.
+  void MakeDoorbell(MPI_Comm local);
 
   bool owns_mpi_ = false;
   const bool hierarchical_;
@@ -54,6 +57,7 @@ class MpiWorld : public World {
   std::shared_ptr<MpiHalfOps> half_ops_;
   std::unique_ptr<MpiControlPlane> control_;
   std::shared_ptr<PeerProbe> probe_;
+  std::shared_ptr<Doorbell> doorbell_;  // null if some host could not make one
 };
 
 // The WorldFactory of MPI worlds.
