@@ -11,6 +11,7 @@ the namespaces go. Traffic between fake hosts crosses the links only over
 TCP (UCX_TLS=tcp,self; UCX would use shared memory between namespaces of one
 machine), so ENV must be in the ranks' environment; interface byte counters
 (`tx_bytes`) prove where traffic went."""
+import fcntl
 import os
 import shutil
 import signal
@@ -54,7 +55,7 @@ class FakeCluster:
         self.hosts = [f"mxh{self.id}h{i + 1}" for i in range(num_hosts)]
         self.bridge = f"mxb{self.id}"
         self.links = [f"mxv{self.id}h{i + 1}" for i in range(num_hosts)]
-        self.subnet = self._free_subnet()
+        self.subnet = None  # chosen by build(), with the bridge's address
         self.rate_mbit = rate_mbit
         self.dir = tempfile.mkdtemp(prefix=f"mxcluster{self.id}.")
         self.rsh = os.path.join(self.dir, "nsrsh")
@@ -88,7 +89,13 @@ class FakeCluster:
         os.chmod(self.rsh, 0o755)
         _ip("link", "add", self.bridge, "type", "bridge")
         self._made_bridge = True
-        _ip("addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
+        # Clusters built at the same time (a benchmark beside the tests) would
+        # otherwise both see a subnet free and take it: chosen and taken under
+        # one lock shared by every cluster of this machine.
+        with open(os.path.join(tempfile.gettempdir(), "mxplugin-fake-cluster.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self.subnet = self._free_subnet()
+            _ip("addr", "add", f"{self.subnet}.1/24", "dev", self.bridge)
         _ip("link", "set", self.bridge, "up")
         for i, (ns, link) in enumerate(zip(self.hosts, self.links)):
             _ip("netns", "add", ns)
