@@ -221,6 +221,13 @@ void Core::WaitForWork(std::unique_lock<std::mutex>& lock) {
   const uint32_t seen = doorbell_->Rings();
   if (!queue_.empty() || shutdown_requested_) return;
   lock.unlock();
+  // Right after work more tends to follow within microseconds (the next
+  // collective of a loop, a peer's half of this round): look again for a
+  // moment, yielding the core to whoever wants it, before sleeping
+  // (4 KB allreduce_ end to end at 2 ranks: 23 -> 18.5 us).
+  constexpr auto kLookAfterWork = std::chrono::microseconds(50);
+  const auto look_until = last_work_ + kLookAfterWork;
+  while (Clock::now() < look_until && doorbell_->Rings() == seen) std::this_thread::yield();
   doorbell_->Wait(seen, until);
   lock.lock();
 }
@@ -236,6 +243,7 @@ void Core::RunCycle(bool* stop) {
     i_failed = failed_;
   }
   const auto now = Clock::now();
+  if (!incoming.empty()) last_work_ = now;
   timeline_.MarkCycle(now);
   for (auto& req : incoming) {
     // Device calls on this thread (events freed, NCCL set-up) use this rank's GPU.
@@ -298,6 +306,7 @@ void Core::RunCycle(bool* stop) {
     if (!responses.empty()) watchdog_->Begin();  // Note [Stuck transfers]
     set.executor->Execute(responses, &set.pending);
     watchdog_->End();
+    if (!responses.empty()) last_work_ = Clock::now();
   }
 }
 

@@ -152,6 +152,7 @@ class Core {
   std::shared_ptr<Doorbell> doorbell_;
   std::atomic<Doorbell*> doorbell_ring_{nullptr};
   bool doorbell_reaches_all_ = false;          // background thread only: every rank is on this host
+  Clock::time_point last_work_;                // background thread only: when a cycle last had work
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;
