@@ -12,6 +12,11 @@
  * each t the mean of r back-to-back calls (r > 1 only for small messages,
  * to rise above the timer's resolution).
  *
+ *   mpiexec -n 2 mpi_plain --op bcast|allgather ITERS WARMUP BYTES [BYTES ...]
+ *
+ * --op times MPI_Bcast from rank 0 (in place) or MPI_Allgather (BYTES from
+ * every rank) instead, the references of bench/latency.py.
+ *
  * With --pass, each size also gets a line "pass <n> seconds <t1> ...": every
  * rank at once making one pass over its own buffer (read and write, in
  * place), timed the same way: the least memory traffic of any in-place
@@ -22,11 +27,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static double time_calls(float* buf, int count, int reps) {
+enum op { ALLREDUCE, BCAST, ALLGATHER };
+
+/* `gathered`: room for every rank's `count` values (ALLGATHER only). */
+static double time_calls(enum op op, float* buf, float* gathered, int count, int reps) {
   MPI_Barrier(MPI_COMM_WORLD);
   double start = MPI_Wtime();
   for (int r = 0; r < reps; ++r) {
-    MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (op == ALLREDUCE) MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    if (op == BCAST) MPI_Bcast(buf, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    if (op == ALLGATHER) MPI_Allgather(buf, count, MPI_FLOAT, gathered, count, MPI_FLOAT, MPI_COMM_WORLD);
   }
   double mine = (MPI_Wtime() - start) / reps, slowest = 0.0;
   MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -47,15 +57,22 @@ static double time_pass(float* buf, int count, float factor) {
 
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  int rank = 0;
+  int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  enum op op = ALLREDUCE;
+  if (argc > 2 && strcmp(argv[1], "--op") == 0) {
+    op = strcmp(argv[2], "bcast") == 0 ? BCAST : strcmp(argv[2], "allgather") == 0 ? ALLGATHER : ALLREDUCE;
+    argc -= 2;
+    argv += 2;
+  }
   int with_pass = argc > 1 && strcmp(argv[1], "--pass") == 0;
   if (with_pass) {
     --argc;
     ++argv;
   }
   if (argc < 4) {
-    if (rank == 0) fprintf(stderr, "usage: mpi_plain [--pass] ITERS WARMUP BYTES [BYTES ...]\n");
+    if (rank == 0) fprintf(stderr, "usage: mpi_plain [--op allreduce|bcast|allgather] [--pass] ITERS WARMUP BYTES ...\n");
     MPI_Finalize();
     return 2;
   }
@@ -68,11 +85,12 @@ int main(int argc, char** argv) {
     long long per = (8LL << 20) / (bytes > 0 ? bytes : 1);
     int reps = per < 1 ? 1 : (per > 50 ? 50 : (int)per);
     float* buf = malloc((size_t)count * sizeof(float));
-    if (buf == NULL) MPI_Abort(MPI_COMM_WORLD, 3);
+    float* gathered = op == ALLGATHER ? malloc((size_t)count * sizeof(float) * (size_t)size) : NULL;
+    if (buf == NULL || (op == ALLGATHER && gathered == NULL)) MPI_Abort(MPI_COMM_WORLD, 3);
     for (int i = 0; i < count; ++i) buf[i] = 1.0f;
     if (rank == 0) printf("bytes %lld reps %d seconds", bytes, reps);
     for (int it = 0; it < warmup + iters; ++it) {
-      double t = time_calls(buf, count, reps);
+      double t = time_calls(op, buf, gathered, count, reps);
       /* Ones summed again and again grow; keep them small and finite. */
       for (int i = 0; i < count; ++i) buf[i] = 1.0f;
       if (rank == 0 && it >= warmup) printf(" %.9f", t);
@@ -88,6 +106,7 @@ int main(int argc, char** argv) {
     }
     fflush(stdout);
     free(buf);
+    free(gathered);
   }
   MPI_Finalize();
   return 0;
