@@ -27,6 +27,7 @@ from mpi_harness import mpiexec_path, rank_env  # noqa: E402
 from report_multi_host import multi_host_section  # noqa: E402
 from gluonts_report import gluonts_section, gluonts_target  # noqa: E402
 from latency import report_section as latency_section  # noqa: E402
+from tp_small import report_section as tp_small_section  # noqa: E402
 from sharding_report import sharding_section  # noqa: E402
 from tensor_parallel import report_section as tensor_parallel_section  # noqa: E402
 
@@ -88,6 +89,7 @@ def run_all():
     single_process("2threads_after")
     run(1, [os.path.join(HERE, "tensor_parallel.py")])  # starts its own 1- and 2-rank runs
     run(1, [os.path.join(HERE, "latency.py")])  # starts its own jobs and the plain MPI program
+    run(1, [os.path.join(HERE, "tp_small.py")])  # starts its own jobs
     if importlib.util.find_spec("gluonts") is not None:  # the gluonts extra
         run(1, [os.path.join(HERE, "gluonts_deepar.py"), "all"])  # starts its own jobs, with their threads
     else:
@@ -123,7 +125,8 @@ REFERENCE_NOTE = [
 REQUIRED = ("allreduce.json", "mpi_plain_before.json", "mpi_plain_after.json", "trainer_update.json",
             "fused_kernels.json", "step_breakdown_1ranks.json", "step_breakdown_2ranks.json",
             "trainer_scaling.json", "trainer_single_2threads_before.json", "trainer_single_2threads_after.json",
-            "example.json", "tensor_parallel.json", "gluonts_deepar.json", "latency.json")
+            "example.json", "tensor_parallel.json", "gluonts_deepar.json", "latency.json",
+            "tp_small.json")
 
 
 def load(name):
@@ -351,6 +354,7 @@ def report():
                   f"2 ranks against one process with 2 threads on the same global batch: "
                   f"**{ex['vs_one_process_all_cores']:.3f}**.", ""]
     lines += latency_section(load("latency.json"))
+    lines += tp_small_section(load("tp_small.json"))
     lines += tensor_parallel_section(load("tensor_parallel.json"))
     lines += gluonts_section(load("gluonts_deepar.json"))
     lines += multi_host_section(load("multi_host.json"), DOCS)

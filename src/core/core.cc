@@ -217,19 +217,25 @@ void Core::WaitForWork(std::unique_lock<std::mutex>& lock) {
     wake_.wait_until(lock, until, [this] { return !queue_.empty() || shutdown_requested_; });
     return;
   }
-  // Counted before looking, so a ring after the look ends the wait.
-  const uint32_t seen = doorbell_->Rings();
-  if (!queue_.empty() || shutdown_requested_) return;
-  lock.unlock();
-  // Right after work more tends to follow within microseconds (the next
-  // collective of a loop, a peer's half of this round): look again for a
-  // moment, yielding the core to whoever wants it, before sleeping
-  // (4 KB allreduce_ end to end at 2 ranks: 23 -> 18.5 us).
-  constexpr auto kLookAfterWork = std::chrono::microseconds(50);
-  const auto look_until = last_work_ + kLookAfterWork;
-  while (Clock::now() < look_until && doorbell_->Rings() == seen) std::this_thread::yield();
-  doorbell_->Wait(seen, until);
-  lock.lock();
+  // A ring since the count taken before the last round means a round is
+  // wanted that the last one may not have served: a peer that had work
+  // while this loop was busy rang then, and now waits for it in its next
+  // round. Work of this rank is in the queue, which is looked at too.
+  if (queue_.empty() && !shutdown_requested_) {
+    lock.unlock();
+    // Right after work more tends to follow within microseconds (the next
+    // collective of a loop, a peer's half of this round): look again for a
+    // moment, yielding the core to whoever wants it, before sleeping
+    // (4 KB allreduce_ end to end at 2 ranks: 23 -> 18.5 us).
+    constexpr auto kLookAfterWork = std::chrono::microseconds(50);
+    const auto look_until = last_work_ + kLookAfterWork;
+    while (Clock::now() < look_until && doorbell_->Rings() == rings_before_round_) std::this_thread::yield();
+    doorbell_->Wait(rings_before_round_, until);
+    lock.lock();
+  }
+  // Every ring until now is served by the round about to run: its peers'
+  // work is in their next round, which pairs with this one.
+  rings_before_round_ = doorbell_->Rings();
 }
 
 void Core::RunCycle(bool* stop) {
