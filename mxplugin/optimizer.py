@@ -5,12 +5,23 @@ import mxnet as mx
 
 from mxplugin import basics
 from mxplugin.errors import ArgumentError
-from mxplugin.ops import Average, allreduce_
+from mxplugin.ops import Average, allreduce_, grouped_allreduce_
+
+
+def _parts(items, n):
+    """`items` cut into min(n, len) consecutive parts whose sizes differ by at most one."""
+    n = min(n, len(items))
+    size, extra = divmod(len(items), n)
+    bounds = [k * size + min(k, extra) for k in range(n + 1)]
+    return [items[bounds[k]:bounds[k + 1]] for k in range(n)]
 
 
 class DistributedOptimizer(mx.optimizer.Optimizer):
     """Wraps an optimizer so each update first averages its gradient across
-    ranks (horovod.mxnet semantics; for the Module API and custom loops)."""
+    ranks (horovod.mxnet semantics; for the Module API and custom loops).
+    num_groups > 0: an update of several indices at once (MXNet's updater
+    passes lists when the optimizer aggregates) reduces them in that many
+    grouped allreduces instead of one allreduce each."""
 
     def __init__(self, optimizer, gradient_predivide_factor=1.0, num_groups=0,
                  process_set=basics.global_process_set):
@@ -34,7 +45,13 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         ps = self._process_set
         if not ps.included() or ps.size() == 1:
             return
-        if isinstance(index, (tuple, list)):
+        if isinstance(index, (tuple, list)) and self._num_groups > 0:
+            for k, (indices, grads) in enumerate(zip(_parts(list(index), self._num_groups),
+                                                     _parts(list(grad), self._num_groups))):
+                grouped_allreduce_(grads, name=f"optimizer.{indices[0]}:{indices[-1]}", priority=-k, op=Average,
+                                   prescale_factor=1.0 / self._predivide, postscale_factor=self._predivide,
+                                   process_set=ps)
+        elif isinstance(index, (tuple, list)):
             for i, g in zip(index, grad):
                 allreduce_(g, name=f"optimizer.{i}", priority=-i, op=Average,
                            prescale_factor=1.0 / self._predivide, postscale_factor=self._predivide,
