@@ -72,7 +72,10 @@ def _counter_vector(**values):
     number or a 1-element float64 NDArray (0 when not given). On the host
     whatever device the loss is on: a rank without a batch makes its vector
     there too, and every rank's must be alike for one collective."""
-    parts = [v.as_in_context(mx.cpu()) if isinstance(v, mx.nd.NDArray) else mx.nd.array([v], dtype="float64")
+    # Numbers become arrays through an engine op (nd.full), not nd.array:
+    # nd.array copies in from Python, which first waits for every op queued
+    # on the engine's worker (the batch's forward pass) to finish.
+    parts = [v.as_in_context(mx.cpu()) if isinstance(v, mx.nd.NDArray) else mx.nd.full((1,), v, dtype="float64")
              for v in (values.get(f, 0.0) for f in ROUND_FIELDS)]
     return mx.nd.concat(*parts, dim=0)
 
