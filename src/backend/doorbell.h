@@ -1,8 +1,6 @@
-// Wakes the background threads of every rank on this host at once (Note
-// [Doorbell] in backend/shm/host_doorbell.cc). Rung by any thread that gives
-// the core something to negotiate; waited on by the core's background thread
-// between negotiation rounds. A world offers one where its ranks can share
-// one (World::doorbell()); without it the loop polls every cycle time.
+// Wakes the background loops of the ranks of one host (Note [Doorbell] in
+// backend/shm/host_doorbell.cc). A world offers one where its ranks can share
+// one (World::doorbell()); without it a loop polls every cycle time.
 #pragma once
 
 #include <cstdint>
@@ -14,12 +12,18 @@ namespace mxplugin {
 class Doorbell {
  public:
   virtual ~Doorbell() = default;
-  // How many times it has rung so far; read before checking for work, then
-  // passed to Wait, so that a ring in between is never missed.
+  // This rank's bell: how often it has rung. Read before looking for work,
+  // then passed to Wait, so that a ring in between is never missed.
   virtual uint32_t Rings() const = 0;
-  // Any thread of any rank on the host.
-  virtual void Ring() = 0;
-  // Returns once it has rung since `seen`, or at `until`.
+  // Rings this rank's bell: there is work for its loop (any thread).
+  virtual void Wake() = 0;
+  // This rank's loop begins its cycle number `cycle` (1, 2, ...): tells the
+  // host's other ranks, and rings the bells of those that have not begun it.
+  virtual void BeginCycle(uint64_t cycle) = 0;
+  // Whether some rank of this host has begun more than `cycles` cycles (it
+  // waits for this one in a negotiation round).
+  virtual bool PeerAhead(uint64_t cycles) const = 0;
+  // Returns once this rank's bell has rung since `seen`, or at `until`.
   virtual void Wait(uint32_t seen, Clock::time_point until) = 0;
 };
 

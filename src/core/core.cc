@@ -201,14 +201,14 @@ void Core::AgreeOnConfig() {
 
 void Core::WakeLoops() {
   wake_.notify_all();
-  if (Doorbell* bell = doorbell_ring_.load()) bell->Ring();
+  if (Doorbell* bell = doorbell_ring_.load()) bell->Wake();
 }
 
-// Note [Doorbell]: where every rank's work rings the host's doorbell, a loop
-// with nothing to do sleeps until it rings (kIdleWait only bounds the sleep,
-// so that stall checks and lost peers are still noticed while idle); where
-// some ranks are on other hosts, whose work does not ring it, the loop polls
-// every cycle time, and the doorbell only wakes it sooner.
+// Note [Doorbell]: where every rank is on this host, a loop with nothing to
+// do sleeps on its bell until it has work or a peer begins a cycle (kIdleWait
+// only bounds the sleep, so that stall checks and lost peers are still
+// noticed while idle); where some ranks are on other hosts, which cannot
+// ring it, the loop polls every cycle time, and the bell only wakes it sooner.
 void Core::WaitForWork(std::unique_lock<std::mutex>& lock) {
   constexpr double kIdleWaitMs = 20.0;
   const double wait_ms = doorbell_reaches_all_ ? std::max(config_.cycle_time_ms, kIdleWaitMs) : config_.cycle_time_ms;
@@ -217,25 +217,23 @@ void Core::WaitForWork(std::unique_lock<std::mutex>& lock) {
     wake_.wait_until(lock, until, [this] { return !queue_.empty() || shutdown_requested_; });
     return;
   }
-  // A ring since the count taken before the last round means a round is
-  // wanted that the last one may not have served: a peer that had work
-  // while this loop was busy rang then, and now waits for it in its next
-  // round. Work of this rank is in the queue, which is looked at too.
-  if (queue_.empty() && !shutdown_requested_) {
+  // Right after work more tends to follow within microseconds (the next
+  // collective of a loop, a peer's half of this round): look again for a
+  // moment, yielding the core to whoever wants it, before sleeping
+  // (4 KB allreduce_ end to end at 2 ranks: 23 -> 18.5 us).
+  constexpr auto kLookAfterWork = std::chrono::microseconds(50);
+  for (;;) {
+    // Read before looking, so that a ring after the look ends the wait.
+    const uint32_t seen = doorbell_->Rings();
+    if (!queue_.empty() || shutdown_requested_ || doorbell_->PeerAhead(cycles_) || Clock::now() >= until) break;
     lock.unlock();
-    // Right after work more tends to follow within microseconds (the next
-    // collective of a loop, a peer's half of this round): look again for a
-    // moment, yielding the core to whoever wants it, before sleeping
-    // (4 KB allreduce_ end to end at 2 ranks: 23 -> 18.5 us).
-    constexpr auto kLookAfterWork = std::chrono::microseconds(50);
+    auto nothing_new = [&] { return doorbell_->Rings() == seen && !doorbell_->PeerAhead(cycles_); };
     const auto look_until = last_work_ + kLookAfterWork;
-    while (Clock::now() < look_until && doorbell_->Rings() == rings_before_round_) std::this_thread::yield();
-    doorbell_->Wait(rings_before_round_, until);
+    while (Clock::now() < look_until && nothing_new()) std::this_thread::yield();
+    if (nothing_new()) doorbell_->Wait(seen, until);
     lock.lock();
   }
-  // Every ring until now is served by the round about to run: its peers'
-  // work is in their next round, which pairs with this one.
-  rings_before_round_ = doorbell_->Rings();
+  doorbell_->BeginCycle(++cycles_);
 }
 
 void Core::RunCycle(bool* stop) {

@@ -153,7 +153,7 @@ class Core {
   std::atomic<Doorbell*> doorbell_ring_{nullptr};
   bool doorbell_reaches_all_ = false;          // background thread only: every rank is on this host
   Clock::time_point last_work_;                // background thread only: when a cycle last had work
-  uint32_t rings_before_round_ = 0;            // background thread only: the doorbell's count then
+  uint64_t cycles_ = 0;                        // background thread only: cycles begun (with a doorbell)
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

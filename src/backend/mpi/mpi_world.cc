@@ -114,11 +114,16 @@ void MpiWorld::MakeDoorbell(MPI_Comm local) {
   const std::string name = "/mxplugin.bell." + std::to_string(topology_.rank) + "." + std::to_string(getpid()) +
                            "." + std::to_string(worlds_made++);
   Status failure;
-  auto segment = ShareHostSegment(local, name, shm::kDoorbellBytes,
-                                  [](char* data) { new (data) shm::DoorbellWords{}; }, &failure);
+  const int local_size = topology_.local_size;
+  auto segment = ShareHostSegment(local, name, shm::HostDoorbell::SegmentBytes(local_size),
+                                  [local_size](char* data) {
+                                    for (int r = 0; r < local_size; ++r) new (data + r * sizeof(shm::DoorbellSlot))
+                                        shm::DoorbellSlot{};
+                                  },
+                                  &failure);
   int ok = segment ? 1 : 0;
   CheckSetup(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), "MPI_Allreduce");
-  if (ok) doorbell_ = std::make_shared<shm::HostDoorbell>(std::move(segment));
+  if (ok) doorbell_ = std::make_shared<shm::HostDoorbell>(std::move(segment), topology_.local_rank, local_size);
 }
 
 ReachabilityProbe MpiWorld::reachability() const {

@@ -4,7 +4,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <climits>
 #include <ctime>
 
@@ -12,21 +11,24 @@ namespace mxplugin {
 namespace shm {
 
 // Note [Doorbell]: a negotiation round is a collective, so it starts only
-// when every rank's background thread enters it. Polled every cycle (1 ms),
-// an idle rank costs its host a round of wake-ups a millisecond, measured at
-// 3-6 % of the compute of ranks that fill the cores, and a rank with work
-// waits up to a cycle for peers to notice it. Instead, whoever gives a core
-// work rings the host's doorbell, which wakes every rank's background thread
-// there within microseconds; between rings an idle loop sleeps for long
-// (Core's kIdleWait), polling only as a safety net.
-//   Rings is a counter: Wait returns at once if it has moved since `seen`,
-// read before the waiter looked for work, so no ring is lost. The futex
-// (shared, not private: the word lives in several processes) sleeps only
-// while the counter still equals `seen`. A ring calls into the kernel only
-// when some thread sleeps: the ringer increments `rings` and then reads
-// `sleepers`, the waiter increments `sleepers` and then reads `rings`; with
-// sequentially consistent operations at least one of them sees the other's
-// write, so either the waiter does not sleep or the ringer wakes it.
+// when every rank's background loop enters it. Polled every cycle (1 ms), an
+// idle rank costs its host a round of wake-ups a millisecond (3-6 % of the
+// compute of ranks that fill the cores), and a rank with work waits up to a
+// cycle for its peers to notice. Instead, on one host:
+//   - Each rank's loop sleeps on its own bell (a futex word, shared, not
+//     private: it lives in several processes), rung by that rank's threads
+//     when they give it work.
+//   - Every cycle runs one round of the world's process set, so all ranks'
+//     cycles go in lockstep: a loop that begins cycle n says so (its count in
+//     the segment) and rings the bells of the ranks that have not begun it.
+//     A woken loop begins the next cycle when some peer is ahead of it (that
+//     peer waits for it in a round), when it has work, or when its idle
+//     wait (Core's kIdleWait) runs out. It never begins one merely because a
+//     bell rang, so peers' cycles cannot set each other off in turn.
+//   - A ring calls into the kernel only when the loop may sleep: the ringer
+//     increments `rings` and then reads `sleeping`, the sleeper sets
+//     `sleeping` and then reads `rings` (sequentially consistent), so either
+//     the sleeper sees the ring or the ringer wakes it.
 
 namespace {
 
@@ -36,27 +38,47 @@ long Futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 
 }  // namespace
 
-HostDoorbell::HostDoorbell(std::unique_ptr<Segment> segment)
-    : segment_(std::move(segment)), words_(reinterpret_cast<DoorbellWords*>(segment_->data())) {}
+HostDoorbell::HostDoorbell(std::unique_ptr<Segment> segment, int local_rank, int local_size)
+    : segment_(std::move(segment)),
+      slots_(reinterpret_cast<DoorbellSlot*>(segment_->data())),
+      local_rank_(local_rank),
+      local_size_(local_size) {}
 
-uint32_t HostDoorbell::Rings() const { return words_->rings.load(); }
+uint32_t HostDoorbell::Rings() const { return slot(local_rank_).rings.load(); }
 
-void HostDoorbell::Ring() {
-  words_->rings.fetch_add(1);
-  if (words_->sleepers.load() > 0) Futex(&words_->rings, FUTEX_WAKE, INT_MAX, nullptr);
+void HostDoorbell::Ring(DoorbellSlot& s) {
+  s.rings.fetch_add(1);
+  if (s.sleeping.load() != 0) Futex(&s.rings, FUTEX_WAKE, INT_MAX, nullptr);
+}
+
+void HostDoorbell::Wake() { Ring(slot(local_rank_)); }
+
+void HostDoorbell::BeginCycle(uint64_t cycle) {
+  slot(local_rank_).cycles.store(cycle);
+  for (int r = 0; r < local_size_; ++r) {
+    if (r != local_rank_ && slot(r).cycles.load() < cycle) Ring(slot(r));
+  }
+}
+
+bool HostDoorbell::PeerAhead(uint64_t cycles) const {
+  for (int r = 0; r < local_size_; ++r) {
+    if (r != local_rank_ && slot(r).cycles.load() > cycles) return true;
+  }
+  return false;
 }
 
 void HostDoorbell::Wait(uint32_t seen, Clock::time_point until) {
-  words_->sleepers.fetch_add(1);
-  while (words_->rings.load() == seen) {
+  DoorbellSlot& s = slot(local_rank_);
+  s.sleeping.store(1);
+  while (s.rings.load() == seen) {
     const auto left = until - Clock::now();
     if (left <= Clock::duration::zero()) break;
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
     timespec timeout{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
     // EAGAIN (it rang before we slept), EINTR and ETIMEDOUT all mean: look again.
-    Futex(&words_->rings, FUTEX_WAIT, seen, &timeout);
+    Futex(&s.rings, FUTEX_WAIT, seen, &timeout);
   }
-  words_->sleepers.fetch_sub(1);
+  s.sleeping.store(0);
 }
 
 }  // namespace shm

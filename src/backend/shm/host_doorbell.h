@@ -1,8 +1,10 @@
-// The Doorbell of the ranks of one host: a counter and a futex in a small
-// shared-memory segment (Note [Doorbell] in host_doorbell.cc).
+// The Doorbell of the ranks of one host: per rank a futex word and a count
+// of cycles begun, in a small shared-memory segment (Note [Doorbell] in
+// host_doorbell.cc).
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -12,27 +14,37 @@
 namespace mxplugin {
 namespace shm {
 
-// The segment's layout; zeroed by the creator.
-struct DoorbellWords {
-  alignas(64) std::atomic<uint32_t> rings;
-  alignas(64) std::atomic<uint32_t> sleepers;  // threads in Wait, host-wide
+// One local rank's words, a cache line of their own; the segment holds one
+// per local rank, zeroed by the creator.
+struct alignas(64) DoorbellSlot {
+  std::atomic<uint32_t> rings;     // the futex word
+  std::atomic<uint32_t> sleeping;  // 1 while its loop may sleep on it
+  std::atomic<uint64_t> cycles;    // cycles its loop has begun
 };
-constexpr size_t kDoorbellBytes = 4096;
-static_assert(sizeof(DoorbellWords) <= kDoorbellBytes, "the words fit their page");
-static_assert(std::atomic<uint32_t>::is_always_lock_free, "a futex needs a plain 32-bit word");
+static_assert(sizeof(DoorbellSlot) == 64, "one slot a cache line");
+static_assert(std::atomic<uint32_t>::is_always_lock_free && std::atomic<uint64_t>::is_always_lock_free,
+              "a futex needs a plain 32-bit word, and peers read counts without locks");
 
 class HostDoorbell : public Doorbell {
  public:
-  // `segment`: kDoorbellBytes, mapped by every rank of the host.
-  explicit HostDoorbell(std::unique_ptr<Segment> segment);
+  static size_t SegmentBytes(int local_size) { return sizeof(DoorbellSlot) * static_cast<size_t>(local_size); }
+  // `segment`: SegmentBytes(local_size), mapped by every rank of the host.
+  HostDoorbell(std::unique_ptr<Segment> segment, int local_rank, int local_size);
 
   uint32_t Rings() const override;
-  void Ring() override;
+  void Wake() override;
+  void BeginCycle(uint64_t cycle) override;
+  bool PeerAhead(uint64_t cycles) const override;
   void Wait(uint32_t seen, Clock::time_point until) override;
 
  private:
+  DoorbellSlot& slot(int local_rank) const { return slots_[local_rank]; }
+  void Ring(DoorbellSlot& slot);
+
   std::unique_ptr<Segment> segment_;
-  DoorbellWords* words_;
+  DoorbellSlot* slots_;
+  const int local_rank_;
+  const int local_size_;
 };
 
 }  // namespace shm
