@@ -123,15 +123,15 @@ def run_plain(exe, ranks):
     return out
 
 
-def measure(rounds=ROUNDS):
+def measure(num_rounds=ROUNDS):
     from mpi_plain import build
 
-    result = {"bytes": BYTES, "calls": CALLS, "group": GROUP, "rounds": rounds, "ranks": {}}
+    result = {"bytes": BYTES, "calls": CALLS, "group": GROUP, "rounds": num_rounds, "ranks": {}}
     with tempfile.TemporaryDirectory() as workdir:
         exe = build(workdir)
         for ranks in RANKS:
             rounds = []
-            for r in range(rounds):
+            for r in range(num_rounds):
                 plain = run_plain(exe, ranks)
                 ours = run_ours(ranks)
                 rounds.append({"plain_s": plain, "mxplugin_s": ours, "load_average_1min": os.getloadavg()[0]})
