@@ -7,7 +7,9 @@ uncompressed grouped allreduce of the same gradients, on one host:
     mpiexec -n 2 python bench/powersgd.py      # writes bench/results/powersgd.json
 
 Times are medians over interleaved iterations on this machine (its cores
-shared by the ranks); across hosts see README: not measured yet."""
+shared by the ranks); times_s[r] is [uncompressed, PowerSGD at rank r], the
+uncompressed figure the same for every r. Across fake hosts, with the bytes
+counted on the links: bench/powersgd_hosts.py."""
 import json
 import os
 import statistics
@@ -48,28 +50,55 @@ def sent_bytes(shapes, rank):
     return 4 * total
 
 
-def exchange_seconds(grads, shapes, rank):
-    """(uncompressed, PowerSGD) seconds of one exchange of `grads`."""
-    config = hvd.Compression.powersgd(rank=rank)
-    reducer = PowerSGDReducer(config, f"bench{rank}.")
-    compressed = [(i, g) for i, (g, s) in enumerate(zip(grads, shapes)) if config.matrix_shape(s)]
-    rest = [g for g, s in zip(grads, shapes) if not config.matrix_shape(s)]
-    plain, low = [], []
-    for it in range(ITERATIONS + 2):
-        hvd.barrier()
-        start = time.perf_counter()
-        hvd.grouped_allreduce_(grads, name="plain", op=hvd.Sum)
-        mx.nd.waitall()
-        if it >= 2:
-            plain.append(time.perf_counter() - start)
-        hvd.barrier()
-        start = time.perf_counter()
-        reducer.reduce(compressed, hvd.global_process_set)
-        hvd.grouped_allreduce_(rest, name=f"rest{rank}", op=hvd.Sum)
-        mx.nd.waitall()
-        if it >= 2:
-            low.append(time.perf_counter() - start)
-    return statistics.median(plain), statistics.median(low)
+def exchange_samples(grads, shapes, ranks, iterations, warmup=2, sent_so_far=None, other_work=None):
+    """Interleaved exchanges of `grads`: each iteration times the
+    uncompressed grouped allreduce ('uncompressed') and, for each PowerSGD
+    rank r (key r), the compressed exchange (the compressed tensors' P and Q
+    allreduces with the products around them, then the other tensors'
+    grouped allreduce). Returns {method: [seconds per exchange]} and, with
+    `sent_so_far` (a function: bytes this host sent so far), {method:
+    [bytes sent during each exchange]} (None without), and with `other_work`
+    (begin() before an exchange, cores() after it: bench/powersgd_hosts.py's
+    OtherWork) {method: [cores other work kept busy meanwhile]} (None
+    without). The exchanges replace `grads` by their sums over the ranks
+    (the uncompressed one a copy of them), so the values grow from one
+    iteration to the next, far from float32's limits: the time does not
+    depend on them."""
+    plain = [g.copy() for g in grads]
+    exchanges = {"uncompressed": lambda: hvd.grouped_allreduce_(plain, name="plain", op=hvd.Sum)}
+    for rank in ranks:
+        config = hvd.Compression.powersgd(rank=rank)
+        reducer = PowerSGDReducer(config, f"bench{rank}.")
+        compressed = [(i, g) for i, (g, s) in enumerate(zip(grads, shapes)) if config.matrix_shape(s)]
+        rest = [g for g, s in zip(grads, shapes) if not config.matrix_shape(s)]
+
+        def exchange(reducer=reducer, compressed=compressed, rest=rest, rank=rank):
+            reducer.reduce(compressed, hvd.global_process_set)
+            hvd.grouped_allreduce_(rest, name=f"rest{rank}", op=hvd.Sum)
+        exchanges[rank] = exchange
+    times = {method: [] for method in exchanges}
+    sent = {method: [] for method in exchanges} if sent_so_far else None
+    busy = {method: [] for method in exchanges} if other_work else None
+    mx.nd.waitall()
+    for it in range(warmup + iterations):
+        for method, exchange in exchanges.items():
+            hvd.barrier()
+            before = sent_so_far() if sent_so_far else 0
+            if other_work:
+                other_work.begin()
+            start = time.perf_counter()
+            exchange()
+            mx.nd.waitall()
+            seconds = time.perf_counter() - start
+            cores = other_work.cores() if other_work else None
+            hvd.barrier()  # every rank's sends have left before the counter is read
+            if it >= warmup:
+                times[method].append(seconds)
+                if sent is not None:
+                    sent[method].append(sent_so_far() - before)
+                if busy is not None:
+                    busy[method].append(cores)
+    return times, sent, busy
 
 
 def main():
@@ -81,8 +110,10 @@ def main():
         result["sent_bytes"][r] = sent_bytes(shapes, r)
     rng = np.random.RandomState(hvd.rank())
     grads = [mx.nd.array(rng.standard_normal(s) * 1e-3) for s in shapes]
+    times, _, _ = exchange_samples(grads, shapes, TIMED_RANKS, ITERATIONS)
+    plain = statistics.median(times["uncompressed"])
     for r in TIMED_RANKS:
-        result["times_s"][r] = exchange_seconds(grads, shapes, r)
+        result["times_s"][r] = [plain, statistics.median(times[r])]
     if hvd.rank() == 0:
         print(json.dumps(result, indent=1))
         with open(os.path.join(HERE, "results", "powersgd.json"), "w") as f:

@@ -1,7 +1,7 @@
 """Runs every benchmark and writes docs/benchmarks.md (tables, and PNG plots
 when matplotlib is installed: `pip install -e '.[bench]'`).
 
-    python bench/run_all.py            # everything, ~27 minutes on 2 cores
+    python bench/run_all.py            # everything, ~33 minutes on 2 cores
     python bench/run_all.py --report   # only re-render the report from bench/results/
 
 bench/results/*.json are committed: the report is rendered from them, and
@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(REPO, "tests"))
 sys.path.insert(0, HERE)
 
 from mpi_harness import mpiexec_path, rank_env  # noqa: E402
+from powersgd_report import powersgd_section, powersgd_targets  # noqa: E402
 from report_multi_host import multi_host_section  # noqa: E402
 from gluonts_report import gluonts_section, gluonts_target  # noqa: E402
 from latency import report_section as latency_section  # noqa: E402
@@ -84,8 +85,10 @@ def run_all():
     run(2, [os.path.join(HERE, "step_breakdown.py")])
     single_process("2threads_before")
     run(2, [os.path.join(HERE, "trainer.py"), "scaling"])
+    run(2, [os.path.join(HERE, "powersgd.py")])
     if os.geteuid() == 0:  # fake hosts need network namespaces
         run(1, [os.path.join(HERE, "multi_host.py")])
+        run(1, [os.path.join(HERE, "powersgd_hosts.py"), "all"])  # starts its own 2- and 4-rank jobs
     single_process("2threads_after")
     run(1, [os.path.join(HERE, "tensor_parallel.py")])  # starts its own 1- and 2-rank runs
     run(1, [os.path.join(HERE, "latency.py")])  # starts its own jobs and the plain MPI program
@@ -208,7 +211,7 @@ def plots(allreduce, breakdown, plain):
     return made
 
 
-def _targets(ar, upd, sc, plain, single2, gluonts=None):
+def _targets(ar, upd, sc, plain, single2, gluonts=None, more=()):
     rows = []
     if ar:
         r = allreduce_ratios(ar, plain)
@@ -228,6 +231,7 @@ def _targets(ar, upd, sc, plain, single2, gluonts=None):
                      f"{sc['allreduce_update_ratio']:.3f}"))
     if gluonts_target(gluonts):
         rows.append(gluonts_target(gluonts))
+    rows += more
     if not rows:
         return []
     out = ["## Targets", "", "| measure | target | measured |", "|---|---|---|"]
@@ -250,7 +254,7 @@ def report():
              "this page from them). Every number is a median of repeated runs, compared with a reference",
              "measured in the same run. Unless a row says otherwise each process runs with OMP_NUM_THREADS=1.",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.", ""]
-    lines += _targets(ar, upd, sc, plain, single2, load("gluonts_deepar.json"))
+    lines += _targets(ar, upd, sc, plain, single2, load("gluonts_deepar.json"), powersgd_targets(load))
     if ar:
         g = ar["gradient_set"]
         m = g["median_s"]
@@ -358,6 +362,7 @@ def report():
     lines += tensor_parallel_section(load("tensor_parallel.json"))
     lines += gluonts_section(load("gluonts_deepar.json"))
     lines += multi_host_section(load("multi_host.json"), DOCS)
+    lines += powersgd_section(load, DOCS)
     lines += _gpu_section(load("gpu_kernels.json"), load("gpu_allreduce.json"))
     lines += sharding_section(load)
     with open(os.path.join(DOCS, "benchmarks.md"), "w") as f:

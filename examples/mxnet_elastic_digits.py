@@ -8,7 +8,9 @@ Each rank takes --batch-size samples per step, so the global batch is
 batch-size x ranks, and the learning rate follows it (lr = base lr x ranks,
 set again after every reset). The state (weights, optimizer, epoch, batch)
 is committed every --commit-every steps and at the end of every epoch: a
-lost rank costs at most the steps since the last commit.
+lost rank costs at most the steps since the last commit. With --compression
+powersgd the PowerSGD state (its Q factors and error buffers) is part of it,
+carried into a world of another size.
 
 With --until-exists PATH the training goes on past --epochs, an epoch at a
 time, until the file PATH exists: a run that something else ends, once it
@@ -25,6 +27,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import mxplugin as hvd
+from mxplugin.powersgd import STATE_KEY as POWERSGD_STATE  # its entry in the trainer's states
 from mxnet_digits import evaluate, load_digits  # the data and the test of examples/mxnet_digits.py
 
 
@@ -38,6 +41,12 @@ def parse_args():
     p.add_argument("--momentum", type=float, default=0.9, help="SGD momentum (default 0.9)")
     p.add_argument("--shard-optimizer-states", action="store_true",
                    help="each rank keeps 1/N of the optimizer states (re-sharded after every reset)")
+    p.add_argument("--compression", choices=["none", "fp16", "bf16", "powersgd"], default="none",
+                   help="how gradients travel (default none): as float16, bfloat16, or as PowerSGD's low-rank "
+                        "factors with error feedback (state carried across resets)")
+    p.add_argument("--powersgd-rank", type=int, default=4, help="--compression powersgd: the factors' rank (default 4)")
+    p.add_argument("--powersgd-warmup", type=int, default=10,
+                   help="--compression powersgd: uncompressed steps first (default 10)")
     p.add_argument("--hidden", type=int, default=128, help="hidden units (default 128)")
     p.add_argument("--commit-every", type=int, default=5, help="steps between commits (default 5)")
     p.add_argument("--seed", type=int, default=42, help="random seed (default 42)")
@@ -65,8 +74,12 @@ def main():
     optimizer_params = {"learning_rate": args.base_lr * hvd.size()}
     if args.optimizer == "sgd":
         optimizer_params["momentum"] = args.momentum
+    if args.compression == "powersgd":
+        compression = hvd.Compression.powersgd(rank=args.powersgd_rank, warmup_steps=args.powersgd_warmup)
+    else:
+        compression = getattr(hvd.Compression, args.compression)
     trainer = hvd.DistributedTrainer(net.collect_params(), args.optimizer, optimizer_params,
-                                     shard_optimizer_states=args.shard_optimizer_states)
+                                     shard_optimizer_states=args.shard_optimizer_states, compression=compression)
     # sample: where this epoch's pass over the data is (a sample offset, not
     # a batch index, so that a world of another size goes on from the same
     # place); step: steps taken in all.
@@ -76,26 +89,36 @@ def main():
         trainer.set_learning_rate(args.base_lr * hvd.size())
         if args.log_steps:  # every rank: where it resumes, digests of its weights and optimizer states
             digest = sum(float(p.data().sum().asscalar()) for p in net.collect_params().values())
+            states, compressed = states_digests()
             logging.info("rank %d of %d resumes at step %d, weights digest %.6f, states digest %s, "
-                         "%d bytes of optimizer state held", hvd.rank(), hvd.size(), state.step, digest,
-                         states_digest(), trainer.optimizer_state_bytes())
+                         "%d bytes of optimizer state held%s", hvd.rank(), hvd.size(), state.step, digest,
+                         states, trainer.optimizer_state_bytes(), compressed)
 
     state.register_reset_callbacks([on_reset])
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
 
-    def states_digest():
-        """A digest of the whole optimizer states (every rank takes part:
-        with sharded states they are gathered)."""
+    def states_digests():
+        """Digests of the whole optimizer states and, with PowerSGD, of its
+        state (", powersgd step S, Q digest D, errors digest E": reductions
+        seen, the Q factors, the errors summed over the ranks), or "" (every
+        rank takes part: sharded states are gathered, PowerSGD's errors summed)."""
         states, _ = pickle.loads(trainer.states_bytes())
+        powersgd = states.pop(POWERSGD_STATE, None)
         arrays = [a for st in states.values() for a in (st if isinstance(st, (tuple, list)) else [st])
                   if isinstance(a, mx.nd.NDArray)]
-        return "%.6f" % sum(float(mx.nd.abs(a).sum().asscalar()) for a in arrays)
+        digest = "%.6f" % sum(float(mx.nd.abs(a).sum().asscalar()) for a in arrays)
+        if powersgd is None:
+            return digest, ""
+        factors = powersgd["factors"].values()
+        return digest, ", powersgd step %d, Q digest %.6f, errors digest %.6f" % (
+            powersgd["steps"], sum(float(np.abs(f["q"]).sum()) for f in factors),
+            sum(float(np.abs(f["error_sum"]).sum()) for f in factors))
 
     def commit():
         if args.log_steps:  # before the commit, which a lost peer may cut short after its snapshot
-            digest = states_digest()
+            digest, compressed = states_digests()
             if hvd.rank() == 0:
-                logging.info("committing %d: states digest %s", state.commits + 1, digest)
+                logging.info("committing %d: states digest %s%s", state.commits + 1, digest, compressed)
         state.commit()
         if args.log_steps and hvd.rank() == 0:
             logging.info("commit %d: step %d", state.commits, state.step)

@@ -1,6 +1,7 @@
 """Elastic training on a cluster of fake hosts (tests/fake_cluster.py):
 mxplugin-run --min-np/--max-np with ranks lost, hosts added, the reset
-limit, every rank lost at once, and --min-np out of reach. The digits MLP
+limit, every rank lost at once, and --min-np out of reach; sharded
+optimizer states and PowerSGD's state carried into the new world. The digits MLP
 of examples/mxnet_elastic_digits.py trains throughout, with its
 per-step and per-commit lines (rank 0) as the record of what happened, and
 past its epochs until the test has seen what it waits for (a kill, a new
@@ -213,6 +214,50 @@ def test_sharded_optimizer_states_are_resharded_for_the_new_world(cluster):
     whole = (64 * hidden + hidden + hidden * 10 + 10) * 2 * 4
     assert sum(held) == whole and max(held) <= whole // 2 + 2 * 4 * 4, (held, whole, report)
     assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
+
+
+POWERSGD_PART = re.compile(r"powersgd step (\d+), Q digest ([-\d.]+), errors digest ([-\d.]+)")
+POWERSGD_WARMUP = 3
+
+
+def test_powersgd_state_is_carried_into_the_new_world(cluster):
+    """PowerSGD (rank 2, after 3 uncompressed steps) at 3 ranks, one
+    killed: world 1's two ranks resume with the committed PowerSGD state
+    (its reduction count, its Q factors, and its errors summed over the
+    ranks: Note [PowerSGD state across worlds] in mxplugin/powersgd.py),
+    read back from each of them, and train on, compressed, to the accuracy
+    target."""
+    proc, log, release = start(cluster, "--min-np", "2", "--max-np", "3", "-H", cluster.host_list((1, 1, 1)),
+                               example=("--compression", "powersgd", "--powersgd-rank", "2", "--powersgd-warmup",
+                                        str(POWERSGD_WARMUP)))
+    assert log.wait_for(commit_line(4), 120), log.text()[-4000:]
+    kill_ranks(cluster, 2)
+    resumed = log.wait_for(steps_at(2), 120)
+    code, text = finish(proc, log, release)
+    report = f"exit {code}\n{without_steps(text)}"
+    assert code == 0 and resumed, report
+    lines = text.splitlines()
+    world1 = next(i for i, line in enumerate(lines) if "world 1: 2 ranks" in line)
+    steps_lost_at_the_reset(lines, world1, report)
+    commit = int(re.search(r"resumes from commit (\d+)", "\n".join(lines[world1:])).group(1))
+    committed = {int(m.group(1)): POWERSGD_PART.search(line) for line in lines[:world1]
+                 if (m := COMMITTING.match(line))}
+    saved = committed[commit]
+    assert saved and int(saved.group(1)) > POWERSGD_WARMUP and float(saved.group(3)) > 0, report
+    ranks = [(m, POWERSGD_PART.search(line)) for line in lines[world1:] if (m := RESUMES.search(line))]
+    assert sorted(int(m.group(1)) for m, _ in ranks) == [0, 1], report
+    for _, held in ranks:  # Q the same on every rank; the errors' sum over the new world's ranks
+        assert held and held.group(1) == saved.group(1), report
+        for group in (2, 3):
+            assert float(held.group(group)) == pytest.approx(float(saved.group(group)), rel=1e-5), report
+    # The reduction count goes on from the committed one: at every commit, in
+    # both worlds (world 1 commits at least at its epoch's end), it is the step.
+    counts = [(i > world1, int(c.group(2)), int(POWERSGD_PART.search(line).group(1))) for i, (line, c) in
+              enumerate((line, COMMIT.match(after)) for line, after in zip(lines, lines[1:])) if c
+              and COMMITTING.match(line)]
+    assert any(new for new, _, _ in counts) and all(step == count for _, step, count in counts), (counts, report)
+    assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
+    print(f"resumed from commit {commit}: {saved.group(0)}; {len(counts)} commits")
 
 
 def test_the_reset_limit_stops_the_job(cluster):

@@ -6,7 +6,8 @@ argv[1] "plain-trainer": DistributedTrainer without a mesh on the 1 x size mesh.
 Each dp group trains on its block of the global batch; the gradients of all
 parameters are averaged over the dp group either by hand
 (parallel.allreduce_gradients + gluon.Trainer) or by DistributedTrainer(mesh=),
-with its optimizer states sharded over the dp group or not.
+with its optimizer states sharded over the dp group or not, or with its
+gradients compressed by full-rank PowerSGD over the dp group.
 To switch to the trainer only, set TRAINER_MODES = ["DistributedTrainer"].
 """
 import inspect
@@ -31,6 +32,9 @@ if "mesh" in inspect.signature(hvd.DistributedTrainer.__init__).parameters:
     # Sharded optimizer states on the mesh's data-parallel group (momentum:
     # states to shard; the reference gets the same optimizer).
     TRAINER_MODES.append("DistributedTrainer sharded")
+    # PowerSGD over the dp group, at a rank no smaller than any matrix's
+    # smaller side: the uncompressed step exactly (Note [PowerSGD orientation]).
+    TRAINER_MODES.append("DistributedTrainer powersgd")
 
 
 def meshes():
@@ -98,6 +102,9 @@ def make_trainer(net, mode, mesh):
     if mode == "DistributedTrainer sharded":
         return hvd.DistributedTrainer(net.collect_params(), "sgd", optimizer_params(mode), mesh=mesh,
                                       shard_optimizer_states=True, bucket_bytes=BUCKET_BYTES_SHARDED)
+    if mode == "DistributedTrainer powersgd":
+        return hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": LR}, mesh=mesh,
+                                      compression=hvd.Compression.powersgd(rank=H, min_compression_rate=0))
     return hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": LR}, mesh=mesh)
 
 
@@ -192,6 +199,10 @@ def check_mlp(mesh, variant, mode):
         assert_close(y, ref_y[rows], **TOL, what=f"{what} step {s}: outputs")
         assert_close(dx, ref_dx[rows], **TOL, what=f"{what} step {s}: input gradient")
         same_params(net, ref, f"{what} after step {s + 1}")
+    if mode.endswith("powersgd"):  # every weight (a matrix) went as factors when there is a dp group to sum over
+        compressed = sorted(trainer._powersgd.factors)
+        weights = [i for i, p in enumerate(trainer._params) if len(p.shape) == 2]
+        assert compressed == (weights if mesh.dp > 1 else []), f"rank {rank}: {what}: compressed {compressed}"
 
 
 def check_hybridize(mesh):
