@@ -9,9 +9,6 @@
 #include "core/ranks_text.h"
 
 namespace mxplugin {
-namespace {
-
-}  // namespace
 
 Core::Core(Config config, WorldFactory make_world, GpuBackend gpu)
     : config_(std::move(config)), make_world_(std::move(make_world)), gpu_(std::move(gpu)),
@@ -151,35 +148,6 @@ void Core::Loop() {
   world_.reset();
 }
 
-// Note [Who is unreachable]: a collective that failed for want of a peer (a
-// local peer that did not come, stuck with one behind a dead link) names the
-// peers cut off from this rank; probed once, at the first such failure.
-Status Core::NameUnreachable(const Status& status) {
-  if (status.code() != StatusCode::kAborted || !reach_) return status;
-  const double lead = VerdictLead(config_.peer_timeout_seconds);
-  std::string who;
-  {
-    std::lock_guard<std::mutex> lock(probe_mutex_);
-    if (!probed_) {
-      unreachable_ = reach_(world_ranks_, lead);
-      probed_ = true;
-    }
-    who = unreachable_;
-  }
-  if (who.empty() || status.reason().find(" cannot be reached from ") != std::string::npos) return status;
-  return Status::Aborted("mxplugin lost contact with its peers: " + CutOffText(who, host_, lead) + status.reason());
-}
-
-std::string Core::StuckTransfer() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return watchdog_ ? watchdog_->Stuck() : "";
-}
-
-void Core::KeepRunningWhenStuck() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (watchdog_) watchdog_->KeepRunning();
-}
-
 // Settings that must be equal on every rank (fusion decides message sizes;
 // the response cache's capacity decides its bit indices; the stream count
 // decides which NCCL communicator carries an op) come from rank 0,
@@ -197,43 +165,6 @@ void Core::AgreeOnConfig() {
   config_.cache_capacity = static_cast<int>(values[2]);
   config_.num_streams = static_cast<int>(values[3]);
   config_.gpu_direct_threshold_bytes = values[4];
-}
-
-void Core::WakeLoops() {
-  wake_.notify_all();
-  if (Doorbell* bell = doorbell_ring_.load()) bell->Wake();
-}
-
-// Note [Doorbell]: where every rank is on this host, a loop with nothing to
-// do sleeps on its bell until it has work or a peer begins a cycle (kIdleWait
-// only bounds the sleep, so that stall checks and lost peers are still
-// noticed while idle); where some ranks are on other hosts, which cannot
-// ring it, the loop polls every cycle time, and the bell only wakes it sooner.
-void Core::WaitForWork(std::unique_lock<std::mutex>& lock) {
-  constexpr double kIdleWaitMs = 20.0;
-  const double wait_ms = doorbell_reaches_all_ ? std::max(config_.cycle_time_ms, kIdleWaitMs) : config_.cycle_time_ms;
-  const auto until = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(wait_ms * 1000));
-  if (!doorbell_) {
-    wake_.wait_until(lock, until, [this] { return !queue_.empty() || shutdown_requested_; });
-    return;
-  }
-  // Right after work more tends to follow within microseconds (the next
-  // collective of a loop, a peer's half of this round): look again for a
-  // moment, yielding the core to whoever wants it, before sleeping
-  // (4 KB allreduce_ end to end at 2 ranks: 23 -> 18.5 us).
-  constexpr auto kLookAfterWork = std::chrono::microseconds(50);
-  for (;;) {
-    // Read before looking, so that a ring after the look ends the wait.
-    const uint32_t seen = doorbell_->Rings();
-    if (!queue_.empty() || shutdown_requested_ || doorbell_->PeerAhead(cycles_) || Clock::now() >= until) break;
-    lock.unlock();
-    auto nothing_new = [&] { return doorbell_->Rings() == seen && !doorbell_->PeerAhead(cycles_); };
-    const auto look_until = last_work_ + kLookAfterWork;
-    while (Clock::now() < look_until && nothing_new()) std::this_thread::yield();
-    if (nothing_new()) doorbell_->Wait(seen, until);
-    lock.lock();
-  }
-  doorbell_->BeginCycle(++cycles_);
 }
 
 void Core::RunCycle(bool* stop) {

@@ -1,0 +1,40 @@
+// What the Core says and does when peers are lost: the unreachable ones
+// named in a failed collective's error, and the stuck-transfer watchdog's
+// view for the layers above.
+#include <mutex>
+#include <string>
+
+#include "core/core.h"
+
+namespace mxplugin {
+
+// Note [Who is unreachable]: a collective that failed for want of a peer (a
+// local peer that did not come, stuck with one behind a dead link) names the
+// peers cut off from this rank; probed once, at the first such failure.
+Status Core::NameUnreachable(const Status& status) {
+  if (status.code() != StatusCode::kAborted || !reach_) return status;
+  const double lead = VerdictLead(config_.peer_timeout_seconds);
+  std::string who;
+  {
+    std::lock_guard<std::mutex> lock(probe_mutex_);
+    if (!probed_) {
+      unreachable_ = reach_(world_ranks_, lead);
+      probed_ = true;
+    }
+    who = unreachable_;
+  }
+  if (who.empty() || status.reason().find(" cannot be reached from ") != std::string::npos) return status;
+  return Status::Aborted("mxplugin lost contact with its peers: " + CutOffText(who, host_, lead) + status.reason());
+}
+
+std::string Core::StuckTransfer() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return watchdog_ ? watchdog_->Stuck() : "";
+}
+
+void Core::KeepRunningWhenStuck() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (watchdog_) watchdog_->KeepRunning();
+}
+
+}  // namespace mxplugin
