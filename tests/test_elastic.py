@@ -188,13 +188,13 @@ def test_a_host_found_by_discovery_joins_at_the_next_commit_with_the_state(clust
     assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
 
 
-def test_sharded_optimizer_states_are_resharded_for_the_new_world(cluster):
-    """Adam with shard_optimizer_states=True at 3 ranks, one killed: world
-    1's two ranks hold the committed states (whole, by their digest) split
-    between them, half each, and train on to the accuracy target (Note
-    [Elastic sharded states] in mxplugin/elastic/state.py)."""
+def one_of_three_killed(cluster, example):
+    """The example with `example` options at 3 fake hosts, the third rank
+    killed after commit 4; the job must resume at 2 ranks and end well.
+    Returns its output (and as lines), the index of world 1's first line,
+    the commit world 1 resumed from, and the report for assertions."""
     proc, log, release = start(cluster, "--min-np", "2", "--max-np", "3", "-H", cluster.host_list((1, 1, 1)),
-                               example=("--optimizer", "adam", "--base-lr", "0.001", "--shard-optimizer-states"))
+                               example=example)
     assert log.wait_for(commit_line(4), 120), log.text()[-4000:]
     kill_ranks(cluster, 2)
     resumed = log.wait_for(steps_at(2), 120)
@@ -205,6 +205,16 @@ def test_sharded_optimizer_states_are_resharded_for_the_new_world(cluster):
     world1 = next(i for i, line in enumerate(lines) if "world 1: 2 ranks" in line)
     steps_lost_at_the_reset(lines, world1, report)
     commit = int(re.search(r"resumes from commit (\d+)", "\n".join(lines[world1:])).group(1))
+    return text, lines, world1, commit, report
+
+
+def test_sharded_optimizer_states_are_resharded_for_the_new_world(cluster):
+    """Adam with shard_optimizer_states=True at 3 ranks, one killed: world
+    1's two ranks hold the committed states (whole, by their digest) split
+    between them, half each, and train on to the accuracy target (Note
+    [Elastic sharded states] in mxplugin/elastic/state.py)."""
+    text, lines, world1, commit, report = one_of_three_killed(
+        cluster, ("--optimizer", "adam", "--base-lr", "0.001", "--shard-optimizer-states"))
     committed = {int(m.group(1)): m.group(2) for m in matches(COMMITTING, lines[:world1])}
     ranks = [m for m in map(RESUMES.search, lines[world1:]) if m]
     assert sorted(int(m.group(1)) for m in ranks) == [0, 1], report
@@ -227,19 +237,8 @@ def test_powersgd_state_is_carried_into_the_new_world(cluster):
     ranks: Note [PowerSGD state across worlds] in mxplugin/powersgd.py),
     read back from each of them, and train on, compressed, to the accuracy
     target."""
-    proc, log, release = start(cluster, "--min-np", "2", "--max-np", "3", "-H", cluster.host_list((1, 1, 1)),
-                               example=("--compression", "powersgd", "--powersgd-rank", "2", "--powersgd-warmup",
-                                        str(POWERSGD_WARMUP)))
-    assert log.wait_for(commit_line(4), 120), log.text()[-4000:]
-    kill_ranks(cluster, 2)
-    resumed = log.wait_for(steps_at(2), 120)
-    code, text = finish(proc, log, release)
-    report = f"exit {code}\n{without_steps(text)}"
-    assert code == 0 and resumed, report
-    lines = text.splitlines()
-    world1 = next(i for i, line in enumerate(lines) if "world 1: 2 ranks" in line)
-    steps_lost_at_the_reset(lines, world1, report)
-    commit = int(re.search(r"resumes from commit (\d+)", "\n".join(lines[world1:])).group(1))
+    text, lines, world1, commit, report = one_of_three_killed(
+        cluster, ("--compression", "powersgd", "--powersgd-rank", "2", "--powersgd-warmup", str(POWERSGD_WARMUP)))
     committed = {int(m.group(1)): POWERSGD_PART.search(line) for line in lines[:world1]
                  if (m := COMMITTING.match(line))}
     saved = committed[commit]
