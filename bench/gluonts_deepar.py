@@ -9,8 +9,15 @@ series, global batch 64, the same number of steps in every setting:
   single_1thread   GluonTS's own Trainer, OMP_NUM_THREADS=1
   single_2threads  GluonTS's own Trainer, OMP_NUM_THREADS=2, 2 MXNet workers
   single_default   GluonTS's own Trainer, MXNet's default threads
+  single_1thread_bulk  GluonTS's own Trainer, 1 thread, whole passes as one
+                   engine segment (the MXNET_EXEC_BULK_EXEC_* variables at
+                   1000), the setting our Trainer uses (Note [Bulked segments])
   mxplugin_1rank   mxplugin.gluonts.Trainer alone (its overhead), 1 thread
   mxplugin_2ranks  mxplugin.gluonts.Trainer, 2 ranks x 1 thread, batch 32 each
+and one setting at the per-rank batch, which bounds what 2 ranks can reach:
+  single_1thread_half  GluonTS's own Trainer, 1 thread, batch 32 (its
+                   samples/s, twice, is 2 ranks with nothing lost to
+                   communication, rounds or sharing the machine)
 Each run is a fresh job. The settings run in ROUNDS interleaved rounds
 (the order rotating), so that load from other work on the machine falls on
 all of them alike.
@@ -47,13 +54,17 @@ BATCHES_PER_EPOCH = 40
 SERIES = 200
 ROUNDS = 3
 
-# name: (ranks, trainer, environment for each process; None = unset)
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1"}
+BULK = {"MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_FWD": "1000", "MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_BWD": "1000"}
+# name: (ranks, batch per rank, trainer, environment for each process; None = unset)
 SETTINGS = {
-    "single_1thread": (1, "gluonts", {"OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1"}),
-    "single_2threads": (1, "gluonts", {"OMP_NUM_THREADS": "2", "MXNET_CPU_WORKER_NTHREADS": "2"}),
-    "single_default": (1, "gluonts", {"OMP_NUM_THREADS": None, "MXNET_CPU_WORKER_NTHREADS": None}),
-    "mxplugin_1rank": (1, "mxplugin", {"OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1"}),
-    "mxplugin_2ranks": (2, "mxplugin", {"OMP_NUM_THREADS": "1", "MXNET_CPU_WORKER_NTHREADS": "1"}),
+    "single_1thread": (1, GLOBAL_BATCH, "gluonts", ONE_THREAD),
+    "single_2threads": (1, GLOBAL_BATCH, "gluonts", {"OMP_NUM_THREADS": "2", "MXNET_CPU_WORKER_NTHREADS": "2"}),
+    "single_default": (1, GLOBAL_BATCH, "gluonts", {"OMP_NUM_THREADS": None, "MXNET_CPU_WORKER_NTHREADS": None}),
+    "single_1thread_bulk": (1, GLOBAL_BATCH, "gluonts", dict(ONE_THREAD, **BULK)),
+    "mxplugin_1rank": (1, GLOBAL_BATCH, "mxplugin", ONE_THREAD),
+    "mxplugin_2ranks": (2, GLOBAL_BATCH // 2, "mxplugin", ONE_THREAD),
+    "single_1thread_half": (1, GLOBAL_BATCH // 2, "gluonts", ONE_THREAD),
 }
 
 
@@ -68,7 +79,7 @@ def train_one(setting):
     from gluonts.mx import Trainer as GluonTSTrainer
     from gluonts.mx.trainer.callback import Callback
 
-    ranks, kind, _ = SETTINGS[setting]
+    ranks, batch, kind, _ = SETTINGS[setting]
     rank = 0
     if kind == "mxplugin":
         import mxplugin as hvd
@@ -105,7 +116,7 @@ def train_one(setting):
     clock = EpochClock()
     Trainer = mxplugin.gluonts.Trainer if kind == "mxplugin" else GluonTSTrainer
     trainer = Trainer(epochs=EPOCHS, num_batches_per_epoch=BATCHES_PER_EPOCH, learning_rate=1e-3, callbacks=[clock])
-    estimator = DeepAREstimator(freq="H", prediction_length=24, trainer=trainer, batch_size=GLOBAL_BATCH // ranks)
+    estimator = DeepAREstimator(freq="H", prediction_length=24, trainer=trainer, batch_size=batch)
     predictor = estimator.train(data.train)
     if rank != 0:
         return None
@@ -113,9 +124,9 @@ def train_one(setting):
     mx.random.seed(1)
     forecasts, series = make_evaluation_predictions(data.test, predictor, num_samples=100)
     metrics, _ = Evaluator(num_workers=0)(series, forecasts, num_series=len(data.test))
-    rates = [GLOBAL_BATCH * BATCHES_PER_EPOCH / e["seconds"] for e in clock.epochs[1:]]
+    rates = [ranks * batch * BATCHES_PER_EPOCH / e["seconds"] for e in clock.epochs[1:]]
     cores = statistics.median(e["cores"] for e in clock.epochs[1:])
-    return {"setting": setting, "ranks": ranks, "trainer": kind, "batch_per_rank": GLOBAL_BATCH // ranks,
+    return {"setting": setting, "ranks": ranks, "trainer": kind, "batch_per_rank": batch,
             "samples_per_s": rates, "median_samples_per_s": statistics.median(rates), "epochs": clock.epochs,
             "cores_rank0": cores,
             "MASE": metrics["MASE"], "mean_wQuantileLoss": metrics["mean_wQuantileLoss"]}
@@ -125,7 +136,7 @@ def launch(setting):
     """Runs one setting in fresh processes, with its threads; returns its record."""
     from mpi_harness import mpiexec_path
 
-    ranks, _, threads = SETTINGS[setting]
+    ranks, _, _, threads = SETTINGS[setting]
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
     for key, value in threads.items():
         if value is None:
@@ -154,15 +165,20 @@ def launch(setting):
 def summarise(runs):
     """Per setting: median samples/s, time to the common loss and accuracy;
     ratios of 2 ranks to the best single-process setting, whichever trainer."""
-    target = max(min(e["loss"] for e in run["epochs"]) for rs in runs.values() for run in rs)
+    # losses and accuracy compare only runs at the global batch (the
+    # per-rank-batch reference takes other steps)
+    same_batch = [n for n in runs if runs[n][0]["ranks"] * runs[n][0]["batch_per_rank"] == GLOBAL_BATCH]
+    target = max(min(e["loss"] for e in run["epochs"]) for n in same_batch for run in runs[n])
     settings = {}
     for name, rs in runs.items():
         rates = [x for run in rs for x in run["samples_per_s"]]
-        times = [next(e["since_start"] for e in run["epochs"] if e["loss"] <= target) for run in rs]
+        times = [next(e["since_start"] for e in run["epochs"] if e["loss"] <= target) for run in rs] \
+            if name in same_batch else None
         settings[name] = {"ranks": rs[0]["ranks"], "trainer": rs[0]["trainer"],
+                          "batch_per_rank": rs[0]["batch_per_rank"],
                           "median_samples_per_s": statistics.median(rates),
                           "run_medians_samples_per_s": [run["median_samples_per_s"] for run in rs],
-                          "median_time_to_target_s": statistics.median(times),
+                          "median_time_to_target_s": statistics.median(times) if times else None,
                           "median_wQuantileLoss": statistics.median(run["mean_wQuantileLoss"] for run in rs),
                           "median_MASE": statistics.median(run["MASE"] for run in rs),
                           "median_cores_rank0": statistics.median(run["cores_rank0"] for run in rs),
@@ -172,12 +188,16 @@ def summarise(runs):
     # thread setting. Our Trainer alone on one process is reported too: it
     # overlaps data loading with compute (more than one core), so it is the
     # harder reference.
-    single = [n for n, v in settings.items() if v["ranks"] == 1 and v["trainer"] == "gluonts"]
+    single = [n for n in same_batch if settings[n]["ranks"] == 1 and settings[n]["trainer"] == "gluonts"]
     best = max(single, key=lambda n: settings[n]["median_samples_per_s"])
     two = settings["mxplugin_2ranks"]
     ours = settings["mxplugin_1rank"]
+    # 2 ranks with nothing lost: twice one process at the per-rank batch
+    ceiling = 2 * settings["single_1thread_half"]["median_samples_per_s"]
     return {"target_loss": target, "settings": settings, "best_single": best,
             "ratio_2ranks_vs_best_single": two["median_samples_per_s"] / settings[best]["median_samples_per_s"],
+            "ceiling_vs_best_single": ceiling / settings[best]["median_samples_per_s"],
+            "ratio_2ranks_vs_ceiling": two["median_samples_per_s"] / ceiling,
             "time_ratio_best_single_vs_2ranks": settings[best]["median_time_to_target_s"]
             / two["median_time_to_target_s"],
             "ratio_2ranks_vs_mxplugin_1rank": two["median_samples_per_s"] / ours["median_samples_per_s"]}

@@ -54,11 +54,14 @@ def test_gluonts_forecasts_on_several_ranks_as_well_as_one_process(np, models, o
 
 
 @needs_gluonts
-def test_gluonts_ranks_match_gluonts_on_the_combined_batch_and_decide_alike():
+@pytest.mark.parametrize("draw_ahead", ["0", "1"])
+def test_gluonts_ranks_match_gluonts_on_the_combined_batch_and_decide_alike(draw_ahead):
     """2 ranks x B/2 end where GluonTS's own Trainer does on B; validation
     loss split and summed; LearningRateReduction, early stopping and a stop
-    asked by one rank's callback act on every rank alike."""
-    assert_spmd_ok("check_gluonts_agreement.py", 2, timeout=TIMEOUT)
+    asked by one rank's callback act on every rank alike. Both ways of
+    drawing batches (Note [Drawing ahead]), whichever the machine's cores pick."""
+    assert_spmd_ok("check_gluonts_agreement.py", 2, env={"MXPLUGIN_GLUONTS_DRAW_AHEAD": draw_ahead},
+                   timeout=TIMEOUT)
 
 
 @needs_gluonts
