@@ -122,6 +122,29 @@ def launch(lib, horovod_python, rounds_dir):
     return record
 
 
+def report_section(r):
+    """The docs/benchmarks.md section, from bench/results/module_horovod.json."""
+    if not r:
+        return []
+    s = r["summary"]
+    rounds = ", ".join(f"{x:.3f}" for x in s["mxplugin_vs_horovod_per_round"])
+    lines = ["## The Module API against Horovod 0.28.1 (`bench/module_horovod.py`)", "",
+             f"`mx.mod.Module` with `hvd.DistributedOptimizer` (`kvstore=None`), resnet50_v1, 2 ranks x 1 thread, "
+             f"{r['batch_per_rank']} synthetic {r['image_size']}x{r['image_size']} images per rank, SGD with "
+             f"momentum; median step over {r['steps']} steps after {r['warmup']}, each setting a fresh job, "
+             f"{len(r['runs']['mxplugin'])} interleaved rounds. Horovod built here against MXNet 1.9.1 and the "
+             "mpich wheel, in a venv of its own. *Alone*: the same two processes, the optimizer not wrapped "
+             "(no communication).", "",
+             "| job | step (median) | samples/s | / alone |", "|---|---|---|---|"]
+    for lib in ("alone", "horovod", "mxplugin"):
+        step = s["median_step_s"][lib]
+        lines.append(f"| {lib} | {step * 1e3:.0f} ms | {s['samples_per_s'][lib]:.1f} | "
+                     f"{s['median_step_s']['alone'] / step:.3f} |")
+    lines += ["", f"mxplugin against Horovod: **{s['mxplugin_vs_horovod']:.3f}x** the samples/s (per round: "
+              f"{rounds}).", ""]
+    return lines
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["all", "one"])

@@ -29,6 +29,8 @@ from report_multi_host import multi_host_section  # noqa: E402
 from gluonts_report import gluonts_section, gluonts_target  # noqa: E402
 from latency import report_section as latency_section  # noqa: E402
 from tp_small import report_section as tp_small_section  # noqa: E402
+from module_horovod import report_section as module_horovod_section  # noqa: E402
+from steadiness import report_section as steadiness_section  # noqa: E402
 from sharding_report import sharding_section  # noqa: E402
 from tensor_parallel import report_section as tensor_parallel_section  # noqa: E402
 
@@ -93,6 +95,13 @@ def run_all():
     run(1, [os.path.join(HERE, "tensor_parallel.py")])  # starts its own 1- and 2-rank runs
     run(1, [os.path.join(HERE, "latency.py")])  # starts its own jobs and the plain MPI program
     run(1, [os.path.join(HERE, "tp_small.py")])  # starts its own jobs
+    run(1, [os.path.join(HERE, "steadiness.py")])  # starts its own jobs, spread over minutes
+    horovod = os.environ.get("MXPLUGIN_BENCH_HOROVOD_PYTHON")  # a venv's python holding horovod 0.28.1
+    if horovod:
+        run(1, [os.path.join(HERE, "module_horovod.py"), "all", "--horovod-python", horovod])
+    else:
+        print("MXPLUGIN_BENCH_HOROVOD_PYTHON is not set: bench/results/module_horovod.json is left as it is",
+              flush=True)
     if importlib.util.find_spec("gluonts") is not None:  # the gluonts extra
         run(1, [os.path.join(HERE, "gluonts_deepar.py"), "all"])  # starts its own jobs, with their threads
     else:
@@ -359,6 +368,8 @@ def report():
                   f"**{ex['vs_one_process_all_cores']:.3f}**.", ""]
     lines += latency_section(load("latency.json"))
     lines += tp_small_section(load("tp_small.json"))
+    lines += steadiness_section(load("steadiness.json"))
+    lines += module_horovod_section(load("module_horovod.json"))
     lines += tensor_parallel_section(load("tensor_parallel.json"))
     lines += gluonts_section(load("gluonts_deepar.json"))
     lines += multi_host_section(load("multi_host.json"), DOCS)

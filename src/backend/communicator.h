@@ -27,24 +27,39 @@ class Communicator {
   virtual Status Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                            ReduceOp op) = 0;
   // One allreduce over several buffers of one dtype, as if they lay end to
-  // end, each result multiplied by its buffer's postscale. The default
-  // reduces them one by one and scales each in place after; a backend that
-  // pays per call overrides it (shared memory: two barriers per piece, and a
-  // part piece at the end of every buffer) and may fold the scaling into the
-  // copy it makes of the result anyway (a pass over memory saved).
+  // end, each input multiplied by its buffer's prescale before the
+  // reduction and each result by its postscale after. The default
+  // prescales each input into its recv, reduces the buffers one by one and
+  // scales each result in place; a backend that pays per call overrides it
+  // (shared memory: two barriers per piece, and a part piece at the end of
+  // every buffer) and may fold the scaling into the copies it makes anyway
+  // (a pass over memory saved for each).
   struct Buffer {
     const void* send;  // may equal recv
     void* recv;
     int64_t count;  // elements
     double postscale = 1.0;
+    double prescale = 1.0;
   };
   virtual Status AllreduceMany(const std::vector<Buffer>& buffers, DataType dtype, ReduceOp op) {
-    for (const Buffer& b : buffers) {
+    for (const Buffer& b : PrescaledIntoRecv(buffers, dtype)) {
       Status st = Allreduce(b.send, b.recv, b.count, dtype, op);
       if (!st.ok()) return st;
       ScaleInPlace(b.recv, b.count, dtype, b.postscale);
     }
     return Status::Ok();
+  }
+  // `buffers` with each prescaled input written to its recv, which it then
+  // sends from (prescale 1): for backends that do not fold the prescale.
+  static std::vector<Buffer> PrescaledIntoRecv(const std::vector<Buffer>& buffers, DataType dtype) {
+    std::vector<Buffer> out = buffers;
+    for (Buffer& b : out) {
+      if (b.prescale == 1.0) continue;
+      CopyAndScale(b.recv, b.send, b.count, dtype, b.prescale);
+      b.send = b.recv;
+      b.prescale = 1.0;
+    }
+    return out;
   }
   // Whether AllreduceMany of many small buffers costs about what one buffer
   // of their total size costs (shared memory walks them as one byte range):

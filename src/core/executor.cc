@@ -266,9 +266,9 @@ Status Executor::RunOne(Request& req, const Response& resp) {
 }
 
 // Direct allreduces of one dtype and op: reduced where they lie, in one call to
-// the data plane (Communicator::AllreduceMany), which applies postscales
-// (folded into its copy of the result where it makes one); prescale is one
-// pass over each input (copy-and-scale into the output when out of place).
+// the data plane (Communicator::AllreduceMany), which applies prescales and
+// postscales (the shared-memory one folds both into copies it makes anyway:
+// a prescale costs no pass of its own over the tensor).
 Status Executor::RunAllreduce(const std::vector<Request*>& batch) {
   const Request& first = *batch[0];
   auto t0 = Clock::now();
@@ -276,12 +276,7 @@ Status Executor::RunAllreduce(const std::vector<Request*>& batch) {
   for (Request* r : batch) {
     const int64_t n = r->input.num_elements();
     if (n == 0) continue;
-    const void* send = r->input.data;
-    if (r->meta.prescale != 1.0) {
-      CopyAndScale(r->output.data, r->input.data, n, r->meta.dtype, r->meta.prescale);
-      send = r->output.data;
-    }
-    buffers.push_back({send, r->output.data, n, r->meta.postscale});
+    buffers.push_back({r->input.data, r->output.data, n, r->meta.postscale, r->meta.prescale});
   }
   Status st = buffers.empty() ? Status::Ok() : comm_->AllreduceMany(buffers, first.meta.dtype, first.meta.reduce_op);
   auto t1 = Clock::now();

@@ -40,7 +40,8 @@ Status MemoryCommunicator::Allreduce(const void* send, void* recv, int64_t count
   return st;
 }
 
-Status MemoryCommunicator::AllreduceMany(const std::vector<Buffer>& buffers, DataType dtype, ReduceOp op) {
+Status MemoryCommunicator::AllreduceMany(const std::vector<Buffer>& given, DataType dtype, ReduceOp op) {
+  const std::vector<Buffer> buffers = PrescaledIntoRecv(given, dtype);  // peers read this vector
   std::vector<std::vector<char>> results(buffers.size());
   bool same_batch = true;
   Status st = Meet(&buffers, [&](const std::vector<const void*>& all) {

@@ -30,10 +30,16 @@ class BufferList {
 
   int64_t bytes() const { return starts_.back(); }
 
-  // Copies inputs [offset, offset + n) to dst.
+  // Copies inputs [offset, offset + n) to dst, times each buffer's
+  // prescale. (offset and n are whole elements.)
   void Gather(char* dst, int64_t offset, int64_t n) const {
     ForEachPart(offset, n, [&](const Communicator::Buffer& b, int64_t within, int64_t len, int64_t at) {
-      std::memcpy(dst + at, static_cast<const char*>(b.send) + within, static_cast<size_t>(len));
+      const char* src = static_cast<const char*>(b.send) + within;
+      if (b.prescale == 1.0) {
+        std::memcpy(dst + at, src, static_cast<size_t>(len));
+      } else {
+        CopyAndScale(dst + at, src, len / element_bytes_, dtype_, b.prescale);
+      }
     });
   }
 
@@ -51,10 +57,11 @@ class BufferList {
     });
   }
 
-  // The inputs at [offset, offset + n) if they lie in one buffer, else null.
+  // The inputs at [offset, offset + n) if they lie in one buffer with
+  // nothing to prescale, else null (Gather them).
   const char* ContiguousInput(int64_t offset, int64_t n) const {
     const size_t i = Find(offset);
-    if (offset + n > starts_[i + 1]) return nullptr;
+    if (offset + n > starts_[i + 1] || buffers_[i].prescale != 1.0) return nullptr;
     return static_cast<const char*>(buffers_[i].send) + (offset - starts_[i]);
   }
 

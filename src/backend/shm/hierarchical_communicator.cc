@@ -130,7 +130,8 @@ Status HierarchicalCommunicator::AllreduceMany(const std::vector<Buffer>& buffer
     slice(elements, local_rank_, &lo, &hi);
     char* mine = slot + lo * esize;
     // Peers in local-rank order after this rank's own input, read where it
-    // lies unless the slice spans two buffers.
+    // lies unless the slice spans two buffers or is to be prescaled (the
+    // peers' slices were prescaled as they were gathered into their slots).
     const void* acc = nullptr;
     if (hi > lo) {
       acc = list.ContiguousInput(offset + lo * esize, (hi - lo) * esize);
