@@ -28,11 +28,13 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 RESULTS = os.path.join(HERE, "results")
+sys.path.insert(0, os.path.join(REPO, "tests"))  # mpi_harness, for the driver
 
 BATCH = 8
 SIZE = 112
@@ -96,7 +98,6 @@ def train_one(lib, out):
 
 def launch(lib, horovod_python, rounds_dir):
     """One job of `lib` in fresh processes; returns rank 0's record."""
-    sys.path.insert(0, os.path.join(REPO, "tests"))
     from mpi_harness import mpiexec_path
 
     python = horovod_python if lib == "horovod" else sys.executable
@@ -158,7 +159,6 @@ def main():
         return
     if not args.horovod_python:
         p.error("all needs --horovod-python")
-    import tempfile
     libs = ["mxplugin", "horovod", "alone"]
     runs = {lib: [] for lib in libs}
     with tempfile.TemporaryDirectory() as tmp:

@@ -138,7 +138,7 @@ def main():
             if r:
                 time.sleep(args.gap)  # spread over time: not a wait for anything
             record = one_run(exe, busy=r % 2 == 1, workdir=workdir)
-            record["started_s"] = time.time()
+            record["ended_at_s"] = time.time()
             runs.append(record)
             print(f"run {r} {'busy' if record['busy'] else 'quiet'}: floor {record['floor_s'] * 1e3:.1f} ms, "
                   f"plain MPI {record['plain_vs_floor']:.2f}x, "

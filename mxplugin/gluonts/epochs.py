@@ -38,6 +38,7 @@ already have a core each or less, the two would only take turns on one
 core, and contend for its cache: DeepAR at 2 ranks on 2 cores ran 7-10 %
 slower drawing ahead, so there the batch is drawn after the wait. A round
 that ends the epoch drops a batch drawn ahead, which nothing had used.
+
 Validation needs no rounds (no step): each rank takes every size-th batch
 and the totals are summed once at the end.
 """

@@ -45,6 +45,7 @@ from gluonts.mx.trainer.model_averaging import save_epoch_info
 from gluonts.mx.util import HybridContext
 
 from mxplugin import basics
+from mxplugin.errors import ArgumentError
 from mxplugin.gluonts.agreement import check_same_everywhere, everyone_agrees, make_parameters_identical
 from mxplugin.gluonts.epochs import EpochRunner
 from mxplugin.gluonts.seeding import seed_this_rank
@@ -77,7 +78,7 @@ def draw_ahead():
     the ranks on its host)."""
     setting = os.environ.get("MXPLUGIN_GLUONTS_DRAW_AHEAD", "")
     if setting not in ("", "0", "1"):
-        raise ValueError(f"MXPLUGIN_GLUONTS_DRAW_AHEAD must be 0 or 1, not {setting!r}")
+        raise ArgumentError(f"MXPLUGIN_GLUONTS_DRAW_AHEAD must be 0 or 1, not {setting!r}")
     if setting:
         return setting == "1"
     return len(os.sched_getaffinity(0)) >= 2 * basics.local_size()
