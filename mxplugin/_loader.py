@@ -59,6 +59,19 @@ def _preload(candidates):
 
 
 MPI_LIBRARY = _preload(_mpi_library_candidates())
+
+
+def mpi_library_version():
+    """MPI_Get_library_version's text (callable before MPI_Init), or "" when
+    it cannot be read: names the MPI this process really loaded."""
+    try:
+        lib = ctypes.CDLL(MPI_LIBRARY or "libmpi.so", mode=ctypes.RTLD_GLOBAL)
+        text, length = ctypes.create_string_buffer(8192), ctypes.c_int(0)  # MPICH's maximum; Open MPI's is 256
+        if lib.MPI_Get_library_version(text, ctypes.byref(length)) != 0:
+            return ""
+        return text.value.decode("utf-8", "replace")
+    except (OSError, AttributeError):
+        return ""
 NCCL_LIBRARY = _preload(_nccl_library_candidates()) if getattr(_build_info, "NCCL_BUILT", 0) else None
 
 try:

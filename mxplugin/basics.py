@@ -5,7 +5,7 @@ import signal
 import sys
 import threading
 
-from mxplugin.errors import ArgumentError, NotInitializedError
+from mxplugin.errors import ArgumentError, MXPluginError, NotInitializedError
 
 
 class _State:
@@ -102,6 +102,7 @@ def init(comm=None, process_sets=None):
             raise ArgumentError("mxplugin cannot be initialized again after shutdown() (MPI cannot restart)")
         core = _core_module().Core()
         topo = core.topology()
+        _refuse_a_lone_rank(core, topo["size"])
         if comm is not None:
             try:
                 ranks = sorted(comm)
@@ -120,6 +121,18 @@ def init(comm=None, process_sets=None):
     if process_sets is not None and not isinstance(process_sets, str):
         for ps in process_sets:
             add_process_set(ps)
+
+
+def _refuse_a_lone_rank(core, size):
+    """Note [Lone ranks] (mxplugin/lone_rank.py): a world of one where the
+    launcher started several fails here, on every rank, before training."""
+    from mxplugin import _loader
+    from mxplugin.lone_rank import lone_rank_message, our_mpi_name
+
+    message = lone_rank_message(size, os.environ, our_mpi_name(_loader.mpi_library_version(), _loader.MPI_LIBRARY))
+    if message:
+        core.shutdown()
+        raise MXPluginError(message)
 
 
 def _shutdown_at_exit():

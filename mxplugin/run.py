@@ -14,6 +14,7 @@ import sys
 from mxplugin.hosts import (UsageError, check_hosts_reachable, check_slots, parse_hostfile, parse_hosts,
                             threads_per_rank)
 from mxplugin.job import run_job
+from mxplugin.slurm import allocation_hosts
 
 PROG = "mxplugin-run"
 EXIT_USAGE = 2
@@ -327,6 +328,16 @@ def launch_elastic(args, hosts):
     return ElasticDriver(args, env, PROG, world_command).run()
 
 
+def slurm_hosts(args):
+    """Without -H or --hostfile inside a Slurm allocation (salloc, sbatch):
+    its nodes and task counts; else [] (this machine)."""
+    hosts = allocation_hosts(os.environ) or []
+    if hosts and args.verbose:
+        listed = ",".join(f"{name}:{slots}" for name, slots in hosts)
+        print(f"{PROG}: hosts from the Slurm allocation {os.environ.get('SLURM_JOB_ID')}: {listed}", file=sys.stderr)
+    return hosts
+
+
 def launch(args):
     if is_elastic(args):
         if args.hosts is not None and args.hostfile is not None:
@@ -340,7 +351,7 @@ def launch(args):
     if args.hostfile is not None:
         hosts = parse_hostfile(args.hostfile)
     else:
-        hosts = parse_hosts(args.hosts) if args.hosts is not None else []
+        hosts = parse_hosts(args.hosts) if args.hosts is not None else slurm_hosts(args)
     if hosts:
         check_slots(hosts, args.num_proc)
         check_hosts_reachable(hosts, args.rsh, args.ssh_connect_timeout)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from in_process import DT, RankFailed, data, m, op, run, run_ranks
+from mpi_harness import HANG_S
 
 SIZES = [1, 2, 3, 4, 5, 8]
 
@@ -229,7 +230,7 @@ def test_every_mismatch_fails_on_every_rank_naming_ranks(kind):
         for part in MISMATCHES[kind][1]:
             assert part in message, f"rank {rank}: {part!r} not in: {message}"
         assert ranks_text([odd]) in message and ranks_text(others) in message, f"rank {rank}: {message}"
-        assert took < 10, f"rank {rank}: the {kind} mismatch took {took:.1f} s"
+        assert took < HANG_S, f"rank {rank}: the {kind} mismatch took {took:.1f} s"
 
 
 def test_mismatch_at_eight_ranks_names_the_groups_of_ranks():
@@ -254,7 +255,8 @@ def test_stalled_name_warns_then_fails(monkeypatch, capfd):
         return None
 
     message, took = run_ranks(3, body)[0]
-    assert "lonely" in message and 2.5 < took < 10, (took, message)
+    # not before the stall shutdown time (3 s), and the stall's own message
+    assert "lonely" in message and 2.5 < took < HANG_S, (took, message)
     err = capfd.readouterr().err
     assert re.search(r"lonely.*ranks? 1, 2|ranks? 1, 2.*lonely", err, re.S), err[-2000:]
 
@@ -283,7 +285,7 @@ def test_a_rank_that_stops_mid_round_fails_every_other_rank(monkeypatch):
         if rank == 2:
             continue
         message, took = result
-        assert "lost contact with its peers" in message and took < 8, (rank, took, message)
+        assert "lost contact with its peers" in message and took < HANG_S, (rank, took, message)
 
 
 def test_shutdown_on_one_rank_fails_the_others_pending_ops():

@@ -8,8 +8,10 @@ import time
 
 import pytest
 
+from mpi_harness import HANG_S
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TIMEOUT = 60
+TIMEOUT = HANG_S
 
 # A rank that reports its rank and the launcher-set variables. One os.write,
 # so lines from different ranks cannot interleave in mpiexec's output.
@@ -263,7 +265,7 @@ def test_ctrl_c_stops_every_rank_quietly_with_one_line():
     assert "mxplugin-run: interrupted (Ctrl-C): stopping all 2 ranks" in out, out
     for noise in ("Traceback", "KeyboardInterrupt", "BAD TERMINATION", "assert", "Sending Ctrl-C", "[mpiexec@"):
         assert noise not in out, f"{noise!r} in:\n{out}"
-    assert took < 20, out
+    assert took < HANG_S, out  # Note [Hang limits]
 
 
 def test_ctrl_c_lets_every_rank_finish_its_clean_up():
@@ -347,7 +349,7 @@ def test_unresolvable_host_fails_fast_naming_it():
     result = run_launcher("-np", "2", "-H", "localhost:1,nosuchhost.invalid:1", sys.executable, "-c", "pass")
     assert result.returncode == 2, result.stderr
     assert "cannot reach nosuchhost.invalid" in result.stderr
-    assert time.time() - start < 30
+    assert time.time() - start < HANG_S
 
 
 def test_unanswering_host_times_out_and_leaves_nothing_running(tmp_path):
@@ -364,6 +366,6 @@ def test_unanswering_host_times_out_and_leaves_nothing_running(tmp_path):
     elapsed = time.time() - start
     assert result.returncode == 2, result.stderr
     assert "cannot reach faraway.invalid (no answer within 1 s)" in result.stderr
-    assert elapsed < 30
+    assert elapsed < HANG_S
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
     assert left.stdout.strip() == "", f"left running: {left.stdout}"

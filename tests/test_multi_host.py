@@ -11,7 +11,7 @@ import time
 import pytest
 
 from fake_cluster import ENV, IFACE, FakeCluster
-from mpi_harness import REPO, SPMD_DIR, mpiexec_path, rank_env
+from mpi_harness import HANG_S, REPO, SPMD_DIR, mpiexec_path, rank_env
 
 WHY_NOT = FakeCluster.unavailable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"fake-host cluster: {WHY_NOT}")
@@ -96,7 +96,7 @@ def test_unreachable_host_fails_fast_naming_it(cluster):
     done = cluster.run(0, argv, env=rank_env(ENV), timeout=60, cwd=REPO)
     took = time.monotonic() - t0
     assert done.returncode != 0 and f"mxnosuchhost{cluster.id}" in done.stderr, done.stderr
-    assert took < 15, f"took {took:.1f} s"
+    assert took < HANG_S, f"took {took:.1f} s"  # Note [Hang limits]
 
 
 def test_killed_rank_fails_every_rank_on_every_host(cluster):
@@ -111,4 +111,4 @@ def test_killed_rank_fails_every_rank_on_every_host(cluster):
     took = time.monotonic() - t0
     report = f"exit {done.returncode} after {took:.1f} s\n{done.stdout}\n{done.stderr[-4000:]}"
     assert passed(done.stdout) == [0, 2, 3], report
-    assert took < 60, report
+    assert took < HANG_S, report

@@ -61,9 +61,14 @@ class FixedStart(Callback):
     """Sets every parameter, once initialised, to values fixed by its
     position: runs that draw different initial weights start alike."""
 
+    @staticmethod
+    def initial(i, shape):
+        """Parameter i's starting value."""
+        return np.random.RandomState(i).normal(0.0, 0.1, shape)
+
     def on_network_initializing_end(self, training_network):
         for i, p in enumerate(training_network.collect_params().values()):
-            p.set_data(mx.nd.array(np.random.RandomState(i).normal(0.0, 0.1, p.shape), dtype=p.dtype))
+            p.set_data(mx.nd.array(self.initial(i, p.shape), dtype=p.dtype))
 
 
 def same_on_every_rank(value, what):
