@@ -60,6 +60,16 @@ def mpi_beside_python(mpicc, env):
     return os.path.realpath(os.path.dirname(mpicc)) == os.path.realpath(os.path.dirname(sys.executable))
 
 
+def mpicc_is_the_wheel(mpicc, env):
+    """Whether `mpicc` is the PyPI `mpich` package's: no $MPICC, and it lies
+    beside this Python or in pip's isolated build environment (where the
+    build requirement put it). Note [The user's MPI] in setup.py."""
+    if env.get("MPICC"):
+        return False
+    real = os.path.realpath(mpicc)
+    return mpi_beside_python(mpicc, env) or "pip-build-env" in real
+
+
 def mpi_flags(mpicc):
     out = subprocess.check_output([mpicc, "-show"], text=True).strip()
     inc, libdirs, libs, rpaths = [], [], [], []

@@ -77,6 +77,14 @@ def lasting(path):
     return "" if "pip-build-env" in os.path.realpath(path) else path
 
 
+# Note [The user's MPI]: the PyPI `mpich` package is an install requirement
+# only when the build used it (no MPICC named, and the mpicc found is the
+# wheel's, beside this Python or in pip's isolated build environment).
+# Built against another MPI ($MPICC, or an mpicc on PATH), installing mpich
+# would put MPICH's mpicc, mpiexec and mpirun over that MPI's in the same
+# environment, and mxplugin-run would start N one-rank jobs.
+MPI_IS_THE_WHEEL = build_support.mpicc_is_the_wheel(mpicc, os.environ)
+
 BUILD_INFO = {
     "MPICC": lasting(os.path.realpath(mpicc)),
     "MPIEXEC": lasting(build_support.find_mpiexec(mpicc)),
@@ -246,7 +254,8 @@ setup(
     ext_modules=cythonize_ext(),
     cmdclass={"build_ext": ParallelBuildExt},
     python_requires=">=3.8",
-    install_requires=(["mxnet==1.9.1", "numpy<1.24"] if MXNET else ["numpy"]) + ["mpich", "cloudpickle"],
+    install_requires=(["mxnet==1.9.1", "numpy<1.24"] if MXNET else ["numpy"]) + (["mpich"] if MPI_IS_THE_WHEEL else [])
+    + ["cloudpickle"],
     # The NCCL wheel matching the CUDA toolkit; install it before building
     # too, so that the build finds it (README, "Building with CUDA and NCCL").
     # Test extras pinned to the last releases that support numpy 1.23 (MXNet

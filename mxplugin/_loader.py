@@ -8,10 +8,11 @@ by soname even when the build ran in an isolated environment that no longer
 exists.
 """
 import ctypes
-import glob
 import importlib.util
 import os
 import sys
+
+from mxplugin.mpi_family import library_candidates, library_version
 
 try:
     from mxplugin import _build_info
@@ -22,18 +23,8 @@ if getattr(_build_info, "MXNET_BUILT", True):
     import mxnet  # noqa: F401  (loads libmxnet.so, which _core links against)
 
 
-def _mpi_library_candidates():
-    env = os.environ.get("MXPLUGIN_MPI_LIBRARY")
-    if env:
-        yield env
-    # Built against the `mpich` wheel: this environment's own copy (an install
-    # requirement) first, since the build's may be another environment's.
-    beside = [path for prefix in (sys.prefix, os.path.dirname(os.path.dirname(sys.executable)))
-              for path in sorted(glob.glob(os.path.join(prefix, "lib", "libmpi.so.*")))]
-    if getattr(_build_info, "MPI_FROM_WHEEL", False):
-        yield from beside
-    yield getattr(_build_info, "MPI_LIBRARY", "")
-    yield from beside
+def _prefixes():
+    return (sys.prefix, os.path.dirname(os.path.dirname(sys.executable)))
 
 
 def _nccl_library_candidates():
@@ -58,20 +49,14 @@ def _preload(candidates):
     return None  # rely on the dynamic linker's search path
 
 
-MPI_LIBRARY = _preload(_mpi_library_candidates())
+MPI_LIBRARY = _preload(library_candidates(os.environ, _build_info, _prefixes()))  # Note [Which libmpi]
 
 
 def mpi_library_version():
-    """MPI_Get_library_version's text (callable before MPI_Init), or "" when
-    it cannot be read: names the MPI this process really loaded."""
-    try:
-        lib = ctypes.CDLL(MPI_LIBRARY or "libmpi.so", mode=ctypes.RTLD_GLOBAL)
-        text, length = ctypes.create_string_buffer(8192), ctypes.c_int(0)  # MPICH's maximum; Open MPI's is 256
-        if lib.MPI_Get_library_version(text, ctypes.byref(length)) != 0:
-            return ""
-        return text.value.decode("utf-8", "replace")
-    except (OSError, AttributeError):
-        return ""
+    """MPI_Get_library_version's text for the libmpi this process loaded."""
+    return library_version(MPI_LIBRARY)
+
+
 NCCL_LIBRARY = _preload(_nccl_library_candidates()) if getattr(_build_info, "NCCL_BUILT", 0) else None
 
 try:

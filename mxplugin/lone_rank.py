@@ -10,6 +10,8 @@ say in the environment how many processes they started, so a rank whose
 world has one process while its launcher's variables say more stops at
 init(), naming both sides.
 """
+from mxplugin.mpi_family import first_line
+
 # (variable, what set it): the launcher's own count of the processes it started.
 _COUNTS = (
     ("OMPI_COMM_WORLD_SIZE", "Open MPI's launcher (mpirun/prterun)"),
@@ -31,9 +33,9 @@ def launcher_count(env):
 
 def _advice(env, name):
     if name.startswith("Slurm") and "PMI_SIZE" not in env and "PMIX_RANK" not in env:
-        return ("srun gave the tasks no PMI: add --mpi=pmi2 (an MPICH build; --mpi=pmix where Slurm has PMIx), "
-                "or start the job with mxplugin-run inside the allocation")
-    return "start the job with this MPI's launcher: mxplugin-run does (`mxplugin-run --check-build` names it)"
+        return ("srun gave the tasks no PMI, so they cannot find each other: add --mpi=pmi2 to srun (an MPICH "
+                "build; --mpi=pmix where Slurm has PMIx), or start the job with mxplugin-run inside the allocation")
+    return "Start the job with this MPI's launcher: mxplugin-run does (`mxplugin-run --check-build` names it)"
 
 
 def lone_rank_message(world_size, env, our_mpi):
@@ -46,12 +48,12 @@ def lone_rank_message(world_size, env, our_mpi):
         return None
     return (f"mxplugin: this process is alone in its MPI world (size 1, {our_mpi}), but {who} started {started} "
             f"processes: the launcher and the library are of different MPIs (or the launcher gave the ranks no "
-            f"way to find each other), so each process would train alone. {_advice(env, who)}.")
+            f"way to find each other), so each process would train alone.\n{_advice(env, who)}.")
 
 
 def our_mpi_name(version_text, library_path):
     """A short name of the MPI library this process loaded: the first line of
     MPI_Get_library_version's text, and its path."""
-    first = (version_text or "").strip().splitlines()[0].strip() if (version_text or "").strip() else ""
+    first = first_line(version_text)
     where = library_path or "from the linker search path"
     return f"{first}, {where}" if first else where
