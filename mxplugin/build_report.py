@@ -3,7 +3,8 @@ NCCL, MXNet), as the ranks would really load it."""
 import sys
 
 from mxplugin.hosts import UsageError
-from mxplugin.run import find_mpiexec, load_build_info
+from mxplugin.mpi_family import launcher_family
+from mxplugin.run import built_library, find_mpiexec, load_build_info
 
 
 def package_version():
@@ -28,19 +29,22 @@ def load_core():
 
 
 def mpi_line(info):
-    """The MPI the ranks will really use: the launcher's mpiexec and the libmpi
-    the core loaded (an isolated pip build records no paths of its own)."""
+    """The MPI the ranks will really use: the libmpi they load (Note [Which
+    libmpi]) and its version, and the launcher mxplugin-run starts, with
+    its family; a launcher of another MPI than the library is flagged."""
     if info is None:
         return "MPI: unknown (no build info)"
+    family, version, library = built_library()
     try:
         mpiexec = find_mpiexec()
     except UsageError as exc:
-        mpiexec = f"not found ({exc})"
-    try:
-        from mxplugin._loader import MPI_LIBRARY as library
-    except Exception as exc:  # reported again by the core line
-        library = f"not loadable ({type(exc).__name__})"
-    return f"MPI: yes (mpiexec: {mpiexec}, library: {library or 'from the linker search path'})"
+        return f"MPI: {version or family or 'unknown'} ({library or 'from the linker search path'}); launcher: not found ({exc})"
+    launcher, said = launcher_family(mpiexec)
+    line = (f"MPI: {version or family or 'version unknown'} ({library or 'from the linker search path'}); "
+            f"launcher: {mpiexec} ({said or 'unknown'})")
+    if launcher and family and launcher != family:
+        line += f"; MISMATCH: the launcher is {launcher}'s, the library {family}'s (each rank would run alone)"
+    return line
 
 
 def cuda_line(info, core):

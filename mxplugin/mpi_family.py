@@ -31,9 +31,10 @@ def library_version(path):
 
 
 def first_line(version_text):
-    """The version text's first line, spaces collapsed ("MPICH Version: 5.0.2")."""
+    """The version text's first line, spaces collapsed and cut before Open
+    MPI's package details ("MPICH Version: 5.0.2", "Open MPI v5.0.11")."""
     lines = (version_text or "").strip().splitlines()
-    return " ".join(lines[0].split()) if lines else ""
+    return " ".join(lines[0].split()).split(", package:")[0] if lines else ""
 
 
 def library_family(version_text):
@@ -53,6 +54,9 @@ def launcher_family(mpiexec):
     except (OSError, subprocess.SubprocessError):
         return None, ""
     said = first_line(text)
+    hydra = re.search(r"HYDRA build details:\s*Version:\s*(\S+)", text)
+    if hydra:  # MPICH's and Intel MPI's mpiexec
+        said = f"Hydra {hydra.group(1)}"
     if "Open MPI" in text or "OpenRTE" in text or "open-mpi" in text or "PRRTE" in text or "prterun" in text:
         return OPEN_MPI, said
     if "HYDRA" in text.upper() or "MPICH" in text.upper() or "Intel(R) MPI" in text:

@@ -109,6 +109,12 @@ def check_build_lines(capsys):
 
 def test_check_build_agrees_with_build_info(capsys):
     lines = check_build_lines(capsys)
+    from mxplugin._loader import MPI_LIBRARY, mpi_library_version
+    from mxplugin.mpi_family import first_line
+
+    # the library the ranks load, its version, and a launcher of the same MPI
+    assert lines["MPI"].startswith(f"MPI: {first_line(mpi_library_version())} ({MPI_LIBRARY}); launcher: "), lines
+    assert "MISMATCH" not in lines["MPI"], lines
     if _build_info.CUDA_BUILT:
         assert lines["CUDA"] == f"CUDA: yes (archs {_build_info.CUDA_ARCHS.replace(';', ', ')})"
     else:

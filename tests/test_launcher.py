@@ -62,7 +62,8 @@ def test_check_build_reports_mpi_and_cuda():
 
     result = run_launcher("--check-build")
     assert result.returncode == 0, result.stderr
-    assert "MPI: yes" in result.stdout
+    assert "MPI: MPICH Version: " in result.stdout and "launcher: " in result.stdout, result.stdout
+    assert "MISMATCH" not in result.stdout, result.stdout
     assert f"\nCUDA: {'yes' if _build_info.CUDA_BUILT else 'no'}" in result.stdout
     assert "MXNet:" in result.stdout
 
