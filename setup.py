@@ -267,8 +267,10 @@ setup(
     # together with MXNet 1.9.1 (numpy < 1.24 is MXNet's own limit). The
     # test extra includes it so that CI runs tests/test_gluonts.py (about
     # 20 MB of wheels more).
+    # mpi4py (its wheels load whichever libmpi is there) for the tests of
+    # mpi4py beside mxplugin in one process.
     extras_require={"test": ["pytest", "scikit-learn>=1.5,<1.8", "scipy>=1.11,<1.16",
-                             "build", "cython>=3.0", "setuptools>=64", "wheel"] + GLUONTS_PINS,
+                             "build", "cython>=3.0", "setuptools>=64", "wheel", "mpi4py>=4"] + GLUONTS_PINS,
                     "gluonts": GLUONTS_PINS,
                     "bench": ["matplotlib"],
                     "nccl-cu12": ["nvidia-nccl-cu12>=2.14"], "nccl-cu13": ["nvidia-nccl-cu13"]},

@@ -93,8 +93,10 @@ global_process_set.process_set_id = 0
 def init(comm=None, process_sets=None):
     """Starts mxplugin on this process. Call once per process, on every rank.
 
-    comm: None (all ranks launched by mpiexec/mxplugin-run) or the list of all
-        ranks. process_sets: ProcessSet objects to register now, or "dynamic"."""
+    comm: None (all ranks launched by mpiexec/mxplugin-run), the list of all
+        ranks, or an mpi4py communicator of all of them (MPI.COMM_WORLD or a
+        duplicate), as horovod.mxnet takes. process_sets: ProcessSet objects
+        to register now, or "dynamic"."""
     with _state.lock:
         if _state.core is not None:
             return
@@ -104,15 +106,12 @@ def init(comm=None, process_sets=None):
         topo = core.topology()
         _refuse_a_lone_rank(core, topo["size"])
         if comm is not None:
-            try:
-                ranks = sorted(comm)
-            except TypeError:
-                raise ArgumentError("init(comm=...) takes None or a list of ranks")
+            ranks = _ranks_of(comm, topo)
             if ranks != list(range(topo["size"])):
                 core.shutdown()
                 raise NotImplementedError(
-                    "init(comm=...) with a subset of the launched ranks is not supported; "
-                    "launch only the ranks you need, or use process sets")
+                    f"init(comm=...) with a subset of the launched ranks ({ranks} of {topo['size']}) is not "
+                    "supported; launch only the ranks you need, or use process sets")
         _state.core = core
         _state.topology = topo
         global_process_set.ranks = list(range(topo["size"]))
@@ -121,6 +120,24 @@ def init(comm=None, process_sets=None):
     if process_sets is not None and not isinstance(process_sets, str):
         for ps in process_sets:
             add_process_set(ps)
+
+
+def _ranks_of(comm, topo):
+    """The global ranks of init()'s `comm`: a list of ranks, or an mpi4py
+    communicator (its members' world ranks, through its group)."""
+    if hasattr(comm, "Get_group") and hasattr(comm, "Get_size"):
+        from mpi4py import MPI  # the communicator is mpi4py's: it is loaded
+
+        world = MPI.COMM_WORLD.Get_group()
+        try:
+            return sorted(MPI.Group.Translate_ranks(comm.Get_group(), list(range(comm.Get_size())), world))
+        finally:
+            world.Free()
+    try:
+        return sorted(comm)
+    except TypeError:
+        raise ArgumentError(f"init(comm=...) takes None, a list of ranks or an mpi4py communicator, not "
+                            f"{type(comm).__name__}") from None
 
 
 def _refuse_a_lone_rank(core, size):

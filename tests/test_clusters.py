@@ -2,6 +2,7 @@
 arguments, and a rank that finds itself alone where its launcher started
 several (Note [Lone ranks] in mxplugin/lone_rank.py), which must fail at
 init() on every rank, naming both MPIs, rather than train alone."""
+import importlib.util
 import os
 import re
 import subprocess
@@ -9,7 +10,7 @@ import sys
 
 import pytest
 
-from mpi_harness import HANG_S, REPO, rank_env
+from mpi_harness import HANG_S, REPO, rank_env, run_spmd
 from mxplugin.hosts import UsageError
 from mxplugin.lone_rank import launcher_count, lone_rank_message
 from mxplugin.mpi_family import MPICH_FAMILY, OPEN_MPI, library_family, soname
@@ -135,3 +136,25 @@ def test_ranks_alone_under_another_launcher_fail_at_init_naming_both(launcher, s
         assert proc.returncode == 0 and out.startswith("REFUSED MXPluginError"), out + err
         assert "alone in its MPI world (size 1" in out and "started 2 processes" in out and says in out, out
         assert os.path.basename(_loader.MPI_LIBRARY or "libmpi") in out, out
+
+
+# -- mpi4py in the same process ----------------------------------------------------------------
+
+# Runs of each way; MXPLUGIN_TEST_REPEATS=20 for the issue's count (about 3 s a run).
+REPEATS = int(os.environ.get("MXPLUGIN_TEST_REPEATS", "3"))
+needs_mpi4py = pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None,
+                                  reason="needs mpi4py (pip install -e '.[test]' installs it)")
+
+
+@needs_mpi4py
+@pytest.mark.parametrize("first", ["mpi4py", "mxplugin"])
+@pytest.mark.parametrize("finalize", ["default", "off"])
+def test_mpi4py_beside_mxplugin_exits_0_every_time(first, finalize):
+    """Whoever initialised MPI finalises it; either import order, with and
+    without mpi4py.rc.finalize = False, init() and init(comm=MPI.COMM_WORLD):
+    every run of 2 ranks passes and exits 0."""
+    for run in range(REPEATS):
+        how = "comm" if run % 2 else "plain"
+        rc, out, err = run_spmd("check_mpi4py.py", 2, [first, finalize, how], timeout=HANG_S)
+        report = f"run {run} ({how}): exit {rc}\n--- stdout\n{out}\n--- stderr\n{err[-3000:]}"
+        assert rc == 0 and sorted(re.findall(r"PASS (\d)", out)) == ["0", "1"], report
