@@ -100,9 +100,16 @@ def find_mpi_library(libdirs):
 
 
 def find_mpiexec(mpicc):
-    cand = os.path.join(os.path.dirname(os.path.realpath(mpicc)), "mpiexec")
-    if os.path.exists(cand):
-        return cand
+    """The launcher beside `mpicc`, of the same MPI: Debian names each MPI's
+    programs with its suffix (mpicc.openmpi, mpiexec.openmpi) and points the
+    plain names at whichever MPI is chosen system-wide."""
+    name = os.path.basename(mpicc)  # not resolved: Debian's mpicc.openmpi links to opal_wrapper
+    suffix = name[len("mpicc"):] if name.startswith("mpicc") else ""
+    for directory in _unique([os.path.dirname(os.path.abspath(mpicc)), os.path.dirname(os.path.realpath(mpicc))]):
+        for launcher in ([f"mpiexec{suffix}", f"mpirun{suffix}"] if suffix else []) + ["mpiexec", "mpirun"]:
+            cand = os.path.join(directory, launcher)
+            if os.path.exists(cand):
+                return cand
     return shutil.which("mpiexec") or "mpiexec"
 
 

@@ -126,6 +126,11 @@ CXXFLAGS = [
     # sqrt may skip setting errno: lets GCC vectorise the optimizer kernels
     # (src/optim/); results are unchanged
     "-fno-math-errno",
+    # mpi.h compiled as C++ pulls in the MPI C++ bindings where the MPI has
+    # them (Debian's Open MPI 4.1), whose symbols live in a library mpicc
+    # does not link (libmpi_cxx): the extension would not load. Only the C
+    # API is used.
+    "-DOMPI_SKIP_MPICXX=1", "-DMPICH_SKIP_MPICXX=1",
 ] + ABI_FLAGS + PART_FLAGS
 if MXNET:
     # the wheel's oneDNN layout of NDArray, for the adapter's mxnet::NDArray

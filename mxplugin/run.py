@@ -67,10 +67,10 @@ def build_parser():
         "--rsh", metavar="CMD", default="ssh",
         help="remote shell that starts processes on other hosts (default ssh; given to mpiexec)")
     parser.add_argument(
-        "--network-interface", metavar="IFACE",
+        "--network-interface", metavar="IFACE", default=os.environ.get("MXPLUGIN_NETWORK_INTERFACE") or None,
         help="network interface the ranks talk over, e.g. eth0 or ib0 (the same name on every host): "
-             "given to mpiexec (-iface) and to MPI's UCX transport (UCX_NET_DEVICES, unless set); "
-             "default: MPI's own choice")
+             "given to mpiexec (-iface; Open MPI: btl/oob_tcp_if_include) and to MPI's UCX transport "
+             "(UCX_NET_DEVICES, unless set); default $MXPLUGIN_NETWORK_INTERFACE, else MPI's own choice")
     parser.add_argument(
         "--ssh-connect-timeout", type=float, metavar="SECONDS",
         default=float(os.environ.get("MXPLUGIN_SSH_CONNECT_TIMEOUT", "10")),
@@ -382,13 +382,17 @@ def launch(args):
     check_num_proc(args.num_proc)
     if args.hosts is not None and args.hostfile is not None:
         raise UsageError("give the hosts with -H or with --hostfile, not both")
+    from_slurm = args.hostfile is None and args.hosts is None
     if args.hostfile is not None:
         hosts = parse_hostfile(args.hostfile)
     else:
         hosts = parse_hosts(args.hosts) if args.hosts is not None else slurm_hosts(args)
     if hosts:
         check_slots(hosts, args.num_proc)
-        check_hosts_reachable(hosts, args.rsh, args.ssh_connect_timeout)
+        # Inside an allocation the MPI launcher starts its daemons with srun
+        # (Hydra and Open MPI both detect Slurm), not through a remote shell.
+        if not from_slurm:
+            check_hosts_reachable(hosts, args.rsh, args.ssh_connect_timeout)
     env, added = rank_environment(args, os.environ, hosts)
     check_program(args.command, env)
     mpiexec = find_mpiexec()

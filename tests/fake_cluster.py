@@ -31,6 +31,17 @@ exec ip netns exec "$host" sh -c "$*"
 """
 
 
+# The same, but the command also gets the host's name as its host name (a
+# UTS namespace of its own), as on a real host. Open MPI names its
+# shared-memory files and session directories by host name: fake hosts that
+# all carry this machine's name share them, and its daemons and ranks crash.
+NSRSH_OWN_HOSTNAME = """#!/bin/sh
+# nsrsh-hostname [options] HOST COMMAND...: nsrsh, with HOST as the host name
+for a in "$@"; do case "$a" in -*) ;; *) host="$a"; break ;; esac; done
+exec unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" "$(dirname "$0")/nsrsh" "$@"
+"""
+
+
 def _ip(*args, check=True):
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
 
@@ -59,6 +70,7 @@ class FakeCluster:
         self.rate_mbit = rate_mbit
         self.dir = tempfile.mkdtemp(prefix=f"mxcluster{self.id}.")
         self.rsh = os.path.join(self.dir, "nsrsh")
+        self.rsh_own_hostname = os.path.join(self.dir, "nsrsh-hostname")  # NSRSH_OWN_HOSTNAME
         self._made_bridge = False
         self._made_hosts = []
 
@@ -84,9 +96,10 @@ class FakeCluster:
         self.destroy()
 
     def build(self):
-        with open(self.rsh, "w") as f:
-            f.write(NSRSH)
-        os.chmod(self.rsh, 0o755)
+        for path, text in ((self.rsh, NSRSH), (self.rsh_own_hostname, NSRSH_OWN_HOSTNAME)):
+            with open(path, "w") as f:
+                f.write(text)
+            os.chmod(path, 0o755)
         _ip("link", "add", self.bridge, "type", "bridge")
         self._made_bridge = True
         # Clusters built at the same time (a benchmark beside the tests) would

@@ -2,7 +2,9 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+# this checkout, unless the test runs an installed mxplugin (tests/mpi_variants.py)
+if not os.environ.get("MXPLUGIN_TEST_INSTALLED"):
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402

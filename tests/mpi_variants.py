@@ -1,0 +1,83 @@
+"""mxplugin built against another MPI than the default (Open MPI from
+Debian's packages or PyPI), installed as a user would: `MPICC=<its mpicc>
+pip install .` into an environment of its own.
+
+To keep the suite's time, the environment reuses this one's MXNet, NumPy and
+build tools (a .pth line naming this environment's site-packages, which
+adds the path without running its .pth hooks, so this checkout's editable
+mxplugin and the mpich wheel's programs stay out of it), and the build
+leaves out the CUDA kernels (the GPU path is not what differs between MPIs).
+The source is a copy of the tracked files: setup.py writes the build's
+facts into mxplugin/_build_info.py of the tree it builds."""
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import time
+
+from mpi_harness import REPO
+
+APT_PACKAGES = {"openmpi-debian": ["openmpi-bin", "libopenmpi-dev"]}
+
+
+class Variant:
+    """An environment holding mxplugin built against one MPI."""
+
+    def __init__(self, root, mpicc):
+        self.root, self.mpicc = root, mpicc
+        self.python = os.path.join(root, "venv", "bin", "python")
+        self.bin = os.path.join(root, "venv", "bin")
+        self.build_seconds = None
+
+    def env(self, extra=None):
+        """A user's environment for this variant: its bin first on PATH, no
+        PYTHONPATH (the installed mxplugin, not this checkout's)."""
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        env.update({"PATH": self.bin + os.pathsep + env.get("PATH", ""), "OMP_NUM_THREADS": "1",
+                    "MXNET_CPU_WORKER_NTHREADS": "1", "PYTHONUNBUFFERED": "1",
+                    "MXPLUGIN_PEER_TIMEOUT_SECONDS": "60", "MXPLUGIN_TEST_INSTALLED": "1"})
+        env.update({k: str(v) for k, v in (extra or {}).items()})
+        return env
+
+    def build(self):
+        start = time.monotonic()
+        source = os.path.join(self.root, "src")
+        tracked = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+        for rel in filter(None, tracked.decode().split("\0")):
+            if os.path.exists(os.path.join(REPO, rel)):
+                os.makedirs(os.path.dirname(os.path.join(source, rel)), exist_ok=True)
+                shutil.copy2(os.path.join(REPO, rel), os.path.join(source, rel))
+        run([sys.executable, "-m", "venv", os.path.join(self.root, "venv")], self.root, self.env(), "making the venv")
+        site = subprocess.run([self.python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        with open(os.path.join(site, "zz_shared_site.pth"), "w") as f:
+            f.write(sysconfig.get_paths()["purelib"] + "\n")
+        run([self.python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", source], self.root,
+            self.env({"MPICC": self.mpicc, "MXPLUGIN_WITH_CUDA": "0"}), f"building against {self.mpicc}", 900)
+        self.build_seconds = time.monotonic() - start
+        return self
+
+
+def run(argv, cwd, env, what, timeout=300):
+    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if done.returncode != 0:
+        raise AssertionError(f"{what}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
+    return done
+
+
+def debian_openmpi_mpicc():
+    """Debian's Open MPI mpicc, installing openmpi-bin and libopenmpi-dev
+    when missing and this is a root Debian machine with apt; (path, None) or
+    (None, why not)."""
+    mpicc = "/usr/bin/mpicc.openmpi"
+    if os.path.exists(mpicc):
+        return mpicc, None
+    if os.geteuid() != 0 or not shutil.which("apt-get"):
+        return None, "needs Debian's openmpi-bin and libopenmpi-dev (apt-get, as root)"
+    done = subprocess.run(["apt-get", "install", "-y", "-q", *APT_PACKAGES["openmpi-debian"]],
+                          env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, capture_output=True, text=True,
+                          timeout=600)
+    if done.returncode != 0 or not os.path.exists(mpicc):
+        return None, f"apt-get install {' '.join(APT_PACKAGES['openmpi-debian'])} failed: {done.stderr[-500:]}"
+    return mpicc, None

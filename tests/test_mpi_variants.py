@@ -1,0 +1,87 @@
+"""mxplugin built against Open MPI 4.1 (Debian's openmpi-bin and
+libopenmpi-dev, what most clusters have) and installed as a user would
+(`MPICC=mpicc.openmpi pip install .`; tests/mpi_variants.py): nothing of
+MPICH comes with it, `--check-build` names Open MPI's library and launcher,
+and the collectives, trainer equivalence, the hierarchical path and 2 fake
+hosts x 2 ranks run under Open MPI's launcher through the installed
+mxplugin-run. A representative subset: the default build (MPICH) runs the
+whole suite. Skips, saying why, where Open MPI cannot be had (not root,
+no apt-get)."""
+import os
+import re
+import subprocess
+
+import pytest
+
+from fake_cluster import ENV, IFACE, FakeCluster
+from mpi_harness import HANG_S, SPMD_DIR
+from mpi_variants import Variant, debian_openmpi_mpicc
+
+
+@pytest.fixture(scope="module")
+def openmpi(tmp_path_factory):
+    mpicc, why_not = debian_openmpi_mpicc()
+    if mpicc is None:
+        pytest.skip(f"Open MPI 4.1: {why_not}")
+    variant = Variant(str(tmp_path_factory.mktemp("openmpi41")), mpicc).build()
+    print(f"built against Open MPI 4.1 in {variant.build_seconds:.0f} s")
+    return variant
+
+
+def launch(variant, argv, env=None, cwd=None, timeout=HANG_S * 2):
+    done = subprocess.run([os.path.join(variant.bin, "mxplugin-run"), *argv], env=variant.env(env),
+                          cwd=cwd or variant.root, capture_output=True, text=True, timeout=timeout)
+    return done, f"exit {done.returncode}\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
+
+
+def spmd(variant, script, np, *options, args=(), env=None):
+    done, report = launch(variant, [*options, "-np", str(np), variant.python, os.path.join(SPMD_DIR, script),
+                                    *map(str, args)], env)
+    assert done.returncode == 0 and sorted(map(int, re.findall(r"PASS (\d+)", done.stdout))) == list(range(np)), \
+        report
+    return done
+
+
+def test_the_install_brings_no_other_mpi_and_check_build_names_open_mpi(openmpi):
+    for program in ("mpicc", "mpiexec", "mpirun"):
+        assert not os.path.exists(os.path.join(openmpi.bin, program)), f"{program} was installed beside mxplugin"
+    meta = subprocess.run([openmpi.python, "-c", "from importlib.metadata import requires; "
+                                                 "print(requires('mxplugin'))"],
+                          env=openmpi.env(), cwd=openmpi.root, capture_output=True, text=True, check=True).stdout
+    assert "mpich" not in meta, meta
+    done, report = launch(openmpi, ["--check-build"])
+    assert done.returncode == 0, report
+    assert re.search(r"^MPI: Open MPI v4\.1\.\d+ \(\S*libmpi\.so\.40\S*\); launcher: \S*mpiexec\.openmpi "
+                     r"\(mpiexec\S* \(OpenRTE\) 4\.1", done.stdout, re.M), report
+    assert "MISMATCH" not in done.stdout and "core: not loadable" not in done.stdout, report
+
+
+def test_collectives_under_open_mpi_at_3_ranks(openmpi):
+    spmd(openmpi, "check_ops.py", 3, args=["--skip=fp16"])
+
+
+def test_trainer_matches_gluon_under_open_mpi(openmpi):
+    spmd(openmpi, "check_trainer.py", 2)
+
+
+def test_the_hierarchical_path_under_open_mpi(openmpi):
+    done = spmd(openmpi, "check_hierarchical.py", 2, env={"MXPLUGIN_LOG_LEVEL": "debug"})
+    assert "hierarchical allreduce (shared memory within hosts)" in done.stderr, done.stderr[-3000:]
+
+
+@pytest.mark.skipif(FakeCluster.unavailable() is not None, reason=f"fake hosts: {FakeCluster.unavailable()}")
+def test_two_fake_hosts_of_two_ranks_under_open_mpi(openmpi):
+    """mxplugin-run -H a:2,b:2 with a remote shell into the fake hosts, Open
+    MPI's daemons started through it: the topology, and the traffic on the
+    hosts' links."""
+    with FakeCluster(2) as cluster:
+        sent = cluster.tx_bytes(1)
+        # each fake host with a host name of its own (fake_cluster.NSRSH_OWN_HOSTNAME)
+        argv = [os.path.join(openmpi.bin, "mxplugin-run"), "--rsh", cluster.rsh_own_hostname,
+                "--network-interface", IFACE,
+                "-np", "4", "-H", cluster.host_list((2, 2)), openmpi.python,
+                os.path.join(SPMD_DIR, "check_topology.py"), "2,2"]
+        done = cluster.run(0, argv, env=openmpi.env(ENV), timeout=HANG_S * 2, cwd=openmpi.root)
+        report = f"exit {done.returncode}\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
+        assert done.returncode == 0 and sorted(re.findall(r"PASS (\d)", done.stdout)) == ["0", "1", "2", "3"], report
+        assert cluster.tx_bytes(1) - sent > 4000, "nothing crossed the second host's link"
