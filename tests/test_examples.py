@@ -184,3 +184,26 @@ def test_default_model_smoke_with_launcher():
     assert re.search(r"Epoch\[0\] Batch\[6\] .*img/s per rank=[\d.]+ total img/s=[\d.]+", out), out
     assert re.search(r"Epoch\[0\] done in .*img/s", out), out
     assert "\r" not in out  # no progress bar when output is not a terminal
+
+
+def test_the_kubernetes_manifest_launches_what_the_launcher_and_the_example_accept():
+    """examples/kubernetes_mpijob.yaml's launcher command (read without a YAML
+    library: its quoted list items) is a valid mxplugin-run command whose
+    program is this example with valid arguments; the launch path itself
+    runs on fake hosts in tests/test_multi_host.py."""
+    import importlib.util
+
+    from mxplugin.run import parse_args
+
+    with open(os.path.join(REPO, "examples", "kubernetes_mpijob.yaml")) as f:
+        text = f.read()
+    launcher = text[text.index("Launcher:"):text.index("Worker:")]
+    assert 'command: ["mxplugin-run"]' in launcher, launcher
+    args = re.findall(r'^\s+- "([^"]*)"', launcher[launcher.index("args:"):], re.M)
+    parsed = parse_args(args)
+    assert parsed.num_proc == 4 and parsed.hostfile == "/etc/mpi/hostfile", args
+    assert parsed.command[:2] == ["python", "examples/mxnet_imagenet_resnet50.py"], parsed.command
+    spec = importlib.util.spec_from_file_location("resnet50_example", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    example.parse_args(parsed.command[2:])  # exits (failing the test) on an argument it does not take

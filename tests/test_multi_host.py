@@ -112,3 +112,29 @@ def test_killed_rank_fails_every_rank_on_every_host(cluster):
     report = f"exit {done.returncode} after {took:.1f} s\n{done.stdout}\n{done.stderr[-4000:]}"
     assert passed(done.stdout) == [0, 2, 3], report
     assert took < HANG_S, report
+
+
+@pytest.mark.parametrize("style", ["mpich", "openmpi"])
+def test_the_mpi_operators_launch_path_a_launcher_outside_the_hostfile(style):
+    """Kubeflow's MPI Operator (examples/kubernetes_mpijob.yaml): a launcher
+    pod that runs no ranks, a hostfile of the worker pods at /etc/mpi/hostfile
+    in the MPI's own format ("host:2" for MPICH, "host slots=2" for Open
+    MPI), and a remote shell into each worker. Here the first fake host is
+    the launcher, the other two the workers."""
+    with FakeCluster(3) as c:
+        workers = c.hosts[1:]
+        hostfile = os.path.join(c.dir, "hostfile")
+        with open(hostfile, "w") as f:
+            f.write("".join(f"{h}:2\n" if style == "mpich" else f"{h} slots=2\n" for h in workers))
+        # each rank says which network namespace (fake host) it runs in
+        rank = f"echo NETNS $(readlink /proc/self/ns/net) && exec {sys.executable} " \
+               f"{os.path.join(SPMD_DIR, 'check_topology.py')} 2,2"
+        argv = [sys.executable, "-m", "mxplugin.run", "-np", "4", "--hostfile", hostfile, "--rsh", c.rsh,
+                "--network-interface", IFACE, "sh", "-c", rank]
+        done = c.run(0, argv, env=rank_env({**ENV, **DEBUG}), timeout=HANG_S * 2, cwd=REPO)
+        report = f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-6000:]}"
+        assert done.returncode == 0 and passed(done.stdout) == [0, 1, 2, 3], report
+        namespaces = {i: c.run(i, ["readlink", "/proc/self/ns/net"]).stdout.strip() for i in range(3)}
+        ran_in = sorted(re.findall(r"^NETNS (\S+)", done.stdout, re.M))
+        assert ran_in == sorted([namespaces[1]] * 2 + [namespaces[2]] * 2), (ran_in, namespaces, report)
+        assert done.stderr.count("hierarchical allreduce (shared memory within hosts)") >= 4, report
