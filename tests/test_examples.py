@@ -197,7 +197,7 @@ def test_the_kubernetes_manifest_launches_what_the_launcher_and_the_example_acce
 
     with open(os.path.join(REPO, "examples", "kubernetes_mpijob.yaml")) as f:
         text = f.read()
-    launcher = text[text.index("Launcher:"):text.index("Worker:")]
+    launcher = text[text.index("    Launcher:"):text.index("    Worker:")]
     assert 'command: ["mxplugin-run"]' in launcher, launcher
     args = re.findall(r'^\s+- "([^"]*)"', launcher[launcher.index("args:"):], re.M)
     parsed = parse_args(args)
