@@ -81,3 +81,18 @@ def debian_openmpi_mpicc():
     if done.returncode != 0 or not os.path.exists(mpicc):
         return None, f"apt-get install {' '.join(APT_PACKAGES['openmpi-debian'])} failed: {done.stderr[-500:]}"
     return mpicc, None
+
+
+def intel_mpi_runtime(root):
+    """Intel MPI's runtime from PyPI (impi-rt, about 320 MB) in a venv of its
+    own under `root`: (its prefix, None), or (None, why not)."""
+    venv = os.path.join(root, "impi")
+    try:
+        run([sys.executable, "-m", "venv", "--without-pip", venv], root, dict(os.environ), "making the venv")
+        run([sys.executable, "-m", "pip", "install", "-q", "--prefix", venv, "impi-rt"], root, dict(os.environ),
+            "pip install impi-rt", 900)
+    except AssertionError as exc:
+        return None, f"cannot install Intel MPI's runtime (pip install impi-rt): {str(exc)[-400:]}"
+    if not os.path.exists(os.path.join(venv, "lib", "libmpi.so.12")):
+        return None, "impi-rt installed no lib/libmpi.so.12"
+    return venv, None

@@ -1,21 +1,23 @@
-"""mxplugin built against Open MPI 4.1 (Debian's openmpi-bin and
+"""Other MPIs than the default. mxplugin built against Open MPI 4.1 (Debian's openmpi-bin and
 libopenmpi-dev, what most clusters have) and installed as a user would
 (`MPICC=mpicc.openmpi pip install .`; tests/mpi_variants.py): nothing of
 MPICH comes with it, `--check-build` names Open MPI's library and launcher,
 and the collectives, trainer equivalence, the hierarchical path and 2 fake
 hosts x 2 ranks run under Open MPI's launcher through the installed
 mxplugin-run. A representative subset: the default build (MPICH) runs the
-whole suite. Skips, saying why, where Open MPI cannot be had (not root,
-no apt-get)."""
+whole suite. And the default build on Intel MPI's runtime (impi-rt from
+PyPI), the MPICH ABI family. Skips, saying why, where Open MPI cannot be had
+(not root, no apt-get) or impi-rt cannot be installed."""
 import os
 import re
 import subprocess
+import sys
 
 import pytest
 
 from fake_cluster import ENV, IFACE, FakeCluster
-from mpi_harness import HANG_S, SPMD_DIR
-from mpi_variants import Variant, debian_openmpi_mpicc
+from mpi_harness import HANG_S, REPO, SPMD_DIR, rank_env
+from mpi_variants import Variant, debian_openmpi_mpicc, intel_mpi_runtime
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +87,31 @@ def test_two_fake_hosts_of_two_ranks_under_open_mpi(openmpi):
         report = f"exit {done.returncode}\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
         assert done.returncode == 0 and sorted(re.findall(r"PASS (\d)", done.stdout)) == ["0", "1", "2", "3"], report
         assert cluster.tx_bytes(1) - sent > 4000, "nothing crossed the second host's link"
+
+
+# -- the default build (MPICH) with Intel MPI's runtime -----------------------------------------
+
+@pytest.fixture(scope="module")
+def intel_mpi(tmp_path_factory):
+    prefix, why_not = intel_mpi_runtime(str(tmp_path_factory.mktemp("intel_mpi")))
+    if prefix is None:
+        pytest.skip(why_not)
+    return prefix
+
+
+@pytest.mark.parametrize("np_, script, args", [(2, "check_topology.py", ["2"]), (3, "check_ops.py", ["--skip=fp16"])])
+def test_the_mpich_build_runs_on_intel_mpis_runtime(intel_mpi, np_, script, args):
+    """README, "The MPICH ABI family at run time": the library from
+    LD_LIBRARY_PATH (Note [Which libmpi]), the launcher from MXPLUGIN_MPIEXEC."""
+    env = rank_env({"LD_LIBRARY_PATH": os.path.join(intel_mpi, "lib"),
+                    "MXPLUGIN_MPIEXEC": os.path.join(intel_mpi, "bin", "mpiexec.hydra")})
+    check = subprocess.run([sys.executable, "-m", "mxplugin.run", "--check-build"], env=env, cwd=REPO,
+                           capture_output=True, text=True, timeout=HANG_S)
+    assert re.search(r"^MPI: Intel\(R\) MPI Library .*impi/lib/libmpi\.so\.12\); launcher: \S*mpiexec\.hydra ",
+                     check.stdout, re.M) and "MISMATCH" not in check.stdout, check.stdout + check.stderr
+    done = subprocess.run([sys.executable, "-m", "mxplugin.run", "-np", str(np_), sys.executable,
+                           os.path.join(SPMD_DIR, script), *args], env=env, cwd=REPO, capture_output=True, text=True,
+                          timeout=HANG_S * 2)
+    report = f"exit {done.returncode}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"
+    assert done.returncode == 0 and sorted(map(int, re.findall(r"PASS (\d+)", done.stdout))) == list(range(np_)), \
+        report
