@@ -21,7 +21,9 @@ import time
 import mxnet as mx
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# this checkout's bench/ (and mxplugin, where no other is installed: an
+# installed build against another MPI wins, bench/mpi_variants.py)
+sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import mxplugin as hvd  # noqa: E402
 from bench.mpi_reference import RawAllreduce  # noqa: E402
 

