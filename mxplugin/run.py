@@ -344,7 +344,9 @@ def launch_elastic(args, hosts):
     check_program(args.command, env)
     mpiexec = find_mpiexec()
     if mpi_flavour(mpiexec) != "mpich":
-        raise UsageError("elastic training needs MPICH's launcher (the mpich package mxplugin installs)")
+        raise UsageError(f"elastic training needs an MPICH-family launcher (Hydra's mpiexec, which keeps the "
+                         f"survivors running when a rank is lost); {mpiexec} is Open MPI's. Build mxplugin "
+                         f"against MPICH (the default: pip install without MPICC) for elastic jobs")
     if args.verbose:
         settings = " ".join(f"{name}={shlex.quote(value)}" for name, value in sorted(added.items()))
         if settings:

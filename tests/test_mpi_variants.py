@@ -71,6 +71,48 @@ def test_the_hierarchical_path_under_open_mpi(openmpi):
     assert "hierarchical allreduce (shared memory within hosts)" in done.stderr, done.stderr[-3000:]
 
 
+SPIN = ("import time, mxplugin as hvd, mxnet as mx\n"
+        "hvd.init()\n"
+        "print('ready', hvd.rank(), flush=True)\n"
+        "while True:\n"
+        "    hvd.allreduce(mx.nd.ones(4), name='spin').wait_to_read()\n"
+        "    time.sleep(0.05)\n")
+
+
+def test_open_mpi_jobs_stop_and_exit_as_mpich_jobs_do(openmpi, tmp_path):
+    """SIGTERM to mxplugin-run: one line, every rank stopped, exit 143; a
+    rank's own exit code comes through, with --prefix-output's tags; an
+    elastic job is refused, saying it needs MPICH's launcher."""
+    import signal
+    import time
+
+    script = tmp_path / "spin.py"
+    script.write_text(SPIN)
+    proc = subprocess.Popen([os.path.join(openmpi.bin, "mxplugin-run"), "-np", "2", openmpi.python, str(script)],
+                            env=openmpi.env(), cwd=openmpi.root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    seen, deadline = [], time.monotonic() + HANG_S
+    while sum(line.startswith("ready") for line in seen) < 2 and time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=HANG_S)
+    text = "".join(seen) + rest
+    assert proc.returncode == 128 + signal.SIGTERM, text
+    assert "mxplugin-run: interrupted (SIGTERM): stopping all 2 ranks" in text, text
+    left = subprocess.run(["pgrep", "-f", str(script)], capture_output=True, text=True).stdout.split()
+    assert not left, f"left running: {left}"
+    code = "import sys, mxplugin as hvd; hvd.init(); print('hello', hvd.rank()); sys.exit(3 if hvd.rank() else 0)"
+    done, report = launch(openmpi, ["-np", "2", "--prefix-output", openmpi.python, "-c", code])
+    assert done.returncode == 3, report
+    assert "[0]<stdout>:hello 0" in done.stdout and "[1]<stdout>:hello 1" in done.stdout, report
+    # elastic jobs need Hydra's launcher: said before anything starts
+    done, report = launch(openmpi, ["--min-np", "1", "-np", "2", openmpi.python, "-c", "pass"])
+    assert done.returncode == 2 and "elastic training needs an MPICH-family launcher" in done.stderr, report
+
+
 @pytest.mark.skipif(FakeCluster.unavailable() is not None, reason=f"fake hosts: {FakeCluster.unavailable()}")
 def test_two_fake_hosts_of_two_ranks_under_open_mpi(openmpi):
     """mxplugin-run -H a:2,b:2 with a remote shell into the fake hosts, Open
