@@ -4,8 +4,8 @@ a munged of the cluster's own (its own key and socket), all configured in
 the cluster's directory and stopped with it. Jobs are submitted from the
 first host with the cluster's slurm.conf (SLURM_CONF in env()).
 
-Needs root, `ip` and the packages slurm-wlm and munge; FakeSlurm.unavailable()
-says why not. Nothing of the machine's own Slurm or munge is used or touched:
+Needs root, `ip` and the packages slurm-wlm and munge (installed when
+missing, tests/debian_packages.py); FakeSlurm.unavailable() says why not. Nothing of the machine's own Slurm or munge is used or touched:
 every file, port and socket is this cluster's."""
 import os
 import shutil
@@ -14,6 +14,7 @@ import socket
 import subprocess
 import time
 
+from debian_packages import ensure
 from fake_cluster import FakeCluster
 
 PROGRAMS = ("slurmctld", "slurmd", "srun", "sbatch", "squeue", "scancel", "sinfo", "munged", "mungekey")
@@ -80,10 +81,7 @@ class FakeSlurm:
         why = FakeCluster.unavailable()
         if why:
             return why
-        missing = [p for p in PROGRAMS if _find(p) is None]
-        if missing:
-            return f"needs {', '.join(missing)} (apt-get install slurm-wlm munge)"
-        return None
+        return ensure(["slurm-wlm", "munge"], lambda: all(_find(p) for p in PROGRAMS))
 
     def __init__(self, num_hosts, cpus_per_host=2):
         self.cluster = FakeCluster(num_hosts)

@@ -16,6 +16,7 @@ import sys
 import sysconfig
 import time
 
+from debian_packages import ensure
 from mpi_harness import REPO
 
 APT_PACKAGES = {"openmpi-debian": ["openmpi-bin", "libopenmpi-dev"]}
@@ -80,19 +81,10 @@ def run(argv, cwd, env, what, timeout=300):
 
 def debian_openmpi_mpicc():
     """Debian's Open MPI mpicc, installing openmpi-bin and libopenmpi-dev
-    when missing and this is a root Debian machine with apt; (path, None) or
-    (None, why not)."""
+    when missing (tests/debian_packages.py): (path, None) or (None, why not)."""
     mpicc = "/usr/bin/mpicc.openmpi"
-    if os.path.exists(mpicc):
-        return mpicc, None
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        return None, "needs Debian's openmpi-bin and libopenmpi-dev (apt-get, as root)"
-    done = subprocess.run(["apt-get", "install", "-y", "-q", *APT_PACKAGES["openmpi-debian"]],
-                          env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"}, capture_output=True, text=True,
-                          timeout=600)
-    if done.returncode != 0 or not os.path.exists(mpicc):
-        return None, f"apt-get install {' '.join(APT_PACKAGES['openmpi-debian'])} failed: {done.stderr[-500:]}"
-    return mpicc, None
+    why_not = ensure(APT_PACKAGES["openmpi-debian"], lambda: os.path.exists(mpicc))
+    return (None, why_not) if why_not else (mpicc, None)
 
 
 def intel_mpi_runtime(root):
