@@ -4,7 +4,7 @@ import sys
 
 from mxplugin.hosts import UsageError
 from mxplugin.mpi_family import launcher_family
-from mxplugin.run import built_library, find_mpiexec, load_build_info
+from mxplugin.mpi_launcher import built_library, find_mpiexec, load_build_info
 
 
 def package_version():

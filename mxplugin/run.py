@@ -8,14 +8,12 @@ import argparse
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 
 from mxplugin.hosts import (UsageError, check_hosts_reachable, check_slots, parse_hostfile, parse_hosts,
                             threads_per_rank)
 from mxplugin.job import run_job
-from mxplugin.mpi_family import (MPICH_FAMILY, OPEN_MPI, chosen_library, first_line, launcher_family, library_family,
-                                 library_version)
+from mxplugin.mpi_launcher import find_mpiexec, mpi_flavour, mpich_arguments, openmpi_arguments
 from mxplugin.slurm import allocation_hosts
 
 PROG = "mxplugin-run"
@@ -153,74 +151,6 @@ def check_program(command, env):
         raise UsageError(f"program not found on PATH: {program}")
 
 
-# ------------------------------------------------------------- MPI discovery
-
-def load_build_info():
-    # _build_info is written by setup.py; a source checkout may not have it.
-    try:
-        from mxplugin import _build_info
-    except ImportError:
-        return None
-    return _build_info
-
-
-def is_executable(path):
-    return bool(path) and os.path.isfile(path) and os.access(path, os.X_OK)
-
-
-def find_mpiexec():
-    """The mpiexec of the MPI mxplugin was built with ($MXPLUGIN_MPIEXEC names
-    another), else the likeliest match."""
-    if os.environ.get("MXPLUGIN_MPIEXEC"):
-        named = os.environ["MXPLUGIN_MPIEXEC"]
-        found = named if "/" in named else shutil.which(named)
-        if not is_executable(found):
-            raise UsageError(f"MXPLUGIN_MPIEXEC={named} is not an executable file")
-        return found
-    info = load_build_info()
-    # an MPI installed into the same environment (e.g. the `mpich` wheel)
-    beside_python = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    candidates = [getattr(info, "MPIEXEC", None), beside_python, shutil.which("mpiexec")]
-    if getattr(info, "MPI_FROM_WHEEL", False):
-        # built against the `mpich` wheel: this environment's own, which the
-        # loader also takes its libmpi from (the build's may be another's)
-        candidates.insert(0, beside_python)
-    for path in candidates:
-        if is_executable(path):
-            return path
-    raise UsageError("cannot find mpiexec; install an MPI or put its bin directory on PATH")
-
-
-def built_library():
-    """(family, version line, path) of the libmpi the ranks will load: the
-    loader's choice (Note [Which libmpi] in mxplugin/mpi_family.py), made
-    here without importing MXNet."""
-    path = chosen_library(os.environ, load_build_info(),
-                          (sys.prefix, os.path.dirname(os.path.dirname(sys.executable))))
-    text = library_version(path)
-    return library_family(text), first_line(text), path
-
-
-def mpi_flavour(mpiexec):
-    """'openmpi' or 'mpich' (MPICH, Intel MPI and other Hydra-based launchers):
-    the launcher's family. A launcher of the other family than the library
-    the ranks load would start N one-rank jobs (Note [Lone ranks] in
-    mxplugin/lone_rank.py): refused here, naming both."""
-    family, said = launcher_family(mpiexec)
-    lib_family, lib_said, lib_path = built_library()
-    if family and lib_family and family != lib_family:
-        raise UsageError(
-            f"{mpiexec} is {family}'s launcher ({said}) but mxplugin loads {lib_family}'s library ({lib_said}, "
-            f"{lib_path}): each rank would run alone. Put the launcher of the MPI mxplugin was built with first "
-            f"(`mxplugin-run --check-build` shows both), set MXPLUGIN_MPIEXEC to it, or rebuild mxplugin with "
-            f"MPICC=<that MPI's mpicc>")
-    if family is None:
-        family = lib_family or MPICH_FAMILY
-        print(f"{PROG}: warning: could not tell which MPI {mpiexec} belongs to; using {family}-style "
-              "arguments", file=sys.stderr)
-    return "openmpi" if family == OPEN_MPI else "mpich"
-
-
 # --------------------------------------------------------- command and env
 
 def rank_environment(args, base_env, hosts=()):
@@ -243,50 +173,6 @@ def rank_environment(args, base_env, hosts=()):
         added["UCX_NET_DEVICES"] = args.network_interface
     env.update(added)
     return env, added
-
-
-# Variables Open MPI's launcher passes to the ranks (-x): it forwards only
-# those named to remote hosts. Hydra passes the whole environment.
-_EXPORTED_PREFIXES = ("MXPLUGIN_", "UCX_", "MXNET_", "NCCL_", "HOROVOD_")
-_EXPORTED_NAMES = ("OMP_NUM_THREADS", "PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "PYTHONUNBUFFERED", "VIRTUAL_ENV")
-
-
-def names_to_export(env):
-    return sorted(name for name in env if name.startswith(_EXPORTED_PREFIXES) or name in _EXPORTED_NAMES)
-
-
-def mpich_arguments(num_proc, hosts, rsh="ssh", iface=None):
-    # Hydra passes the launcher's whole environment to every rank by default.
-    args = ["-n", str(num_proc)]
-    if iface:
-        args += ["-iface", iface]
-    if hosts:
-        args += ["-hosts", ",".join(f"{name}:{slots}" for name, slots in hosts)]
-        if rsh != "ssh":
-            args += ["-launcher", "ssh", "-launcher-exec", rsh]
-    return args
-
-
-def openmpi_arguments(num_proc, hosts, env, rsh="ssh", iface=None, as_root=None):
-    """Open MPI's mpirun (4.x) or prterun (5.x) for the same job as
-    mpich_arguments(). Note [Open MPI's defaults]: as root (containers,
-    Kubernetes pods) it refuses to start unless told, so it is told, as
-    horovodrun does; without a host list it allows one rank per core and
-    fails beyond that, so this machine is listed with -np slots (Hydra runs
-    any number); it binds each rank to one core when there are 2 ranks or
-    fewer, which would put a rank's MXNet, OpenMP and mxplugin threads on one
-    core, so ranks are not bound (OMP_NUM_THREADS already divides the cores)."""
-    args = ["-np", str(num_proc), "-H", ",".join(f"{name}:{slots}" for name, slots in hosts or [("localhost", num_proc)]),
-            "--bind-to", "none", "--map-by", "slot"]
-    if os.geteuid() == 0 if as_root is None else as_root:
-        args += ["--allow-run-as-root"]
-    if hosts and rsh != "ssh":
-        args += ["--mca", "plm_rsh_agent", rsh]
-    if iface:
-        args += ["--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface]
-    for name in names_to_export(env):
-        args += ["-x", name]
-    return args
 
 
 def line_relay(prefix_output):
@@ -417,7 +303,7 @@ def main(argv=None):
         return EXIT_USAGE
     try:
         if args.check_build:
-            from mxplugin.build_report import check_build  # imports this module back
+            from mxplugin.build_report import check_build
 
             return check_build()
         return launch(args)

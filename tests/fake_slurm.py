@@ -110,8 +110,8 @@ class FakeSlurm:
     def env(self, extra=None):
         """The environment of a client (srun, sbatch) run on the first host."""
         env = dict(os.environ)
-        for name in [n for n in env if n.startswith("SLURM_")]:
-            del env[n]
+        for name in [n for n in env if n.startswith("SLURM_")]:  # not this process's allocation, if any
+            del env[name]
         env["SLURM_CONF"] = self.path("slurm.conf")
         env.update(extra or {})
         return env

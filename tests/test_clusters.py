@@ -14,7 +14,7 @@ from mpi_harness import HANG_S, REPO, rank_env, run_spmd
 from mxplugin.hosts import UsageError
 from mxplugin.lone_rank import launcher_count, lone_rank_message
 from mxplugin.mpi_family import MPICH_FAMILY, OPEN_MPI, library_family, soname
-from mxplugin.run import openmpi_arguments
+from mxplugin.mpi_launcher import openmpi_arguments
 from mxplugin.slurm import allocation_hosts, expand_counts, expand_hostlist
 
 

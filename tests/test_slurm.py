@@ -5,7 +5,6 @@ mxplugin-run without -H, and scancel leaving nothing running. Skips,
 saying why, without root, namespaces or Debian's slurm-wlm and munge."""
 import os
 import re
-import subprocess
 import sys
 import time
 
