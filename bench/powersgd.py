@@ -23,7 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import mxplugin as hvd  # noqa: E402
-from mxplugin.powersgd import PowerSGDReducer  # noqa: E402
+from mxplugin.training.powersgd import PowerSGDReducer  # noqa: E402
 
 RANKS = (1, 2, 4, 8)
 TIMED_RANKS = (1, 4)

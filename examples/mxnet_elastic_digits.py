@@ -27,7 +27,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 import mxplugin as hvd
-from mxplugin.powersgd import STATE_KEY as POWERSGD_STATE  # its entry in the trainer's states
+from mxplugin.training.powersgd import STATE_KEY as POWERSGD_STATE  # its entry in the trainer's states
 from mxnet_digits import evaluate, load_digits  # the data and the test of examples/mxnet_digits.py
 
 

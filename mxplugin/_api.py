@@ -19,11 +19,11 @@ __all__ = ["ProcessSet", "add_process_set", "ccl_built", "cross_rank", "cross_si
            "MismatchError", "MXPluginError", "NotInitializedError", "PeerFailureError"]
 
 if _MXNET_BUILT:
-    from mxplugin.compression import Compression
+    from mxplugin.training.compression import Compression
     from mxplugin.functions import allgather_object, broadcast_object, broadcast_parameters
-    from mxplugin import kvstore as _kvstore  # noqa: F401  (registers kvstore="mxplugin")
-    from mxplugin.optimizer import DistributedOptimizer
-    from mxplugin.trainer import DistributedTrainer
+    from mxplugin.training import kvstore as _kvstore  # noqa: F401  (registers kvstore="mxplugin")
+    from mxplugin.training.optimizer import DistributedOptimizer
+    from mxplugin.training.trainer import DistributedTrainer
     from mxplugin.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, allreduce_, alltoall,
                               barrier, broadcast, broadcast_, grouped_allgather, grouped_allreduce,
                               grouped_allreduce_, grouped_reducescatter, reducescatter)

@@ -9,8 +9,10 @@ import numpy as np
 
 from mxplugin import basics, exchange
 from mxplugin.basics import global_process_set
-from mxplugin.compression import BFLOAT16
 from mxplugin.errors import ArgumentError
+
+# MXNet 1.9.1's bfloat16: NumPy has no such type, MXNet names it by this dtype.
+BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
 
 # Reduce ops, with horovod.mxnet's values.
 Average = 0

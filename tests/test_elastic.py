@@ -234,7 +234,7 @@ def test_powersgd_state_is_carried_into_the_new_world(cluster):
     """PowerSGD (rank 2, after 3 uncompressed steps) at 3 ranks, one
     killed: world 1's two ranks resume with the committed PowerSGD state
     (its reduction count, its Q factors, and its errors summed over the
-    ranks: Note [PowerSGD state across worlds] in mxplugin/powersgd.py),
+    ranks: Note [PowerSGD state across worlds] in mxplugin/training/powersgd.py),
     read back from each of them, and train on, compressed, to the accuracy
     target."""
     text, lines, world1, commit, report = one_of_three_killed(

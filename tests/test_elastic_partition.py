@@ -22,8 +22,8 @@ from fake_cluster import ENV, IFACE, FakeCluster
 from mpi_harness import HANG_S, REPO, rank_env
 from mxplugin.elastic.protocol import STOP_HEADER
 from mxplugin.elastic.service import DriverService
-from mxplugin.lost_hosts import reported_hosts
-from mxplugin.remote_shells import placed_hosts
+from mxplugin.launch.lost_hosts import reported_hosts
+from mxplugin.launch.remote_shells import placed_hosts
 
 WHY_NOT = FakeCluster.unavailable()
 needs_cluster = pytest.mark.skipif(WHY_NOT is not None, reason=f"fake-host cluster: {WHY_NOT}")

@@ -193,7 +193,7 @@ def test_the_kubernetes_manifest_launches_what_the_launcher_and_the_example_acce
     runs on fake hosts in tests/test_multi_host.py."""
     import importlib.util
 
-    from mxplugin.run import parse_args
+    from mxplugin.launch.run import parse_args
 
     with open(os.path.join(REPO, "examples", "kubernetes_mpijob.yaml")) as f:
         text = f.read()

@@ -92,7 +92,7 @@ def test_one_rank_gets_every_core_and_a_user_value_wins():
 
 
 def test_threads_per_rank_follow_the_busiest_host():
-    from mxplugin import hosts
+    from mxplugin.launch import hosts
 
     cores = hosts.usable_cores()
     assert hosts.ranks_per_host(4, []) == 4

@@ -1,5 +1,5 @@
 """DistributedTrainer(shard_optimizer_states=True): ZeRO stage 1 (Note
-[Sharded optimizer states] in mxplugin/sharding.py), at 1, 2 and 3 ranks."""
+[Sharded optimizer states] in mxplugin/training/sharding.py), at 1, 2 and 3 ranks."""
 import pytest
 
 from mpi_harness import assert_spmd_ok

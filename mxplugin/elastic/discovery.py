@@ -3,7 +3,7 @@ discovery script the launcher runs again and again, which prints the hosts
 available now, one per line: "host:slots" or "host" (one slot)."""
 import subprocess
 
-from mxplugin.hosts import UsageError, parse_hosts
+from mxplugin.launch.hosts import UsageError, parse_hosts
 
 SCRIPT_TIMEOUT_S = 30
 

@@ -31,8 +31,8 @@ from mxplugin.elastic import protocol
 from mxplugin.elastic.discovery import DiscoveryError, DiscoveryScript, FixedHosts, usable
 from mxplugin.elastic.service import DriverService
 from mxplugin.elastic.world_end import SETTLE_QUIET_S, SETTLE_S, WorldEnd, left_behind
-from mxplugin.hosts import UsageError, is_local_host, unreachable_hosts
-from mxplugin.job import Job
+from mxplugin.launch.hosts import UsageError, is_local_host, unreachable_hosts
+from mxplugin.launch.job import Job
 
 SIOCGIFADDR = 0x8915
 # A job whose worlds keep ending before anything new is committed (ranks
@@ -180,7 +180,7 @@ class ElasticDriver:
             # After the user's stop, ranks ending by the signal are not lost
             # ranks: the others must not leave mid-way through whatever they
             # do on an interrupt; ranks that have not ended when the stop is
-            # overdue end at once (Note [Bounded stops] in mxplugin/job.py).
+            # overdue end at once (Note [Bounded stops] in mxplugin/launch/job.py).
             job = Job(command, env, self.prog, size, hosts=hosts, received=received,
                       on_interrupt=service.stop_judging, on_stop_overdue=service.stop_ranks,
                       unreached=lambda: left_behind(service))

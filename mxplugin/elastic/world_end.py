@@ -33,7 +33,7 @@ its proxy there, which can never say that it ended. So:
   joins at the next commit. A host whose rank was lost while discovery still
   listed it (or with a fixed host list) is left out for the rest of the job,
   as for a crashed rank.
-- The user's stop: Note [Bounded stops] in mxplugin/job.py; an elastic
+- The user's stop: Note [Bounded stops] in mxplugin/launch/job.py; an elastic
   launcher also tells the ranks still running to end (their watchers do).
 From the cut to the new world's first step: the discovery interval, the
 grace and a world's start (seconds) when discovery drops the host; else
@@ -59,7 +59,7 @@ ELASTIC_PEER_TIMEOUT_S = 30
 
 
 class WorldEnd(threading.Thread):
-    """Watches a world while its mpiexec (`job`, a mxplugin.job.Job) runs:
+    """Watches a world while its mpiexec (`job`, a mxplugin.launch.job.Job) runs:
     breaks the world when a rank falls silent, and abandons mpiexec when it
     does not end once the ranks the launcher can hear from are done."""
 

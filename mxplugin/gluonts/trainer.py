@@ -49,7 +49,7 @@ from mxplugin.errors import ArgumentError
 from mxplugin.gluonts.agreement import check_same_everywhere, everyone_agrees, make_parameters_identical
 from mxplugin.gluonts.epochs import EpochRunner
 from mxplugin.gluonts.seeding import seed_this_rank
-from mxplugin.trainer import DistributedTrainer
+from mxplugin.training.trainer import DistributedTrainer
 
 logger = logging.getLogger("gluonts").getChild("trainer")
 _call_ids = itertools.count()

@@ -35,39 +35,8 @@ from mxplugin.errors import ArgumentError
 from mxplugin.parallel._tree import ELEMENTWISE, SEQUENTIAL, describe, replace_child, walk
 from mxplugin.parallel.layers import _ParallelBlock
 from mxplugin.parallel.mesh import default_mesh
-from mxplugin.parallel.placements import Placement, Replicate, ShardedOutput
-
-
-class Plan:
-    """An ordered {child path or pattern: Placement}, with notes saying why
-    (auto_plan fills them). print(plan) shows both."""
-
-    def __init__(self, placements, notes=()):
-        if not hasattr(placements, "items"):
-            raise TypeError(f"a plan is a dict of child name -> placement, got {type(placements).__name__}")
-        for key, placement in placements.items():
-            if not isinstance(key, str):
-                raise TypeError(f"plan keys are child names or patterns (str), got {key!r}")
-            if not isinstance(placement, Placement):
-                raise TypeError(f"plan entry '{key}': {placement!r} is not a placement (ColwiseParallel(), "
-                                "RowwiseParallel(), ShardedOutput(), VocabParallel(), HeadParallel(...), Replicate())")
-        self.placements = dict(placements)
-        self.notes = list(notes)
-
-    def __eq__(self, other):
-        other = other.placements if isinstance(other, Plan) else other
-        return isinstance(other, dict) and self.placements == other
-
-    def __repr__(self):
-        return f"Plan({self.placements!r})"
-
-    def __str__(self):
-        width = max((len(k) for k in self.placements), default=0)
-        lines = [f"{len(self.placements)} placement(s); every other child replicated"]
-        lines += [f"  {key:<{width}}  {placement}" for key, placement in self.placements.items()]
-        if self.notes:
-            lines += ["notes:"] + [f"  {note}" for note in self.notes]
-        return "\n".join(lines)
+from mxplugin.parallel.placements import Plan, Replicate, ShardedOutput
+from mxplugin.parallel.plan_auto import auto_plan
 
 
 def _is_pattern(key):
@@ -239,8 +208,6 @@ def parallelize(net, mesh=None, plan="auto", verbose=False):
     if isinstance(plan, str):
         if plan != "auto":
             raise ArgumentError(f"plan must be a dict of placements, a Plan or 'auto', got {plan!r}")
-        from mxplugin.parallel.plan_auto import auto_plan
-
         plan = auto_plan(net, mesh)
     elif not isinstance(plan, Plan):
         plan = Plan(plan)

@@ -230,3 +230,35 @@ class HeadParallel(Placement):
 @dataclass(frozen=True)
 class Replicate(Placement):
     """Left whole on every rank (what every child the plan does not name gets)."""
+
+
+class Plan:
+    """An ordered {child path or pattern: Placement}, with notes saying why
+    (auto_plan fills them). print(plan) shows both."""
+
+    def __init__(self, placements, notes=()):
+        if not hasattr(placements, "items"):
+            raise TypeError(f"a plan is a dict of child name -> placement, got {type(placements).__name__}")
+        for key, placement in placements.items():
+            if not isinstance(key, str):
+                raise TypeError(f"plan keys are child names or patterns (str), got {key!r}")
+            if not isinstance(placement, Placement):
+                raise TypeError(f"plan entry '{key}': {placement!r} is not a placement (ColwiseParallel(), "
+                                "RowwiseParallel(), ShardedOutput(), VocabParallel(), HeadParallel(...), Replicate())")
+        self.placements = dict(placements)
+        self.notes = list(notes)
+
+    def __eq__(self, other):
+        other = other.placements if isinstance(other, Plan) else other
+        return isinstance(other, dict) and self.placements == other
+
+    def __repr__(self):
+        return f"Plan({self.placements!r})"
+
+    def __str__(self):
+        width = max((len(k) for k in self.placements), default=0)
+        lines = [f"{len(self.placements)} placement(s); every other child replicated"]
+        lines += [f"  {key:<{width}}  {placement}" for key, placement in self.placements.items()]
+        if self.notes:
+            lines += ["notes:"] + [f"  {note}" for note in self.notes]
+        return "\n".join(lines)

@@ -25,8 +25,7 @@ from mxplugin.errors import ArgumentError
 from mxplugin.parallel._tree import ELEMENTWISE, SEQUENTIAL, child_path, describe, walk
 from mxplugin.parallel.layers import _ParallelBlock
 from mxplugin.parallel.mesh import default_mesh
-from mxplugin.parallel.partition import Plan
-from mxplugin.parallel.placements import ColwiseParallel, RowwiseParallel, ShardedOutput
+from mxplugin.parallel.placements import ColwiseParallel, Plan, RowwiseParallel, ShardedOutput
 
 
 def _plain_dense(block):

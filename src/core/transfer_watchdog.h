@@ -36,7 +36,7 @@ namespace mxplugin {
 double VerdictLead(double timeout_seconds);
 
 // "<who> cannot be reached from <host> (no answer within <ms> ms): ", the
-// words that name peers cut off in every such error (mxplugin/lost_hosts.py
+// words that name peers cut off in every such error (mxplugin/launch/lost_hosts.py
 // reads them); "" when `who` is empty (every host answered).
 std::string CutOffText(const std::string& who, const std::string& host, double probe_seconds);
 

@@ -1,6 +1,6 @@
 // Which gradient array autograd really writes for a weight: the check behind
 // the trainer's zero-copy buckets (Note [Static graphs keep their gradients]
-// in mxplugin/buckets.py).
+// in mxplugin/training/buckets.py).
 #pragma once
 
 #include <cstdint>

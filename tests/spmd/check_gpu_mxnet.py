@@ -177,7 +177,7 @@ native_update.update = lambda *args: (native_calls.append(args), native_update_f
 log_records = []
 handler = logging.Handler(logging.DEBUG)
 handler.emit = log_records.append
-trainer_log = logging.getLogger("mxplugin.trainer")
+trainer_log = logging.getLogger("mxplugin.training.trainer")
 trainer_log.addHandler(handler)
 trainer_log.setLevel(logging.DEBUG)
 

@@ -1,6 +1,6 @@
 """DistributedTrainer on per-rank shards == gluon.Trainer on the whole batch
 under every hybridize mode (Note [Static graphs keep their gradients] in
-mxplugin/buckets.py). The net has a convolution, BatchNorm and a dense layer
+mxplugin/training/buckets.py). The net has a convolution, BatchNorm and a dense layer
 whose input size is inferred at the first forward; the data changes every
 step. BatchNorm normalises each rank's shard with that shard's statistics, so
 the reference runs the forward shard by shard too (as gluon does with one
@@ -14,7 +14,7 @@ from common import assert_close, finish, hvd, mx, np, say, start
 
 from mxnet import autograd, gluon
 
-import mxplugin.buckets as buckets
+import mxplugin.training.buckets as buckets
 
 GLOBAL_BATCH = 12
 STEPS = 6

@@ -1,4 +1,4 @@
-"""Compression.powersgd and Compression.bf16 (mxplugin/powersgd.py).
+"""Compression.powersgd and Compression.bf16 (mxplugin/training/powersgd.py).
 
   reference: the compressor alone against a NumPy version of Note [PowerSGD
     step], on random matrices of both orientations and a conv kernel
@@ -21,9 +21,9 @@ from common import assert_close, finish, hvd, mx, np, rank_data, say, start
 
 from mxnet import autograd, gluon
 
-from mxplugin.compression import BFLOAT16
+from mxplugin.ops import BFLOAT16
 from mxplugin.errors import ArgumentError
-from mxplugin.powersgd import _SEED, PowerSGDReducer
+from mxplugin.training.powersgd import _SEED, PowerSGDReducer
 
 rank, size = start()
 GLOBAL_BATCH = 12

@@ -1,6 +1,6 @@
 """DistributedTrainer(shard_optimizer_states=True) on per-rank shards ==
 gluon.Trainer on the whole batch (Note [Sharded optimizer states] in
-mxplugin/sharding.py): every shardable optimizer, buckets of sizes that are
+mxplugin/training/sharding.py): every shardable optimizer, buckets of sizes that are
 not multiples of the number of ranks, every hybridize mode; each rank holds
 about 1/N of the states; what cannot be sharded is refused.
 
@@ -14,7 +14,7 @@ from mxnet import gluon
 import check_hybridize
 import check_trainer
 from mxplugin.errors import ArgumentError
-from mxplugin.sharding import SHARDABLE_OPTIMIZERS, state_arrays
+from mxplugin.training.sharding import SHARDABLE_OPTIMIZERS, state_arrays
 
 # lamb's bounds clip its weight norms, which are summed across slices (Note [Sharded LAMB])
 SHARDED_PARAMS = dict(check_trainer.OPTIMIZER_PARAMS, lamb={"lower_bound": 0.1, "upper_bound": 0.5})

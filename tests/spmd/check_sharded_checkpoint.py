@@ -1,5 +1,5 @@
 """Checkpoints of sharded trainers (Note [Sharded optimizer states] in
-mxplugin/sharding.py). argv: save DIR, or resume DIR sharded|unsharded.
+mxplugin/training/sharding.py). argv: save DIR, or resume DIR sharded|unsharded.
 
 save (any size): a sharded trainer's states_bytes() equals an unsharded
 one's after the same steps; rank 0 writes the parameters and save_states'

@@ -10,7 +10,7 @@ namespace mxplugin {
 namespace shm {
 
 // Note [Shared-memory reduce-scatter and allgather]: sharded optimizer
-// states (mxplugin/sharding.py) replace each bucket's allreduce by a
+// states (mxplugin/training/sharding.py) replace each bucket's allreduce by a
 // reduce-scatter and an allgather; over MPI each took longer here than the
 // whole shared-memory allreduce. Through the segment, both walk the result
 // blocks (block k: rank k's) in pieces, each piece behind one local barrier:

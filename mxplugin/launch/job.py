@@ -25,8 +25,8 @@ import sys
 import threading
 import time
 
-from mxplugin.lost_hosts import MARKER, LostHostsWatch, reported_hosts
-from mxplugin.remote_shells import end, remote_shells
+from mxplugin.launch.lost_hosts import MARKER, LostHostsWatch, reported_hosts
+from mxplugin.launch.remote_shells import end, remote_shells
 
 # Signals that stop the job: SIGHUP too, since in its own session the job
 # would outlive a closed terminal.

@@ -9,13 +9,14 @@ from collections import OrderedDict
 
 import mxnet as mx
 
-from mxplugin import basics, native_update, sharding
-from mxplugin.compression import Compression
-from mxplugin.powersgd import STATE_KEY as POWERSGD_KEY, PowerSGD, PowerSGDReducer
+from mxplugin import basics
 from mxplugin.errors import ArgumentError, MismatchError, values_by_rank
-from mxplugin.buckets import Layout
 from mxplugin.ops import Average, Sum, allreduce_, grouped_allreduce_by_context_
-from mxplugin.optimizer import DistributedOptimizer
+from mxplugin.training import native_update, sharding
+from mxplugin.training.buckets import Layout
+from mxplugin.training.compression import Compression, PowerSGD
+from mxplugin.training.optimizer import DistributedOptimizer
+from mxplugin.training.powersgd import STATE_KEY as POWERSGD_KEY, PowerSGDReducer
 
 _trainer_ids = itertools.count()
 _log = logging.getLogger(__name__)

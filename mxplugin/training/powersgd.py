@@ -39,7 +39,6 @@ import numpy as np
 
 import mxnet as mx
 
-from mxplugin.compression import NoneCompressor
 from mxplugin.errors import ArgumentError
 from mxplugin.ops import Sum, grouped_allreduce, grouped_allreduce_by_context_
 
@@ -47,47 +46,6 @@ from mxplugin.ops import Sum, grouped_allreduce, grouped_allreduce_by_context_
 # gluon.Trainer's updater, which looks states up by parameter index, ignores it.
 STATE_KEY = "mxplugin.powersgd"
 _SEED = 20190530  # Q's first value, the same on every rank without a broadcast
-
-
-class PowerSGD(NoneCompressor):
-    """What Compression.powersgd() returns: the settings of the compression.
-    As a per-tensor compressor (the trainer's uncompressed buckets, or
-    allreduce) it sends tensors as they are."""
-
-    def __init__(self, rank=4, warmup_steps=0, min_compression_rate=2.0):
-        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or rank < 1:
-            raise ArgumentError(f"Compression.powersgd: rank must be an int >= 1, got {rank!r}")
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, (int, np.integer)) or warmup_steps < 0:
-            raise ArgumentError(f"Compression.powersgd: warmup_steps must be an int >= 0, got {warmup_steps!r}")
-        if isinstance(min_compression_rate, bool) or not isinstance(min_compression_rate, (int, float)) \
-                or not min_compression_rate >= 0:
-            raise ArgumentError("Compression.powersgd: min_compression_rate must be a number >= 0, got "
-                                f"{min_compression_rate!r}")
-        self.rank = int(rank)
-        self.warmup_steps = int(warmup_steps)
-        self.min_compression_rate = float(min_compression_rate)
-
-    def __repr__(self):
-        return (f"Compression.powersgd(rank={self.rank}, warmup_steps={self.warmup_steps}, "
-                f"min_compression_rate={self.min_compression_rate})")
-
-    def matrix_shape(self, shape):
-        """(rows, cols) of a gradient of `shape` seen as a matrix (first
-        dimension x the rest), or None when it is not compressed: a vector,
-        or a matrix whose factors would not be min_compression_rate times
-        smaller than it."""
-        if len(shape) < 2:
-            return None
-        rows, cols = int(shape[0]), int(np.prod(shape[1:]))
-        r = min(self.rank, rows, cols)
-        if rows * cols < self.min_compression_rate * (rows + cols) * r:
-            return None
-        return rows, cols
-
-    def compresses(self, param):
-        """Whether `param`'s gradient is compressed (dtype float16/32/64)."""
-        return np.dtype(param.dtype).name in ("float16", "float32", "float64") and \
-            self.matrix_shape(param.shape) is not None
 
 
 class Factors:

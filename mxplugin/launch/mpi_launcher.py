@@ -6,7 +6,7 @@ import os
 import shutil
 import sys
 
-from mxplugin.hosts import UsageError
+from mxplugin.launch.hosts import UsageError
 from mxplugin.mpi_family import (MPICH_FAMILY, OPEN_MPI, chosen_library, first_line, launcher_family, library_family,
                                  library_version)
 

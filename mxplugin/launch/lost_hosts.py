@@ -7,7 +7,7 @@ ranks everywhere else end (their collectives fail, naming the host: Note
 [Who is unreachable] in src/backend/mpi/peer_probe.h) and mpiexec waits for
 ever. Unlike an elastic launcher, a plain one hears nothing from the ranks
 but their output, and sees nothing of the hosts but mpiexec's remote shells
-(one per host: mxplugin/remote_shells.py). So it gives up on mpiexec
+(one per host: mxplugin/launch/remote_shells.py). So it gives up on mpiexec
 (Job.abandon) when
 - the ranks' lines name hosts they cannot reach ("... cannot be reached
   from ...") and the remote shells of every other host have ended, for
@@ -21,7 +21,7 @@ import re
 import threading
 import time
 
-from mxplugin.remote_shells import remote_shells
+from mxplugin.launch.remote_shells import remote_shells
 
 NAMED_GRACE_S = 2.0
 ORPHANED_GRACE_S = 5.0
@@ -43,7 +43,7 @@ def reported_hosts(text):
 
 
 class LostHostsWatch(threading.Thread):
-    """Watches a plain job's mpiexec (a mxplugin.job.Job) and abandons it by
+    """Watches a plain job's mpiexec (a mxplugin.launch.job.Job) and abandons it by
     Note [Lost hosts]."""
 
     def __init__(self, job):

@@ -27,11 +27,12 @@ not.
 import mxnet as mx
 import numpy as np
 
-from mxplugin import basics, native_update, ops
-from mxplugin.buckets import ELEMENTWISE_OPTIMIZERS, slice_state
+from mxplugin import basics, ops
 from mxplugin.errors import ArgumentError
-from mxplugin.compression import Compression
 from mxplugin.ops import Sum, _base_name, _core_module, _describe, _push, _record, _reduce_code, _set_id
+from mxplugin.training import native_update
+from mxplugin.training.buckets import ELEMENTWISE_OPTIMIZERS, slice_state
+from mxplugin.training.compression import Compression
 
 # Optimizers whose slices can be updated on their own: their state is
 # element-wise and so is their update (buckets.ELEMENTWISE_OPTIMIZERS); and

@@ -2,9 +2,9 @@
 NCCL, MXNet), as the ranks would really load it."""
 import sys
 
-from mxplugin.hosts import UsageError
+from mxplugin.launch.hosts import UsageError
+from mxplugin.launch.mpi_launcher import built_library, find_mpiexec, load_build_info
 from mxplugin.mpi_family import launcher_family
-from mxplugin.mpi_launcher import built_library, find_mpiexec, load_build_info
 
 
 def package_version():
