@@ -12,7 +12,9 @@ Two figures each, every MPI started by mxplugin-run with its own launcher:
 1. resnet50_v1's gradient set (193 tensors, 102 MB) reduced with
    grouped_allreduce_ on 2 fake hosts x 2 ranks (tests/fake_cluster.py,
    each host's link limited to 10 Gbit/s, traffic over TCP:
-   bench/allreduce.py --no-curve);
+   bench/allreduce.py --no-curve), against each MPI's own MPI_Allreduce of
+   the same bytes in the plain program bench/mpi_plain.c, built with that
+   MPI's mpicc and started by its launcher with mxplugin-run's arguments;
 2. a 2-rank training step on this host (bench/trainer.py scaling:
    hybridized resnet50_v1, batch 8 per rank, 3x112x112, 1 thread per rank):
    images/s and the time of allreduce + update.
@@ -32,10 +34,15 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(REPO, "tests"))
+sys.path.insert(0, HERE)
+sys.path.append(REPO)
 
 from fake_cluster import ENV, IFACE, FakeCluster  # noqa: E402
-from mpi_harness import rank_env  # noqa: E402
+from mpi_harness import mpiexec_path, rank_env  # noqa: E402
+from mpi_plain import RESNET50_GRADIENT_BYTES, parse  # noqa: E402
 from mpi_variants import Variant, debian_openmpi_mpicc, intel_mpi_runtime  # noqa: E402
+
+from mxplugin.launch.mpi_launcher import mpich_arguments, openmpi_arguments  # noqa: E402
 
 ALLREDUCE = os.path.join(HERE, "allreduce.py")
 TRAINER = os.path.join(HERE, "trainer.py")
@@ -43,15 +50,20 @@ TIMEOUT_S = 900
 
 
 class Mpi:
-    """How to start mxplugin-run for one MPI: argv prefix, environment, the ranks' Python."""
+    """One MPI: how to start mxplugin-run (argv prefix, environment, the
+    ranks' Python), and its own mpicc and mpiexec for the plain program."""
 
-    def __init__(self, name, launcher, env, python, own_hostname=False):
+    def __init__(self, name, launcher, env, python, mpicc, mpiexec, own_hostname=False):
         self.name, self.launcher, self.env, self.python = name, launcher, env, python
+        self.mpicc, self.mpiexec = mpicc, mpiexec
         self.own_hostname = own_hostname  # Open MPI's fake hosts need names of their own (fake_cluster.py)
+        self.plain = None  # the plain program built with mpicc
 
 
 def mpis(workdir):
-    found = [Mpi("mpich", [sys.executable, "-m", "mxplugin.run"], rank_env(), sys.executable)]
+    beside = os.path.dirname(mpiexec_path())
+    found = [Mpi("mpich", [sys.executable, "-m", "mxplugin.run"], rank_env(), sys.executable,
+                 os.path.join(beside, "mpicc"), mpiexec_path())]
     mpicc, why_not = debian_openmpi_mpicc()
     builds = []
     if mpicc:
@@ -64,7 +76,9 @@ def mpis(workdir):
             os.makedirs(variant.root, exist_ok=True)
             print(f"building {name} ...", file=sys.stderr, flush=True)
             variant.build()
-        found.append(Mpi(name, [os.path.join(variant.bin, "mxplugin-run")], variant.env(), variant.python, True))
+        mpiexec = os.path.join(os.path.dirname(variant.mpicc), "mpiexec" + os.path.basename(variant.mpicc)[5:])
+        found.append(Mpi(name, [os.path.join(variant.bin, "mxplugin-run")], variant.env(), variant.python,
+                         variant.mpicc, mpiexec, True))
     impi = os.path.join(workdir, "impi")
     if not os.path.exists(os.path.join(impi, "lib", "libmpi.so.12")):
         os.makedirs(workdir, exist_ok=True)
@@ -73,7 +87,8 @@ def mpis(workdir):
         found.append(Mpi("intel-mpi", [sys.executable, "-m", "mxplugin.run"],
                          rank_env({"LD_LIBRARY_PATH": os.path.join(impi, "lib"),
                                    "MXPLUGIN_MPIEXEC": os.path.join(impi, "bin", "mpiexec.hydra")}),
-                         sys.executable))
+                         sys.executable, found[0].mpicc,  # the same ABI: built with MPICH, run on Intel MPI
+                         os.path.join(impi, "bin", "mpiexec.hydra")))
     else:
         print(f"intel-mpi left out: {why_not}", file=sys.stderr)
     return found
@@ -98,6 +113,31 @@ def allreduce_across_hosts(cluster, mpi, iters):
     if not m:
         raise SystemExit(f"{mpi.name}: no grouped_allreduce_ median in:\n{out[-3000:]}")
     return float(m.group(1)) / 1e3, sent
+
+
+def plain_across_hosts(cluster, mpi, iters, workdir):
+    """The reference: bench/mpi_plain.c built with this MPI's mpicc, one
+    MPI_Allreduce of the same bytes per call, in a plain single-threaded
+    program started by this MPI's own launcher with the arguments
+    mxplugin-run gives it (so the same transport settings)."""
+    if mpi.plain is None:
+        mpi.plain = os.path.join(workdir, f"mpi_plain_{mpi.name}")
+        # built without the MPI's run-time environment: Intel MPI's libraries on LD_LIBRARY_PATH
+        # would be linked against in place of the MPICH build's own
+        subprocess.run([mpi.mpicc, "-O2", "-o", mpi.plain, os.path.join(HERE, "mpi_plain.c")], check=True)
+    rsh = cluster.rsh_own_hostname if mpi.own_hostname else cluster.rsh
+    hosts = [(h, 2) for h in cluster.hosts]
+    if mpi.own_hostname:  # Open MPI
+        launch = openmpi_arguments(4, hosts, {**mpi.env, **ENV}, rsh, IFACE)
+    else:
+        launch = mpich_arguments(4, hosts, rsh, IFACE)
+    argv = [mpi.mpiexec, *launch, mpi.plain, str(iters), "2", str(RESNET50_GRADIENT_BYTES)]
+    out = check(cluster.run(0, argv, env={**mpi.env, **ENV}, timeout=TIMEOUT_S, cwd=REPO),
+                f"{mpi.name}: the plain MPI program across hosts")
+    times = parse(out).get(RESNET50_GRADIENT_BYTES)
+    if not times:
+        raise SystemExit(f"{mpi.name}: no plain MPI result in:\n{out[-3000:]}")
+    return statistics.median(times)
 
 
 def training_step(mpi, steps):
@@ -130,18 +170,22 @@ def main():
     if why_not:
         raise SystemExit(f"bench/mpi_variants.py: fake hosts: {why_not}")
     found = mpis(args.workdir)
-    rows = {m.name: {"allreduce_s": [], "tx_bytes": [], "images_per_s": [], "allreduce_update_s": []} for m in found}
+    rows = {m.name: {"allreduce_s": [], "plain_mpi_s": [], "tx_bytes": [], "images_per_s": [],
+                     "allreduce_update_s": []} for m in found}
     with FakeCluster(2, rate_mbit=args.rate_mbit) as cluster:
         for r in range(args.rounds):
             for mpi in found:
                 seconds, sent = allreduce_across_hosts(cluster, mpi, args.iters)
+                plain = plain_across_hosts(cluster, mpi, args.iters, args.workdir)
                 images, update = training_step(mpi, args.steps)
                 row = rows[mpi.name]
                 row["allreduce_s"].append(seconds)
+                row["plain_mpi_s"].append(plain)
                 row["tx_bytes"].append(sent)
                 row["images_per_s"].append(images)
                 row["allreduce_update_s"].append(update)
-                print(f"round {r + 1}: {mpi.name:12s} allreduce 2x2 {seconds * 1e3:7.1f} ms, training "
+                print(f"round {r + 1}: {mpi.name:12s} allreduce 2x2 {seconds * 1e3:7.1f} ms (its plain MPI "
+                      f"program {plain * 1e3:7.1f} ms), training "
                       f"{images:6.2f} img/s, allreduce+update {update * 1e3:6.1f} ms", flush=True)
     base = {k: statistics.median(v) for k, v in rows["mpich"].items() if k != "tx_bytes"}
     summary = {}
@@ -149,13 +193,15 @@ def main():
         med = {k: statistics.median(v) for k, v in row.items() if k != "tx_bytes"}
         summary[name] = {**{f"median_{k}": v for k, v in med.items()},
                          "allreduce_vs_mpich": med["allreduce_s"] / base["allreduce_s"],
+                         "allreduce_vs_its_plain_mpi": med["allreduce_s"] / med["plain_mpi_s"],
                          "images_per_s_vs_mpich": med["images_per_s"] / base["images_per_s"]}
-    result = {"rounds": args.rounds, "rate_mbit": args.rate_mbit, "bytes": 102303648, "runs": rows,
+    result = {"rounds": args.rounds, "rate_mbit": args.rate_mbit, "bytes": RESNET50_GRADIENT_BYTES, "runs": rows,
               "summary": summary, "machine": {"cpus": os.cpu_count(), "rank_threads": 1}}
     print("\nmedians (ratio against the MPICH build in this run):")
     for name, s in summary.items():
         print(f"  {name:12s} allreduce 2 hosts x 2 ranks {s['median_allreduce_s'] * 1e3:7.1f} ms "
-              f"({s['allreduce_vs_mpich']:.2f}x); 2-rank training {s['median_images_per_s']:6.2f} img/s "
+              f"({s['allreduce_vs_mpich']:.2f}x MPICH's; {s['allreduce_vs_its_plain_mpi']:.2f}x its own plain MPI "
+              f"program's {s['median_plain_mpi_s'] * 1e3:.1f} ms); 2-rank training {s['median_images_per_s']:6.2f} img/s "
               f"({s['images_per_s_vs_mpich']:.2f}x), allreduce+update {s['median_allreduce_update_s'] * 1e3:.1f} ms")
     os.makedirs(os.path.dirname(args.output), exist_ok=True)
     with open(args.output, "w") as f:

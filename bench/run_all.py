@@ -32,6 +32,7 @@ from tp_small import report_section as tp_small_section  # noqa: E402
 from module_horovod import report_section as module_horovod_section  # noqa: E402
 from steadiness import report_section as steadiness_section  # noqa: E402
 from sharding_report import sharding_section  # noqa: E402
+from report_clusters import fault_timings_section, mpi_variants_section  # noqa: E402
 from tensor_parallel import report_section as tensor_parallel_section  # noqa: E402
 
 EXAMPLE = os.path.join(REPO, "examples", "mxnet_imagenet_resnet50.py")
@@ -91,6 +92,8 @@ def run_all():
     if os.geteuid() == 0:  # fake hosts need network namespaces
         run(1, [os.path.join(HERE, "multi_host.py")])
         run(1, [os.path.join(HERE, "powersgd_hosts.py"), "all"])  # starts its own 2- and 4-rank jobs
+        run(1, [os.path.join(HERE, "mpi_variants.py")])  # builds against each MPI, starts their jobs
+        run(1, [os.path.join(HERE, "fault_timings.py")])
     single_process("2threads_after")
     run(1, [os.path.join(HERE, "tensor_parallel.py")])  # starts its own 1- and 2-rank runs
     run(1, [os.path.join(HERE, "latency.py")])  # starts its own jobs and the plain MPI program
@@ -376,6 +379,8 @@ def report():
     lines += powersgd_section(load, DOCS)
     lines += _gpu_section(load("gpu_kernels.json"), load("gpu_allreduce.json"))
     lines += sharding_section(load)
+    lines += mpi_variants_section(load("mpi_variants.json"), DOCS)
+    lines += fault_timings_section(load("fault_timings.json"))
     with open(os.path.join(DOCS, "benchmarks.md"), "w") as f:
         f.write("\n".join(lines))
     print("wrote docs/benchmarks.md")

