@@ -22,7 +22,7 @@ import mxnet as mx
 import numpy as np
 
 # this checkout's bench/ (and mxplugin, where no other is installed: an
-# installed build against another MPI wins, bench/mpi_variants.py)
+# installed build against another MPI wins, bench/each_mpi.py)
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import mxplugin as hvd  # noqa: E402
 from bench.mpi_reference import RawAllreduce  # noqa: E402

@@ -92,7 +92,7 @@ def run_all():
     if os.geteuid() == 0:  # fake hosts need network namespaces
         run(1, [os.path.join(HERE, "multi_host.py")])
         run(1, [os.path.join(HERE, "powersgd_hosts.py"), "all"])  # starts its own 2- and 4-rank jobs
-        run(1, [os.path.join(HERE, "mpi_variants.py")])  # builds against each MPI, starts their jobs
+        run(1, [os.path.join(HERE, "each_mpi.py")])  # builds against each MPI, starts their jobs
         run(1, [os.path.join(HERE, "fault_timings.py")])
     single_process("2threads_after")
     run(1, [os.path.join(HERE, "tensor_parallel.py")])  # starts its own 1- and 2-rank runs

@@ -34,7 +34,7 @@ import numpy as np
 from mxnet import autograd, gluon
 
 # this checkout's bench/ (and mxplugin, where no other is installed: an
-# installed build against another MPI wins, bench/mpi_variants.py)
+# installed build against another MPI wins, bench/each_mpi.py)
 sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import mxplugin as hvd  # noqa: E402
 

