@@ -74,7 +74,8 @@ def optimizer_kernels(trainer):
     """Runs the trainer's optimizer kernels alone over what this rank
     updates (whole buckets, or its slices), on the gradients already there,
     and waits for them; their time is the update's own."""
-    from mxplugin import basics, native_update
+    from mxplugin import basics
+    from mxplugin.training import native_update
 
     core, opt = basics._core_module(), trainer._optimizer
     if trainer._shards is None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from mpi_harness import assert_spmd_ok
-from mxplugin import native_update
+from mxplugin.training import native_update
 from mxplugin._loader import core_module as core
 
 

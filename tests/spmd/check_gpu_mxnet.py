@@ -14,7 +14,7 @@ from common import hvd, mx, np, rank_data
 
 from mxnet import autograd, gluon
 
-from mxplugin import native_update
+from mxplugin.training import native_update
 
 rank, size = common.start()
 ctx = mx.gpu(hvd.local_rank())
