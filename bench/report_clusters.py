@@ -57,6 +57,12 @@ def mpi_variants_section(result, docs):
                      f"{'n/a' if ratio is None else f'{ratio:.2f}'} | "
                      f"{row['allreduce_vs_mpich']:.2f} | {row['median_images_per_s']:.1f} | "
                      f"{row['median_allreduce_update_s'] * 1e3:.1f} ms |")
+    after = result.get("after_yielding")
+    if after:
+        lines += ["", after["note"] + ":", ""]
+        lines += [f"- {NAMES.get(name, name)}: {row['spinning_s'] * 1e3:.0f} ms spinning, "
+                  f"**{row['yielding_s'] * 1e3:.0f} ms** with `{row['setting']}` (now mxplugin-run's default)"
+                  for name, row in after.items() if name != "note"]
     image = _plot(s, docs)
     if image:
         lines += ["", f"![allreduce under each MPI]({image})"]
