@@ -4,6 +4,7 @@ available now, one per line: "host:slots" or "host" (one slot)."""
 import subprocess
 
 from mxplugin.launch.hosts import UsageError, parse_hosts
+from mxplugin.launch.placement import place_ranks
 
 SCRIPT_TIMEOUT_S = 30
 
@@ -61,14 +62,5 @@ def parse_discovered(text, source):
 
 def usable(hosts, excluded, max_np):
     """The hosts not excluded, in order, with slots cut so the total is at
-    most max_np (None: no limit); hosts left with no slot are dropped."""
-    out, left = [], max_np
-    for host, slots in hosts:
-        if host in excluded:
-            continue
-        take = slots if left is None else min(slots, left)
-        if take > 0:
-            out.append((host, take))
-            if left is not None:
-                left -= take
-    return out
+    most max_np (None: no limit): where a world of that many ranks is placed."""
+    return place_ranks([(host, slots) for host, slots in hosts if host not in excluded], max_np)

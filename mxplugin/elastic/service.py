@@ -19,6 +19,7 @@ import time
 import urllib.parse
 
 from mxplugin.elastic.protocol import COMMIT_HEADER, STOP_HEADER, TOKEN_HEADER
+from mxplugin.launch.placement import host_of_rank, slot_count
 
 
 class WorldRecord:
@@ -45,7 +46,7 @@ class WorldRecord:
 
     def unaccounted(self):
         """Ranks that neither left nor were reported ended, in order."""
-        size = sum(slots for _, slots in self.hosts)
+        size = slot_count(self.hosts)
         return [r for r in range(size) if r not in self.left and r not in self.exits]
 
     def waited_for(self, rank):
@@ -61,20 +62,14 @@ class WorldRecord:
         """Whether every rank still running is out of reach: the others
         ended, or left to end at once (a rank whose training function
         returned may still work, and keeps mpiexec)."""
-        size = sum(slots for _, slots in self.hosts)
+        size = slot_count(self.hosts)
         return all(r in self.exits or self.unreachable(r) or self.left.get(r, "done") != "done"
                    for r in range(size))
 
     def host_of(self, rank):
-        # Where the launcher placed the rank (MPICH fills hosts in order),
-        # not the name the rank's machine gives itself: that may differ
-        # from the name the hosts are listed by.
-        start = 0
-        for host, slots in self.hosts:
-            if rank < start + slots:
-                return host
-            start += slots
-        return "?"
+        # Where the launcher placed the rank, not the name the rank's machine
+        # gives itself: that may differ from the name the hosts are listed by.
+        return host_of_rank(self.hosts, rank)
 
 
 class DriverService:
@@ -200,7 +195,7 @@ class DriverService:
         every rank's process ended."""
         with self.lock:
             world = self.world
-            size = 0 if world is None else sum(slots for _, slots in world.hosts)
+            size = 0 if world is None else slot_count(world.hosts)
             return world is None or world.broken is not None or all(r in world.exits for r in range(size))
 
     def only_out_of_reach_run(self):

@@ -8,6 +8,8 @@ import socket
 import subprocess
 import time
 
+from mxplugin.launch.placement import place_ranks, slot_count
+
 
 class UsageError(Exception):
     """A request that cannot be launched; the message is shown to the user."""
@@ -117,7 +119,7 @@ def unreachable_hosts(hosts, rsh, timeout):
 
 
 def check_slots(hosts, num_proc):
-    total = sum(slots for _, slots in hosts)
+    total = slot_count(hosts)
     if total < num_proc:
         raise UsageError(f"-np {num_proc} asks for more ranks than the host list has slots ({total})")
 
@@ -130,15 +132,10 @@ def usable_cores():
 
 
 def ranks_per_host(num_proc, hosts):
-    """The most ranks any one host gets: hosts fill in order, each up to its
-    slots (how mpiexec places them); all on this machine without -H."""
+    """The most ranks any one host gets (placement.py); all on this machine without -H."""
     if not hosts:
         return num_proc
-    most, left = 0, num_proc
-    for _, slots in hosts:
-        placed = min(slots, left)
-        most, left = max(most, placed), left - placed
-    return max(most, 1)
+    return max([ranks for _, ranks in place_ranks(hosts, num_proc)] + [1])
 
 
 def threads_per_rank(num_proc, hosts):

@@ -8,6 +8,8 @@ import os
 import re
 import signal
 
+from mxplugin.launch.placement import place_ranks
+
 _PROXY_ID = re.compile(r"--proxy-id[ =](\d+)")
 
 
@@ -46,15 +48,8 @@ def children(pid):
 
 
 def placed_hosts(hosts, num_proc):
-    """The hosts that get ranks, in order (mpiexec fills each up to its
-    slots): Hydra numbers its proxies in this order."""
-    placed, left = [], num_proc
-    for host, slots in hosts:
-        if left <= 0:
-            break
-        placed.append(host)
-        left -= slots
-    return placed
+    """The hosts that get ranks, in order: Hydra numbers its proxies in this order."""
+    return [host for host, _ in place_ranks(hosts, num_proc)]
 
 
 def remote_shells(mpiexec_pid, hosts, num_proc):
