@@ -12,6 +12,7 @@ import pytest
 
 from mpi_harness import REPO, assert_spmd_ok, rank_env
 from mxplugin.elastic import client as elastic_client
+from mxplugin.elastic.cooldown import LeftOutHosts, cooldown_for
 from mxplugin.elastic.discovery import DiscoveryError, parse_discovered, usable
 from mxplugin.elastic.driver import ElasticDriver, ElasticError
 from mxplugin.elastic.service import DriverService
@@ -71,7 +72,7 @@ def test_usable_hosts_leave_out_excluded_and_cut_at_max_np():
 
 def driver_with(service, checkpoint=None):
     args = argparse.Namespace(host_discovery_script=None, static_hosts=[("a", 1), ("b", 1), ("c", 1)], max_np=3,
-                              num_proc=None, min_np=2, checkpoint_path=checkpoint)
+                              num_proc=None, min_np=2, checkpoint_path=checkpoint, blacklist_cooldown_range=None)
     return ElasticDriver(args, {}, "test", None)
 
 
@@ -96,7 +97,8 @@ def test_verdicts(service):
     assert driver.judge(service, done, 10) is None  # every rank finished, whatever mpiexec says
     lost = finished_world(service, left={0: "failure", 1: "failure"}, exits={2: "signal 9"})
     verdict = driver.judge(service, lost, 137)
-    assert "lost rank 2 on c (signal 9)" in verdict and driver.excluded == {"c": "rank 2 was lost there (signal 9)"}
+    assert "lost rank 2 on c (signal 9); left out: c for 30 s" in verdict, verdict
+    assert driver.left_out.now() == {"c": "rank 2 was lost there (signal 9)"}
     hosts = finished_world(service, left={0: "hosts", 1: "hosts", 2: "hosts"})
     assert driver.judge(service, hosts, 75) == "world 0: hosts changed"
     bug = finished_world(service, left={0: "failure", 2: "failure"}, exits={1: "code 1"})
@@ -122,11 +124,48 @@ def test_a_crash_after_a_peer_was_lost_keeps_its_host(service):
     driver = driver_with(service)
     verdict = driver.judge(service, finished_world(service, left={0: "failure"},
                                                    exits={2: "signal 9", 1: "signal 11"}), 137)
-    assert "kept for the next world: b" in verdict and "left out from now on: c" in verdict, verdict
-    assert driver.excluded == {"c": "rank 2 was lost there (signal 9)"}
+    assert "kept for the next world: b" in verdict and "left out: c for 30 s" in verdict, verdict
+    assert driver.left_out.now() == {"c": "rank 2 was lost there (signal 9)"}
     verdict = driver.judge(service, finished_world(service, left={0: "failure"},
                                                    exits={1: "signal 11", 2: "signal 9"}), 137)
-    assert set(driver.excluded) == {"b", "c"}, verdict
+    assert set(driver.left_out.now()) == {"b", "c"}, verdict
+    assert "left out: b for 30 s, c for 60 s" in verdict, verdict  # c's second fault: twice as long
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+
+def test_a_left_out_host_comes_back_after_its_cool_down_and_waits_longer_each_fault(service, capsys):
+    """Note [Cool-downs]: 30 s, then 60, 120, ... up to the range's end;
+    the host is usable again once its time is over, and the launcher says so."""
+    assert [cooldown_for(n, (30, 600)) for n in (1, 2, 3, 5, 6)] == [30, 60, 120, 480, 600]
+    assert cooldown_for(3, (float("inf"), float("inf"))) == float("inf")
+    driver = driver_with(service)
+    clock = FakeClock()
+    driver.left_out = LeftOutHosts((30, 100), clock)
+    listed = [("a", 1), ("b", 1), ("c", 1)]
+    driver.judge(service, finished_world(service, left={0: "failure", 1: "failure"}, exits={2: "signal 9"}), 137)
+    assert driver.usable_now(listed) == [("a", 1), ("b", 1)]
+    clock.t += 29.9
+    assert driver.usable_now(listed) == [("a", 1), ("b", 1)]
+    clock.t += 0.1
+    assert driver.usable_now(listed) == listed
+    assert "c's cool-down is over (left out after its fault 1: rank 2 was lost there (signal 9)): trying it again" \
+        in capsys.readouterr().err
+    assert driver.usable_now(listed) == listed and "cool-down" not in capsys.readouterr().err  # said once
+    for expected in (60, 100, 100):  # it fails again: twice as long, at most the range's end
+        verdict = driver.judge(service, finished_world(service, left={0: "failure", 1: "failure"},
+                                                       exits={2: "signal 9"}), 137)
+        assert f"left out: c for {expected} s" in verdict, verdict
+        clock.t += expected - 1
+        assert driver.usable_now(listed) == [("a", 1), ("b", 1)]
+        clock.t += 1
+        assert driver.usable_now(listed) == listed
 
 
 def test_service_keeps_the_newest_state_and_wants_the_token(service):
@@ -153,6 +192,9 @@ def test_service_keeps_the_newest_state_and_wants_the_token(service):
     (["--min-np", "1", "--host-discovery-script", "true", "-H", "a:1"], "with --host-discovery-script or with -H"),
     (["--min-np", "0"], "--min-np must be at least 1"),
     (["--min-np", "1", "--reset-limit", "-1"], "--reset-limit must be at least 0"),
+    (["--min-np", "1", "--blacklist-cooldown-range", "60", "10"], "expected 0 <= MIN <= MAX seconds"),
+    (["--min-np", "1", "--blacklist-cooldown-range", "x", "10"], "expected 0 <= MIN <= MAX seconds"),
+    (["-np", "2", "--blacklist-cooldown-range", "1", "10"], "--blacklist-cooldown-range is for elastic jobs"),
 ])
 def test_usage_errors(options, message, capsys):
     from mxplugin.run import main

@@ -7,8 +7,8 @@ mxplugin.elastic.supervisor. When it ends, what its ranks and supervisors
 told the service (mxplugin.elastic.service) decides what comes next:
 - every rank finished: the job is done;
 - ranks died (a signal, or gone without a word) while others survived:
-  their hosts are left out from then on, and a new world starts from the
-  survivors' committed state;
+  their hosts are left out for a cool-down (Note [Cool-downs] in
+  cooldown.py), and a new world starts from the survivors' committed state;
 - every rank died: a new world starts from the newest committed state the
   launcher holds or its checkpoint; with neither, the job stops;
 - a rank exited with an error of its own (not a lost peer): the job stops,
@@ -28,6 +28,7 @@ import threading
 import time
 
 from mxplugin.elastic import protocol
+from mxplugin.elastic.cooldown import DEFAULT_COOLDOWN_RANGE, LeftOutHosts, describe_cooldown
 from mxplugin.elastic.discovery import DiscoveryError, DiscoveryScript, FixedHosts, usable
 from mxplugin.elastic.service import DriverService
 from mxplugin.elastic.world_end import SETTLE_QUIET_S, SETTLE_S, WorldEnd, left_behind
@@ -71,7 +72,8 @@ class ElasticDriver:
                           else FixedHosts(args.static_hosts))
         self.max_np = args.max_np if args.max_np is not None else args.num_proc
         self.min_np = args.min_np if args.min_np is not None else (args.num_proc or 1)
-        self.excluded = {}  # host -> why, for the rest of the job
+        # Hosts whose ranks were lost, each left out for a cool-down (Note [Cool-downs] in cooldown.py).
+        self.left_out = LeftOutHosts(args.blacklist_cooldown_range or DEFAULT_COOLDOWN_RANGE)
         self.unreachable = set()  # hosts the last world left out, not seen as a change while it runs
         self.world_hosts = []
         self.stop_watching = threading.Event()
@@ -82,10 +84,11 @@ class ElasticDriver:
 
     # -- hosts ------------------------------------------------------------------------------
     def choose(self, found):
-        """The hosts of a world from those found: the ones not left out for
-        good nor unreachable now (every candidate is probed, then the list
-        is cut at --max-np, so the watcher's view agrees with it)."""
-        candidates = [(h, s) for h, s in found if h not in self.excluded]
+        """The hosts of a world from those found: the ones not cooling down
+        nor unreachable now (every candidate is probed, then the list is cut
+        at --max-np, so the watcher's view agrees with it)."""
+        left_out = self.left_out_now()
+        candidates = [(h, s) for h, s in found if h not in left_out]
         unreachable = dict(unreachable_hosts(candidates, self.args.rsh, self.args.ssh_connect_timeout))
         if unreachable and set(unreachable) != self.unreachable:
             self.say(f"leaving out for now: {', '.join(unreachable.values())}")
@@ -93,7 +96,13 @@ class ElasticDriver:
         return self.usable_now(found)
 
     def usable_now(self, found):
-        return usable(found, {**self.excluded, **dict.fromkeys(self.unreachable)}, self.max_np)
+        return usable(found, {**self.left_out_now(), **dict.fromkeys(self.unreachable)}, self.max_np)
+
+    def left_out_now(self):
+        """{host: why} of the hosts cooling down; says which came back."""
+        for host, why, faults in self.left_out.take_returned():
+            self.say(f"{host}'s cool-down is over (left out after its fault {faults}: {why}): trying it again")
+        return self.left_out.now()
 
     def wait_for_hosts(self):
         """Hosts with at least --min-np slots, waiting up to --elastic-timeout."""
@@ -110,7 +119,7 @@ class ElasticDriver:
             if time.monotonic() >= deadline:
                 have = sum(s for _, s in hosts)
                 why = f" (last discovery failed: {last_error})" if last_error else ""
-                left_out = "".join(f"; {h} left out: {w}" for h, w in self.excluded.items())
+                left_out = "".join(f"; {h} cooling down: {w}" for h, w in self.left_out.now().items())
                 raise ElasticError(f"--min-np {self.min_np} not reached within --elastic-timeout "
                                    f"{self.args.elastic_timeout:g} s: {have} slot{'s' if have != 1 else ''} "
                                    f"usable on {self.discovery.describe()}{why}{left_out}")
@@ -269,23 +278,24 @@ class ElasticDriver:
                                    "on disk)")
             return f"world {record.number}: every rank was lost; resuming from the newest committed state"
         collateral = collateral_crashes(exits)
+        cooling = {}  # host -> its cool-down, for each host left out now
         for rank, how in lost:
             host = record.host_of(rank)
             # A host discovery dropped comes back when it lists it again; a
             # rank that crashed after a peer was already lost keeps its host.
-            if host not in gone and rank not in collateral:
-                self.excluded.setdefault(host, f"rank {rank} was lost there ({how})")
+            if host not in gone and rank not in collateral and host not in cooling:
+                cooling[host] = self.left_out.leave_out(host, f"rank {rank} was lost there ({how})")
         if lost:
             listed = ", ".join(f"rank {r} on {record.host_of(r)} ({how})" for r, how in lost)
             hosts = sorted({record.host_of(r) for r, _ in lost})
             kept = {record.host_of(r) for r in collateral} - {record.host_of(r) for r, _ in lost if r not in collateral}
-            excluded = [h for h in hosts if h not in gone and h not in kept]
+            excluded = [f"{h} {describe_cooldown(cooling[h])}" for h in hosts if h in cooling]
             if kept:
                 listed += (f" (kept for the next world: {', '.join(sorted(kept))}, whose rank crashed only after "
                            "a peer was lost)")
             dropped = [h for h in hosts if h in gone]
             return (f"world {record.number}: lost {listed}"
-                    + (f"; left out from now on: {', '.join(excluded)}" if excluded else "")
+                    + (f"; left out: {', '.join(excluded)}" if excluded else "")
                     + (f"; left out while discovery does not list them: {', '.join(dropped)}" if dropped else ""))
         if any(left[r] == "hosts" for r in leavers):
             return f"world {record.number}: hosts changed"

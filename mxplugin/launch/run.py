@@ -99,6 +99,11 @@ def build_parser():
         "--discovery-interval", type=float, metavar="SECONDS", default=1.0,
         help="seconds between runs of the discovery script (default 1)")
     elastic.add_argument(
+        "--blacklist-cooldown-range", nargs=2, metavar=("MIN", "MAX"),
+        help="a host whose rank was lost is left out of new worlds for MIN seconds, twice as long "
+             "each time it fails again, at most MAX, then tried again (default 30 600; 'inf inf': "
+             "for good)")
+    elastic.add_argument(
         "--checkpoint-path", metavar="FILE",
         help="rank 0 also writes each committed state here; a new world starts from it when no rank "
              "of the last world survived to hand the state over")
@@ -213,6 +218,7 @@ def is_elastic(args):
 
 
 def launch_elastic(args, hosts):
+    from mxplugin.elastic.cooldown import parse_cooldown_range
     from mxplugin.elastic.driver import ElasticDriver
 
     if args.host_discovery_script and hosts:
@@ -225,6 +231,11 @@ def launch_elastic(args, hosts):
         raise UsageError(f"--min-np {args.min_np} is more than --max-np {args.max_np}")
     if args.reset_limit is not None and args.reset_limit < 0:
         raise UsageError(f"--reset-limit must be at least 0, got {args.reset_limit}")
+    if args.blacklist_cooldown_range is not None:
+        try:
+            args.blacklist_cooldown_range = parse_cooldown_range(args.blacklist_cooldown_range)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
     if not args.host_discovery_script and not hosts:
         hosts = [("localhost", args.max_np or args.num_proc or args.min_np)]
     args.static_hosts = hosts
@@ -275,6 +286,9 @@ def launch(args):
         hosts = parse_hostfile(args.hostfile) if args.hostfile is not None else (
             parse_hosts(args.hosts) if args.hosts is not None else [])
         return launch_elastic(args, hosts)
+    if args.blacklist_cooldown_range is not None:
+        raise UsageError("--blacklist-cooldown-range is for elastic jobs (--min-np, --max-np or "
+                         "--host-discovery-script): a plain job leaves no host out")
     check_num_proc(args.num_proc)
     if args.hosts is not None and args.hostfile is not None:
         raise UsageError("give the hosts with -H or with --hostfile, not both")
