@@ -10,7 +10,7 @@ gradient of its rows: rows of ids outside the shard receive only zeros.
 
 from mxplugin.errors import ArgumentError
 from mxplugin.parallel.collectives import reduce_from_group
-from mxplugin.parallel.layers import _as_ndarray, _check_shape, _ParallelBlock, _ShardOf
+from mxplugin.parallel.layers import _ParallelBlock, _ShardOf
 from mxplugin.parallel.mesh import default_mesh, mark_distributed
 
 
@@ -30,7 +30,7 @@ class VocabParallelEmbedding(_ParallelBlock):
         self._local_rows = input_dim // mesh.mp
         self._first_row = mesh.mp_rank * self._local_rows
         rows = slice(self._first_row, self._first_row + self._local_rows)
-        self._shards["weight"] = (rows,)
+        self._shards["weight"], self._full_shapes["weight"] = (rows,), (input_dim, output_dim)
         with self.name_scope():
             self.weight = self.params.get("weight", shape=(self._local_rows, output_dim), dtype=dtype,
                                           init=_ShardOf((input_dim, output_dim), (rows,), weight_initializer),
@@ -48,19 +48,7 @@ class VocabParallelEmbedding(_ParallelBlock):
 
     def load_full(self, weight):
         """Sets this rank's rows from the full (input_dim, output_dim) table."""
-        weight = _as_ndarray(weight, "weight")
-        _check_shape(weight, (self._input_dim, self._output_dim), "weight")
-        self.weight.set_data(weight[self._shards["weight"]])
-
-    def full_weight(self):
-        """The whole table, gathered over the mp group (a collective call)."""
-        return self._gather(self.weight.data(), 0, "weight")
-
-    def full_arrays(self):
-        return {"weight": self.full_weight()}
-
-    def load_full_arrays(self, arrays):
-        self.load_full(arrays["weight"])
+        self._load_full_array("weight", weight)
 
     def __repr__(self):
         return (f"{type(self).__name__}({self._input_dim} -> {self._output_dim}, {self._local_rows} rows per "

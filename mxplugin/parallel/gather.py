@@ -18,19 +18,14 @@ from mxplugin.parallel._tree import child_path, walk
 from mxplugin.parallel.layers import _ParallelBlock
 
 
-def _places(block):
-    """(structural prefix, block) for every block, pre-order, as gluon's
-    _collect_params_with_prefix walks them."""
-    return [(node.path, node.block) for node in walk(block)]
-
-
 def gather_serial_parameters(net):
     """{structural name: whole NDArray on the CPU} of every parameter of a
     parallelized network: split weights gathered over the mp group, the
     others as they are. The names are those of the serial network the
     partitioner started from. A collective call over every mp group."""
     arrays = {}
-    for prefix, block in _places(net):
+    for node in walk(net):
+        prefix, block = node.path, node.block
         if isinstance(block, _ParallelBlock):
             whole = block.full_arrays()
         else:
@@ -66,7 +61,8 @@ def load_serial_parameters(net, filename, ctx=None):
     loaded = {k[4:] if k.startswith(("arg:", "aux:")) else k: v for k, v in loaded.items()}
     ctx = ctx if ctx is not None else mx.context.current_context()
     expected = set()
-    for prefix, block in _places(net):
+    for node in walk(net):
+        prefix, block = node.path, node.block
         if not block._reg_params:
             continue
         names = {attr: child_path(prefix, attr) for attr in block._reg_params}

@@ -74,12 +74,14 @@ class _ParallelBlock(gluon.HybridBlock):
 
     `_shards` maps each parameter's attribute name to the index (a tuple of
     slices) of this rank's block in the full array, or None for a parameter
-    that is replicated whole."""
+    that is replicated whole; `_full_shapes` maps it to the full array's
+    shape. The full-array methods below read only these two."""
 
     def __init__(self, mesh, **kwargs):
         super().__init__(**kwargs)
         self._mesh = mesh if mesh is not None else default_mesh()
         self._shards = {}
+        self._full_shapes = {}
         self.label = type(self).__name__  # Note [Collective names]
 
     @property
@@ -100,14 +102,39 @@ class _ParallelBlock(gluon.HybridBlock):
         ps = self._mesh.mp_set
         return gather_axis(data, axis, next_name(ps, f"{self.label}.{what}"), ps)
 
+    def _shard_of(self, attr, whole):
+        """This rank's block of the whole array of parameter `attr`."""
+        index = self._shards[attr]
+        return whole if index is None else whole[index]
+
+    def full_array(self, attr):
+        """The whole array of parameter `attr`: gathered over the mp group
+        along the axis its shard splits (a collective call: every rank of the
+        group must make it), or a copy of it when it is replicated."""
+        data, index = getattr(self, attr).data(), self._shards[attr]
+        if index is None:
+            return data.copy()
+        axis = next(i for i, part in enumerate(index) if part != slice(None))
+        return self._gather(data, axis, attr)
+
+    def full_weight(self):
+        """The whole weight, gathered over the mp group (a collective call)."""
+        return self.full_array("weight")
+
     def full_arrays(self):
         """{attribute name: whole array} of every parameter, gathered over the
         mp group where split (a collective call over the group)."""
-        raise NotImplementedError
+        return {attr: self.full_array(attr) for attr in self._shards}
+
+    def _load_full_array(self, attr, whole):
+        whole = _as_ndarray(whole, attr)
+        _check_shape(whole, self._full_shapes[attr], attr)
+        getattr(self, attr).set_data(self._shard_of(attr, whole))
 
     def load_full_arrays(self, arrays):
         """Sets this rank's shards from {attribute name: whole array}."""
-        raise NotImplementedError
+        for attr, whole in arrays.items():
+            self._load_full_array(attr, whole)
 
     def take_values(self, serial_params):
         """Takes this rank's shards of the values of `serial_params`
@@ -115,14 +142,13 @@ class _ParallelBlock(gluon.HybridBlock):
         and their lr_mult, wd_mult and grad_req. Uninitialised serial
         parameters leave this block's own uninitialised: its initializers
         draw the whole array as the serial ones would (_ShardOf)."""
-        for attr, index in self._shards.items():
+        for attr in self._shards:
             mine, theirs = getattr(self, attr), serial_params[attr]
             mine.lr_mult, mine.wd_mult, mine.grad_req = theirs.lr_mult, theirs.wd_mult, theirs.grad_req
             if theirs._data is None:
                 continue
-            whole = theirs.list_data()[0]
             mine.initialize(init=mx.init.Zero(), ctx=theirs.list_ctx(), force_reinit=True)
-            mine.set_data(whole if index is None else whole[index])
+            mine.set_data(self._shard_of(attr, theirs.list_data()[0]))
 
 
 class _ParallelDense(_ParallelBlock):
@@ -132,9 +158,7 @@ class _ParallelDense(_ParallelBlock):
                  activation, mesh, flatten, dtype, weight_initializer, bias_initializer, **kwargs):
         super().__init__(mesh, **kwargs)
         self._units, self._in_units, self._flatten = units, in_units, flatten
-        self._weight_index = weight_index
-        self._bias_index = bias_index
-        self._shards["weight"] = weight_index
+        self._shards["weight"], self._full_shapes["weight"] = weight_index, (units, in_units)
         with self.name_scope():
             self.weight = self.params.get("weight", shape=weight_shape, dtype=dtype,
                                           init=_ShardOf((units, in_units), weight_index, weight_initializer),
@@ -144,7 +168,7 @@ class _ParallelDense(_ParallelBlock):
                 init = bias_initializer if bias_index is None else _ShardOf((units,), bias_index, bias_initializer)
                 self.bias = self.params.get("bias", shape=bias_shape, dtype=dtype, init=init,
                                             allow_deferred_init=False)
-                self._shards["bias"] = bias_index
+                self._shards["bias"], self._full_shapes["bias"] = bias_index, (units,)
                 if bias_index is not None:
                     mark_distributed(self.bias)
             else:
@@ -154,34 +178,16 @@ class _ParallelDense(_ParallelBlock):
     def load_full(self, weight, bias=None):
         """Sets this rank's shard from the full (unsplit) weight of shape
         (units, in_units) and, if given, the full bias of shape (units,)."""
-        weight = _as_ndarray(weight, "weight")
-        _check_shape(weight, (self._units, self._in_units), "weight")
-        self.weight.set_data(weight[self._weight_index])
+        self._load_full_array("weight", weight)
         if bias is not None:
             if self.bias is None:
                 raise ArgumentError(f"{self.name} has no bias (use_bias=False)")
-            bias = _as_ndarray(bias, "bias")
-            _check_shape(bias, (self._units,), "bias")
-            self.bias.set_data(bias if self._bias_index is None else bias[self._bias_index])
-
-    def full_weight(self):
-        """The whole weight (units, in_units), gathered over the mp group (a
-        collective call: every rank of the group must make it)."""
-        raise NotImplementedError
+            self._load_full_array("bias", bias)
 
     def full_bias(self):
         """The whole bias (units,), or None without a bias (a collective call
         when the bias is split)."""
-        raise NotImplementedError
-
-    def full_arrays(self):
-        arrays = {"weight": self.full_weight()}
-        if self.bias is not None:
-            arrays["bias"] = self.full_bias()
-        return arrays
-
-    def load_full_arrays(self, arrays):
-        self.load_full(arrays["weight"], arrays.get("bias"))
+        return None if self.bias is None else self.full_array("bias")
 
 
 class ColumnParallelDense(_ParallelDense):
@@ -217,12 +223,6 @@ class ColumnParallelDense(_ParallelDense):
         if self._gather_output:
             y = gather_from_group(y, self._mesh.mp_set, axis=-1, name=self.label)
         return y
-
-    def full_weight(self):
-        return self._gather(self.weight.data(), 0, "weight")
-
-    def full_bias(self):
-        return None if self.bias is None else self._gather(self.bias.data(), 0, "bias")
 
     def __repr__(self):
         return (f"{type(self).__name__}({self._in_units} -> {self._units}, {self._local_units} per rank, "
@@ -274,12 +274,6 @@ class RowParallelDense(_ParallelDense):
         if self.act is not None:
             y = self.act(y)
         return y
-
-    def full_weight(self):
-        return self._gather(self.weight.data(), 1, "weight")
-
-    def full_bias(self):
-        return None if self.bias is None else self.bias.data().copy()
 
     def __repr__(self):
         return (f"{type(self).__name__}({self._in_units} -> {self._units}, {self._local_in_units} inputs per "

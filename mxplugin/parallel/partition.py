@@ -32,7 +32,7 @@ from mxnet import gluon
 
 from mxplugin import basics
 from mxplugin.errors import ArgumentError
-from mxplugin.parallel._tree import ELEMENTWISE, SEQUENTIAL, describe, replace_child, walk
+from mxplugin.parallel._tree import ELEMENTWISE, SEQUENTIAL, Tree, child_path, describe, replace_child
 from mxplugin.parallel.layers import _ParallelBlock
 from mxplugin.parallel.mesh import default_mesh
 from mxplugin.parallel.placements import Plan, Replicate, ShardedOutput
@@ -61,13 +61,10 @@ def _missing_child(key, by_path):
     return f"plan entry '{key}' names no child"
 
 
-def _resolve(net, plan):
+def _resolve(tree, plan):
     """[(node, placement, plan key)] in tree order, HeadParallel's children
     included; raises ArgumentError for names that match nothing or twice."""
-    nodes = walk(net)
-    by_path = {}
-    for node in nodes:
-        by_path.setdefault(node.path, node)
+    nodes, by_path = tree.nodes, tree.by_path
     chosen = {}  # path -> (placement, key)
     for key, placement in plan.placements.items():
         if _is_pattern(key):
@@ -86,43 +83,37 @@ def _resolve(net, plan):
             chosen[path] = (placement, key)
     for path, (placement, key) in list(chosen.items()):
         for child, implied in placement.children(by_path[path].block).items():
-            sub = f"{path}.{child}"
+            sub = child_path(path, child)
             if sub in chosen:
                 raise ArgumentError(f"child '{sub}' is split by {placement} on '{path}' and also named by plan "
                                     f"entry '{chosen[sub][1]}'")
             if sub in by_path:
                 chosen[sub] = (implied, f"{key} ({type(placement).__name__})")
-    order = {node.path: i for i, node in enumerate(nodes)}
-    return [(by_path[p], pl, k) for p, (pl, k) in sorted(chosen.items(), key=lambda kv: order[kv[0]])], nodes
+    return [(by_path[p], pl, k) for p, (pl, k) in tree.in_order(chosen)]
 
 
-def _check_shared(entries, nodes):
+def _check_shared(entries, tree):
     """A split block must have one place in the tree and share no parameter."""
-    places, owners = {}, {}
-    for node in nodes:
-        places.setdefault(id(node.block), []).append(node.path)
-        for param in node.block._reg_params.values():
-            owners.setdefault(id(param), []).append((node.path, param.name))
     for node, placement, _ in entries:
         if isinstance(placement, Replicate) or not node.block._reg_params:
             continue
-        where = places[id(node.block)]
+        where = tree.places[id(node.block)]
         if len(where) > 1:
             raise ArgumentError(f"child '{node.path}' cannot be split: the same block is used twice, registered "
                                 f"as {', '.join(repr(w) for w in where)}; give each place a block of its own")
         for param in node.block._reg_params.values():
-            others = [p for p, _ in owners[id(param)] if p != node.path]
+            others = [owner.path for owner in tree.owners[id(param)] if owner.path != node.path]
             if others:
                 raise ArgumentError(f"child '{node.path}' cannot be split: its parameter '{param.name}' is shared "
                                     f"with {', '.join(repr(o) for o in others)} (tied weights); untie them or "
                                     "leave both replicated")
 
 
-def _check_entry(node, placement, mesh, by_path):
+def _check_entry(node, placement, mesh, tree):
     if isinstance(node.block, _ParallelBlock):
         raise ArgumentError(f"child '{node.path}' is already split ({type(node.block).__name__})")
     placement.check(node.path, node.block, mesh)
-    for above in node.ancestors(by_path):
+    for above in tree.ancestors(node):
         if isinstance(above.block, _ParallelBlock):
             raise ArgumentError(f"child '{node.path}' is inside the split layer '{above.path}'")
         if isinstance(above.block, gluon.HybridBlock) and above.block._active:
@@ -141,7 +132,7 @@ def _check_sequential(nodes, placements):
 
     def scan(path, container, split_by):
         for key, child in container._children.items():
-            here = f"{path}.{key}" if path else key
+            here = child_path(path, key)
             placement = placements.get(here)
             if isinstance(child, SEQUENTIAL) and placement is None:
                 split_by = scan(here, child, split_by)
@@ -213,15 +204,13 @@ def parallelize(net, mesh=None, plan="auto", verbose=False):
         plan = Plan(plan)
     if verbose and basics.rank() == 0:
         print(f"parallelize on {mesh}:\n{plan}", flush=True)
-    entries, nodes = _resolve(net, plan)
-    by_path = {}
-    for node in nodes:
-        by_path.setdefault(node.path, node)
+    tree = Tree(net)
+    entries = _resolve(tree, plan)
     for node, placement, _ in entries:
         if not isinstance(placement, Replicate):
-            _check_entry(node, placement, mesh, by_path)
-    _check_shared(entries, nodes)
-    _check_sequential(nodes, {node.path: placement for node, placement, _ in entries})
+            _check_entry(node, placement, mesh, tree)
+    _check_shared(entries, tree)
+    _check_sequential(tree.nodes, {node.path: placement for node, placement, _ in entries})
 
     imperative = {}
     for node, placement, _ in entries:
@@ -230,7 +219,7 @@ def parallelize(net, mesh=None, plan="auto", verbose=False):
             continue
         new.label = node.path  # Note [Collective names] in layers.py
         replace_child(node.parent, node.key, node.block, new)
-        for above in node.ancestors(by_path):
+        for above in tree.ancestors(node):
             imperative[id(above.block)] = above.block
     for block in imperative.values():
         if isinstance(block, gluon.HybridBlock):

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from mxnet import gluon
 
 from mxplugin.errors import ArgumentError
-from mxplugin.parallel._tree import describe
+from mxplugin.parallel._tree import describe, runs_forward_of
 from mxplugin.parallel.embedding import VocabParallelEmbedding
 from mxplugin.parallel.layers import ColumnParallelDense, RowParallelDense
 
@@ -63,7 +63,7 @@ def _fail(path, block, placement, why):
 def _check_dense(path, block, placement, mesh, split_dim):
     if not isinstance(block, gluon.nn.Dense):
         _fail(path, block, placement, "it is not a gluon.nn.Dense")
-    if type(block).hybrid_forward is not gluon.nn.Dense.hybrid_forward:
+    if not runs_forward_of(block, gluon.nn.Dense):
         _fail(path, block, placement, f"{type(block).__name__} overrides Dense's forward, which the split "
               "layer would not run")
     units, in_units = block.weight.shape
@@ -153,7 +153,7 @@ class VocabParallel(Placement):
     def check(self, path, block, mesh):
         if not isinstance(block, gluon.nn.Embedding):
             _fail(path, block, self, "it is not a gluon.nn.Embedding")
-        if type(block).hybrid_forward is not gluon.nn.Embedding.hybrid_forward:
+        if not runs_forward_of(block, gluon.nn.Embedding):
             _fail(path, block, self, f"{type(block).__name__} overrides Embedding's forward")
         if block._kwargs["sparse_grad"]:
             _fail(path, block, self, "sparse_grad=True is not supported (the shard's gradient is dense)")

@@ -22,14 +22,14 @@ Each choice, and each pair passed over, is explained in Plan.notes.
 from mxnet import gluon
 
 from mxplugin.errors import ArgumentError
-from mxplugin.parallel._tree import ELEMENTWISE, SEQUENTIAL, child_path, describe, walk
+from mxplugin.parallel._tree import ELEMENTWISE, SEQUENTIAL, Tree, child_path, describe, runs_forward_of
 from mxplugin.parallel.layers import _ParallelBlock
 from mxplugin.parallel.mesh import default_mesh
 from mxplugin.parallel.placements import ColwiseParallel, Plan, RowwiseParallel, ShardedOutput
 
 
 def _plain_dense(block):
-    return isinstance(block, gluon.nn.Dense) and type(block).hybrid_forward is gluon.nn.Dense.hybrid_forward
+    return runs_forward_of(block, gluon.nn.Dense)
 
 
 def _why_not(block, width, what, mesh, shared):
@@ -51,19 +51,6 @@ def _final_layer(net):
     return path, block
 
 
-def _shared_blocks(nodes):
-    places, owners = {}, {}
-    for node in nodes:
-        places.setdefault(id(node.block), set()).add(node.path)
-        for param in node.block._reg_params.values():
-            owners.setdefault(id(param), set()).add(id(node.block))
-    shared = {b for b, paths in places.items() if len(paths) > 1}
-    for blocks in owners.values():
-        if len(blocks) > 1:
-            shared |= blocks
-    return shared
-
-
 def auto_plan(net, mesh=None, classifier="auto"):
     """The Plan that parallelize(net, mesh, "auto") applies (Note [What auto
     splits]); print it to see what was chosen and why.
@@ -73,8 +60,9 @@ def auto_plan(net, mesh=None, classifier="auto"):
     if classifier not in ("auto", True, False):
         raise ArgumentError(f"auto_plan: classifier must be 'auto', True or False, got {classifier!r}")
     mesh = mesh if mesh is not None else default_mesh()
-    nodes = walk(net)
-    shared = _shared_blocks(nodes)
+    tree = Tree(net)
+    nodes = tree.nodes
+    shared = tree.shared_blocks()
     placements, notes = {}, []
 
     final_path, final = _final_layer(net)
@@ -126,5 +114,4 @@ def auto_plan(net, mesh=None, classifier="auto"):
             notes.append(f"{pair}: column- then row-wise, hidden features split, one allreduce forward and one "
                          "backward")
             i = j + 1
-    order = {node.path: k for k, node in enumerate(nodes)}
-    return Plan(dict(sorted(placements.items(), key=lambda kv: order[kv[0]])), notes)
+    return Plan(dict(tree.in_order(placements)), notes)
