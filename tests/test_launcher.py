@@ -108,6 +108,30 @@ def test_worst_rank_exit_code_is_returned():
     assert result.returncode == 3
 
 
+# Rank 1 says its pid and kills itself; rank 0 waits for mpiexec to end it.
+DIES_BY = ("import os, signal, sys, time\n"
+           "if os.environ['PMI_RANK'] == '1':\n"
+           "    os.write(1, f'pid {os.getpid()}\\n'.encode()); os.kill(os.getpid(), signal.{sig})\n"
+           "time.sleep(3600)\n")
+
+
+@pytest.mark.parametrize("sig", ["SIGKILL", "SIGSEGV"])
+def test_a_rank_killed_by_a_signal_is_named_in_one_line(sig):
+    """Note [Naming the rank that died] in mxplugin/launch/rank_deaths.py:
+    MPICH's banner names only a pid; the launcher says which rank, in one
+    line, and exits 128 + the signal."""
+    result = run_launcher("-np", "2", sys.executable, "-c", DIES_BY.replace("{sig}", sig))
+    number = getattr(signal, sig)
+    pid = next(line.split()[1] for line in result.stdout.splitlines() if line.startswith("pid "))
+    said = [line for line in result.stderr.splitlines() if line.strip()]
+    report = f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode == 128 + number, report
+    assert len(said) == 1 and said[0].startswith(f"mxplugin-run: rank 1 (pid {pid} on "), report
+    assert f") ended first: the job was killed by signal {number} ({sig}); mpiexec stopped the other ranks" in said[0], report
+    for noise in ("BAD TERMINATION", "=====", "mxplugin-relay-rank", "YOUR APPLICATION"):
+        assert noise not in result.stdout + result.stderr, report
+
+
 def test_host_list_runs_ranks_and_keeps_user_settings():
     env = launcher_env(MXPLUGIN_LOG_LEVEL="info", OMP_NUM_THREADS="3")
     hosts = f"localhost:1,{socket.gethostname()}:1"
@@ -370,3 +394,36 @@ def test_unanswering_host_times_out_and_leaves_nothing_running(tmp_path):
     assert elapsed < HANG_S
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True)
     assert left.stdout.strip() == "", f"left running: {left.stdout}"
+
+
+BANNER = """
+===================================================================================
+=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+=   PID 700 RUNNING AT node1
+=   EXIT CODE: 9
+=   CLEANING UP REMAINING PROCESSES
+=   YOU CAN IGNORE THE BELOW CLEANUP MESSAGES
+===================================================================================
+YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Segmentation fault (signal 11)
+This typically refers to a problem with your application.
+Please see the FAQ page for debugging suggestions
+"""
+
+
+def test_the_banner_is_read_and_a_users_rules_pass():
+    """RankDeaths on its own: the banner's pid is not the rank that died
+    (Note [Naming the rank that died]); the first relay line is. Blank lines
+    and rules of the ranks' own output still come through, in order."""
+    from mxplugin.launch.rank_deaths import RankDeaths
+
+    deaths = RankDeaths()
+    out = []
+    for text in ["step 1\n", "\n", "=====\n", "step 2\n", "mxplugin-relay-ended 3 812 node2\n",
+                 "mxplugin-relay-ended 0 700 node1\n", *[line + "\n" for line in BANNER.splitlines()], "=====\n"]:
+        out += deaths.lines("out", text)
+    out += deaths.flush("out")
+    assert out == ["step 1\n", "\n", "=====\n", "step 2\n", "=====\n"]
+    said, code = deaths.summary()
+    assert code == 139 and said == ["rank 3 (pid 812 on node2) ended first: the job was killed by signal 11 "
+                                    "(SIGSEGV); mpiexec stopped the other ranks"], said
+    assert RankDeaths().summary() == (None, None)  # no banner: nothing to say

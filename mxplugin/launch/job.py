@@ -25,7 +25,9 @@ import sys
 import threading
 import time
 
+from mxplugin.launch.line_relay import RANK_MARKER
 from mxplugin.launch.lost_hosts import MARKER, LostHostsWatch, reported_hosts
+from mxplugin.launch.rank_deaths import RankDeaths
 from mxplugin.launch.remote_shells import end, remote_shells
 
 # Signals that stop the job: SIGHUP too, since in its own session the job
@@ -36,17 +38,21 @@ _LAUNCHER_NOISE = ("[mpiexec@", "[proxy:", "=====", "=   ", "YOUR APPLICATION TE
                    "Please see the FAQ", "Ctrl-C caught")
 
 
+_RELAY_MARKER = RANK_MARKER.encode()
 # The tag --prefix-output puts before each line of a rank.
 _RANK_TAG = re.compile(r"^\[[0-9?]+\]<std(out|err)>:")
 
 
 class _Pump(threading.Thread):
-    """Copies one of the child's output pipes to ours as it comes; once the
-    job is being stopped, line by line without the stop's noise."""
+    """Copies one of the child's output pipes to ours as it comes; line by
+    line, without the stop's noise, once the job is being stopped, and
+    without the relays' rank lines and MPICH's banner (Note [Naming the
+    rank that died] in rank_deaths.py)."""
 
-    def __init__(self, source, sink, stopping, on_unreachable=None):
+    def __init__(self, source, sink, stream, stopping, deaths, on_unreachable=None):
         super().__init__(daemon=True)
-        self.source, self.sink, self.stopping = source, sink, stopping
+        self.source, self.sink, self.stream, self.stopping = source, sink, stream, stopping
+        self.deaths = deaths
         self.on_unreachable = on_unreachable  # called with the hosts a rank's line says it cannot reach
         self.pending = b""
         self.sink_gone = False  # our output was closed (`| head`): keep draining, drop the rest
@@ -58,11 +64,19 @@ class _Pump(threading.Thread):
                 break
             if self.on_unreachable is not None and MARKER in chunk:  # Note [Lost hosts]
                 self.on_unreachable(reported_hosts(chunk.decode("utf-8", "replace")))
-            if self.stopping.is_set() or self.pending:
+            if self.stopping.is_set() or self.pending or self._may_hold_a_report(chunk):
                 self.filter(chunk)
             else:
                 self.write(chunk)
         self.filter(b"", final=True)
+        for text in self.deaths.flush(self.stream):
+            self.write_line(text)
+
+    def _may_hold_a_report(self, chunk):
+        """Whether `chunk` must be read line by line: a relay's rank line or
+        a banner may be in it (most output passes as it comes)."""
+        return (_RELAY_MARKER in chunk or chunk.startswith(b"=") or b"\n=" in chunk
+                or self.deaths.reading(self.stream))
 
     def write(self, data):
         if data and not self.sink_gone:
@@ -74,21 +88,33 @@ class _Pump(threading.Thread):
 
     def filter(self, chunk, final=False):
         lines = (self.pending + chunk).split(b"\n")
-        self.pending = b"" if final else lines.pop()
+        last = lines.pop()
+        self.pending = b"" if final else last
         for line in lines:
-            self.line(line)
+            self.line(line + b"\n")
+        if final and last:  # the output ended within a line
+            self.line(last + b"\n")
 
     def line(self, line):
-        # Ranks' tracebacks arrive interleaved line by line (each line whole,
-        # Note [Whole lines] in line_relay.py), so this works on lines, not
-        # structure: a traceback printed while stopping is reduced to its
-        # last line, and dropped whole when that is KeyboardInterrupt. A
-        # rank's tag (--prefix-output) is not part of what is judged.
-        text = _RANK_TAG.sub("", line.decode("utf-8", "replace"), count=1)
-        rest = text.replace("Traceback (most recent call last):", "").replace("KeyboardInterrupt", "")
-        if not rest.strip() or text.startswith(("  ",) + _LAUNCHER_NOISE):
-            return
-        self.write(line + b"\n")
+        text = line.decode("utf-8", "replace")
+        for kept in self.deaths.lines(self.stream, text):
+            self.write_line(kept, line if kept is text else None)
+
+    def write_line(self, text, raw=None):
+        if not self.stopping.is_set() or not _stop_noise(text):
+            self.write(raw if raw is not None else text.encode("utf-8", "replace"))
+
+
+def _stop_noise(text):
+    """Whether a line printed while the job stops is the stop's own noise.
+    Ranks' tracebacks arrive interleaved line by line (each line whole,
+    Note [Whole lines] in line_relay.py), so this works on lines, not
+    structure: a traceback printed while stopping is reduced to its last
+    line, and dropped whole when that is KeyboardInterrupt. A rank's tag
+    (--prefix-output) is not part of what is judged."""
+    text = _RANK_TAG.sub("", text, count=1)
+    rest = text.replace("Traceback (most recent call last):", "").replace("KeyboardInterrupt", "")
+    return not rest.strip() or text.startswith(("  ",) + _LAUNCHER_NOISE)
 
 
 def exit_code(returncode):
@@ -140,6 +166,7 @@ class Job:
         self.stopping = threading.Event()
         self.abandoned = False
         self.unreachable = set()  # hosts the ranks say they cannot reach (Note [Lost hosts])
+        self.deaths = RankDeaths()  # Note [Naming the rank that died]
         self.lock = threading.Lock()
 
     def wait(self, timeout=None):
@@ -221,8 +248,9 @@ class Job:
         # A plain launch learns of lost hosts only from the ranks' lines; an
         # elastic one hears from its ranks (unreached) and needs no watch.
         plain = self.unreached is None
-        pumps = [_Pump(child.stdout, sys.stdout.buffer, self.stopping, self._add_unreachable if plain else None),
-                 _Pump(child.stderr, sys.stderr.buffer, self.stopping, self._add_unreachable if plain else None)]
+        watch = self._add_unreachable if plain else None
+        pumps = [_Pump(child.stdout, sys.stdout.buffer, "out", self.stopping, self.deaths, watch),
+                 _Pump(child.stderr, sys.stderr.buffer, "err", self.stopping, self.deaths, watch)]
         previous = {sig: signal.signal(sig, self._interrupt) for sig in _STOP_SIGNALS}
         try:
             for pump in pumps:
@@ -243,6 +271,12 @@ class Job:
         code = exit_code(returncode)
         if self.abandoned and not self.received:
             return EXIT_ABANDONED
+        said, died = self.deaths.summary()
+        if said and plain and not self.received:  # an elastic launcher says what it lost itself
+            for line in said:
+                sys.stderr.write(f"{self.prog}: {line}\n")
+            sys.stderr.flush()
+            return died
         # After an interrupt: the ranks' own code when they chose one (they
         # caught it and exited 7, say); else the shell's 128 + signal. MPICH's
         # launcher reports ranks killed by signal N as exit code N.

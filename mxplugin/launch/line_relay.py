@@ -36,8 +36,13 @@ and importing mxplugin's package would load MXNet, seconds per rank."""
 import os
 import select
 import signal
+import socket
 import sys
 
+# The line a relay writes to stderr when its command has ended, with its
+# rank, pid and host: the launcher keeps it out of the output and names a
+# killed rank by it (Note [Naming the rank that died] in rank_deaths.py).
+RANK_MARKER = "mxplugin-relay-ended"
 PARTIAL_AFTER_SECONDS = 0.2
 PIPE_BUF = 4096  # POSIX's least guarantee: writes up to this size are never split
 READ_BYTES = 65536
@@ -100,13 +105,30 @@ class Sink:
             self.gone = True
 
 
-def relay(sources):
+def watch_command(pid):
+    """A descriptor readable once process `pid` has ended (None where the
+    kernel has no pidfd: its output's end stands in)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def say_ended(pid):
+    os.write(2, f"{RANK_MARKER} {rank_from_environment()} {pid} {socket.gethostname()}\n".encode())
+
+
+def relay(sources, command_pid):
     """Copies each source pipe to its Sink as whole lines until every source
-    is closed (the command and whatever inherited its output have ended)."""
+    is closed (the command and whatever inherited its output have ended);
+    says when the command ends."""
     pending = {fd: b"" for fd in sources}
     poller = select.poll()
     for fd in sources:
         poller.register(fd, select.POLLIN)
+    ended = watch_command(command_pid)
+    if ended is not None:
+        poller.register(ended, select.POLLIN)
     while sources:
         partial = any(pending[fd] for fd in sources)
         events = poller.poll(int(PARTIAL_AFTER_SECONDS * 1000) if partial else None)
@@ -116,6 +138,12 @@ def relay(sources):
                 pending[fd] = b""
             continue
         for fd, _ in events:
+            if fd == ended:
+                say_ended(command_pid)
+                poller.unregister(ended)
+                os.close(ended)
+                ended = None
+                continue
             try:
                 chunk = os.read(fd, READ_BYTES)
             except OSError:
@@ -129,6 +157,8 @@ def relay(sources):
             if len(pending[fd]) >= PIPE_BUF:  # a line this long is cut anyway
                 done, pending[fd] = done + pending[fd], b""
             sources[fd].write(done)
+    if ended is not None:  # the output ended first (or no pidfd): the command has, or soon will
+        say_ended(command_pid)
 
 
 def keep_only(keep):
@@ -149,6 +179,7 @@ def start_relay(prefix):
     the write ends."""
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
+    command_pid = os.getpid()  # the command's after the exec
     child = os.fork()
     if child == 0:
         if os.fork() == 0:
@@ -156,10 +187,14 @@ def start_relay(prefix):
             # command's to handle; the relay ends when its output does.
             for name in ("SIGINT", "SIGTERM", "SIGHUP"):
                 signal.signal(getattr(signal, name), signal.SIG_IGN)
+            # A session of its own: when mpiexec kills the rank's process
+            # group after a rank died, this one must live to say so (it ends
+            # when its pipes do).
+            os.setsid()
             keep_only({1, 2, out_read, err_read})  # Note [The relay holds only the output]
             rank = rank_from_environment()
             tag = (lambda stream: f"[{rank}]<{stream}>:".encode()) if prefix else (lambda stream: b"")
-            relay({out_read: Sink(1, tag("stdout")), err_read: Sink(2, tag("stderr"))})
+            relay({out_read: Sink(1, tag("stdout")), err_read: Sink(2, tag("stderr"))}, command_pid)
             os._exit(0)
         os._exit(0)
     os.waitpid(child, 0)

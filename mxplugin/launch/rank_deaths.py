@@ -1,0 +1,134 @@
+"""Which rank of a plain job died by a signal, said in one line instead of
+MPICH's banner (Note [Naming the rank that died]).
+
+Note [Naming the rank that died]: when a rank is killed (the OOM killer,
+a segfault, a `kill -9`), MPICH's launcher stops the others and prints a
+ten-line banner that names the process only by pid and host:
+
+    =   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+    =   PID 29530 RUNNING AT node3
+    =   EXIT CODE: 9
+    ...
+    YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)
+
+The user wants the rank, and the banner cannot give it: its pid is the
+first process its host's proxy started (rank 0 on one host, whichever rank
+died), its exit code that process's; only its last line, the exit string,
+is the job's: the first abnormal end's signal. So each rank starts behind
+the line relay (line_relay.py), which execs the command in its own place
+(the rank keeps the relay's pid) and whose output reader watches that pid
+(a pidfd): when the command ends, it writes one line, RANK_MARKER with the
+rank, pid and host, to stderr. The launcher keeps those lines out of the
+job's output, notes their order, drops the banner and, after mpiexec ends,
+says "rank 1 (pid 29530 on node3) ended first: the job was killed by
+signal 9 (SIGKILL) ...": the rank that ended first is the one that died
+(the others end only once mpiexec has learnt of it and stops them), unless
+ranks had already finished normally, which the relay cannot tell from a
+death (the line then names the first of them; the signal is still right).
+The exit code is the shell's 128 + the signal, as after Ctrl-C (MPICH's own
+is the bare signal number, which reads like a rank's exit code)."""
+import re
+import signal
+import threading
+
+from mxplugin.launch.line_relay import RANK_MARKER
+
+_MARKER_LINE = re.compile(re.escape(RANK_MARKER) + r" (\S+) (\d+) (\S+)")
+_RULE = re.compile(r"^=+\s*$")
+_BANNER_START = "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
+_BANNER_PID = re.compile(r"^=\s+(?:RANK \d+ )?PID (\d+) RUNNING AT (\S+)")
+_BANNER_CODE = re.compile(r"^=\s+EXIT CODE: (\d+)")
+_BANNER_SIGNAL = re.compile(r"^YOUR APPLICATION TERMINATED WITH THE EXIT STRING: .*\(signal (\d+)\)")
+_BANNER_END = "Please see the FAQ page for debugging suggestions"
+
+
+def signal_name(number):
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+class RankDeaths:
+    """Reads the job's output line by line (both streams, from the launcher's
+    pumps): keeps the relays' rank lines and MPICH's banner out of it and
+    remembers what they said."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.ended = []  # [(rank, pid, host)] in the order the relays said so
+        self.deaths = []  # [{pid, host, code, signal}] from each banner
+        self.held = {}  # stream -> lines that may open a banner (a blank line, a rule)
+        self.in_banner = {}  # stream -> what the banner being read said so far
+
+    def reading(self, stream):
+        """Whether lines of `stream` are held or a banner is being read."""
+        return bool(self.held.get(stream)) or stream in self.in_banner
+
+    def lines(self, stream, text):
+        """The lines to print for `text` (one line with its newline) of
+        `stream` ("out" or "err"): none, the line, or lines held before it."""
+        marker = _MARKER_LINE.search(text)
+        if marker:
+            with self.lock:
+                self.ended.append((marker.group(1), int(marker.group(2)), marker.group(3)))
+            return []
+        bare = text.rstrip("\r\n")
+        banner = self.in_banner.get(stream)
+        if banner is not None:
+            self._read_banner(stream, banner, bare)
+            return []
+        held = self.held.setdefault(stream, [])
+        if bare.startswith(_BANNER_START):
+            held.clear()
+            self.in_banner[stream] = {}
+            return []
+        if not bare.strip() or _RULE.match(bare):
+            held.append(text)
+            return []
+        out = held + [text]
+        held.clear()
+        return out
+
+    def _read_banner(self, stream, banner, bare):
+        pid, code, sig = _BANNER_PID.match(bare), _BANNER_CODE.match(bare), _BANNER_SIGNAL.match(bare)
+        if pid:
+            banner.update(pid=int(pid.group(1)), host=pid.group(2))
+        elif code:
+            banner["code"] = int(code.group(1))
+        elif sig:
+            banner["signal"] = int(sig.group(1))
+        elif bare.startswith(_BANNER_END):
+            self._end_banner(stream)
+
+    def _end_banner(self, stream):
+        banner = self.in_banner.pop(stream)
+        if "pid" in banner:
+            with self.lock:
+                self.deaths.append(banner)
+
+    def flush(self, stream):
+        """Lines held at the end of the output (they opened no banner); a
+        banner cut short still counts."""
+        if stream in self.in_banner:
+            self._end_banner(stream)
+        return self.held.pop(stream, [])
+
+    def summary(self):
+        """(one line, the exit code for the shell: 128 + the signal, else
+        the code) or (None, None) when there was no banner."""
+        with self.lock:
+            deaths, ended = list(self.deaths), list(self.ended)
+        if not deaths:
+            return None, None
+        death = deaths[0]
+        sig = death.get("signal")
+        how = (f"the job was killed by signal {sig} ({signal_name(sig)})" if sig is not None else
+               f"the job ended with exit code {death.get('code', '?')} before finishing MPI")
+        if ended:
+            rank, pid, host = ended[0]
+            who = f"rank {rank} (pid {pid} on {host}) ended first"
+        else:
+            who = f"a rank on {death.get('host', '?')} ended"
+        code = 128 + sig if sig is not None else death.get("code", 1)
+        return [f"{who}: {how}; mpiexec stopped the other ranks"], code
