@@ -11,21 +11,14 @@
 2. A curve over message sizes (4 KB .. 256 MB): one allreduce_ against raw MPI.
 Writes everything to bench/results/allreduce.json (or --output).
 """
-import argparse
-import json
-import os
-import statistics
-import sys
-import time
-
 import mxnet as mx
 import numpy as np
 
-# this checkout's bench/ (and mxplugin, where no other is installed: an
-# installed build against another MPI wins, bench/each_mpi.py)
-sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import mxplugin as hvd  # noqa: E402
-from bench.mpi_reference import RawAllreduce  # noqa: E402
+from harness import arguments, interleave, medians, spread, timed, write_result
+
+# after harness, which puts this checkout on the path where no mxplugin is installed
+import mxplugin as hvd
+from mpi_reference import RawAllreduce
 
 
 def resnet50_gradients():
@@ -38,11 +31,9 @@ def resnet50_gradients():
     return [mx.nd.ones(s) for s in shapes]
 
 
-def timed(fn):
-    hvd.barrier()
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
+def after_barrier(fn):
+    """fn timed from a barrier: every rank starts the call together."""
+    return timed(fn, before=hvd.barrier)
 
 
 def run_gradient_set(raw, iters, warmup):
@@ -50,6 +41,10 @@ def run_gradient_set(raw, iters, warmup):
     total = sum(g.size for g in grads)
     flat = np.ones(total, dtype=np.float32)
     mx.nd.waitall()
+
+    def raw_mpi():
+        hvd.barrier()
+        return raw(flat)
 
     def grouped():
         hvd.grouped_allreduce_(grads, name="resnet50", op=hvd.Sum)
@@ -60,18 +55,11 @@ def run_gradient_set(raw, iters, warmup):
             hvd.allreduce_(g, name=f"resnet50.{i}", op=hvd.Sum, priority=-i)
         mx.nd.waitall()
 
-    times = {"raw_mpi": [], "grouped_allreduce_": [], "per_tensor_allreduce_": []}
-    for it in range(warmup + iters):
-        hvd.barrier()
-        sample = {"raw_mpi": raw(flat),
-                  "grouped_allreduce_": timed(grouped),
-                  "per_tensor_allreduce_": timed(per_tensor)}
-        if it >= warmup:
-            for k, v in sample.items():
-                times[k].append(v)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    times = interleave({"raw_mpi": raw_mpi, "grouped_allreduce_": after_barrier(grouped),
+                        "per_tensor_allreduce_": after_barrier(per_tensor)}, iters, warmup)
+    med = medians(times)
     return {"tensors": len(grads), "values": int(total), "bytes": int(total * 4), "times_s": times,
-            "median_s": med,
+            "median_s": med, "spread_s": spread(times),
             "ratio_grouped": med["grouped_allreduce_"] / med["raw_mpi"],
             "ratio_per_tensor": med["per_tensor_allreduce_"] / med["raw_mpi"]}
 
@@ -84,23 +72,21 @@ def run_size_curve(raw, iters, warmup, max_bytes):
         buf = np.ones(n, dtype=np.float32)
         arr = mx.nd.ones((n,))
         mx.nd.waitall()
-        t_raw, t_mxp = [], []
         reps = max(1, min(50, (8 << 20) // size))  # enough calls to time small messages
-        for it in range(warmup + iters):
-            def raw_many():
-                hvd.barrier()
-                return sum(raw(buf) for _ in range(reps))
 
-            def mxp_many():
-                for _ in range(reps):
-                    hvd.allreduce_(arr, name=f"curve.{size}", op=hvd.Sum)
-                    arr.wait_to_read()
+        def raw_many():
+            hvd.barrier()
+            return sum(raw(buf) for _ in range(reps)) / reps
 
-            a, b = raw_many() / reps, timed(mxp_many) / reps
-            if it >= warmup:
-                t_raw.append(a)
-                t_mxp.append(b)
-        r, m = statistics.median(t_raw), statistics.median(t_mxp)
+        def mxp_many():
+            for _ in range(reps):
+                hvd.allreduce_(arr, name=f"curve.{size}", op=hvd.Sum)
+                arr.wait_to_read()
+
+        clock = after_barrier(mxp_many)
+        times = interleave({"raw_mpi": raw_many, "mxplugin": lambda: clock() / reps}, iters, warmup)
+        med = medians(times)
+        r, m = med["raw_mpi"], med["mxplugin"]
         rows.append({"bytes": size, "raw_mpi_s": r, "mxplugin_s": m, "ratio": m / r,
                      "raw_mpi_GBps": size / r / 1e9, "mxplugin_GBps": size / m / 1e9})
         size *= 4
@@ -108,13 +94,9 @@ def run_size_curve(raw, iters, warmup, max_bytes):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--iters", type=int, default=10, help="measured iterations (default 10)")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up iterations (default 3)")
+    p = arguments(__doc__, iters=10, warmup=3, output="allreduce.json")
     p.add_argument("--curve-max-bytes", type=int, default=256 << 20, help="largest message of the curve")
     p.add_argument("--no-curve", action="store_true", help="skip the message-size curve")
-    p.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                                    "allreduce.json"))
     args = p.parse_args()
     hvd.init()
     raw = RawAllreduce()
@@ -136,10 +118,7 @@ def main():
                 print(f"  {row['bytes']:>11d} B  raw {row['raw_mpi_s'] * 1e6:10.1f} us  "
                       f"mxplugin {row['mxplugin_s'] * 1e6:10.1f} us  ratio {row['ratio']:.2f}")
     if hvd.rank() == 0:
-        os.makedirs(os.path.dirname(args.output), exist_ok=True)
-        with open(args.output, "w") as f:
-            json.dump(result, f, indent=1)
-        print(f"wrote {args.output}")
+        write_result(args.output, result)
     hvd.shutdown()
 
 

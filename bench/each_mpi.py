@@ -23,7 +23,6 @@ median of its rounds, and the ratio is against the MPICH build's median in
 the same run. The Open MPI builds leave out the CUDA kernels (only the CPU
 path is measured); builds are kept in --workdir between runs.
 """
-import argparse
 import json
 import os
 import re
@@ -31,18 +30,16 @@ import statistics
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, "tests"))
-sys.path.insert(0, HERE)
-sys.path.append(REPO)
+from harness import HERE, REPO, arguments, interleave, median_or_none, write_result
+from jobs import check
 
-from fake_cluster import ENV, IFACE, FakeCluster  # noqa: E402
-from mpi_harness import mpiexec_path, rank_env  # noqa: E402
-from mpi_plain import RESNET50_GRADIENT_BYTES, parse  # noqa: E402
-from mpi_variants import Variant, debian_openmpi_mpicc, intel_mpi_runtime  # noqa: E402
+# tests/ and this checkout, on the path through harness
+from fake_cluster import ENV, IFACE, FakeCluster
+from mpi_harness import mpiexec_path, rank_env
+from mpi_plain import RESNET50_GRADIENT_BYTES, parse
+from mpi_variants import Variant, debian_openmpi_mpicc, intel_mpi_runtime
 
-from mxplugin.launch.mpi_launcher import mpich_arguments, openmpi_arguments  # noqa: E402
+from mxplugin.launch.mpi_launcher import mpich_arguments, openmpi_arguments
 
 ALLREDUCE = os.path.join(HERE, "allreduce.py")
 TRAINER = os.path.join(HERE, "trainer.py")
@@ -96,12 +93,6 @@ def mpis(workdir):
     else:
         print(f"intel-mpi left out: {why_not}", file=sys.stderr)
     return found
-
-
-def check(done, what):
-    if done.returncode != 0:
-        raise SystemExit(f"{what} failed: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-4000:]}")
-    return done.stdout
 
 
 def allreduce_across_hosts(cluster, mpi, iters):
@@ -164,55 +155,51 @@ def training_step(mpi, steps):
     return float(images.group(1)), result["median_allreduce_update_s"]["mxplugin"]
 
 
+def one_round(cluster, mpi, args):
+    """An MPI's figures of one round."""
+    seconds, sent = allreduce_across_hosts(cluster, mpi, args.iters)
+    plain = plain_across_hosts(cluster, mpi, args.iters, args.workdir)
+    images, update = training_step(mpi, args.steps)
+    return {"allreduce_s": seconds, "plain_mpi_s": plain, "tx_bytes": sent, "images_per_s": images,
+            "allreduce_update_s": update}
+
+
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
-    p.add_argument("--iters", type=int, default=6, help="allreduces measured per run (default 6)")
-    p.add_argument("--steps", type=int, default=4, help="training steps per run (default 4)")
+    p = arguments(__doc__, rounds=3, iters=(6, "allreduces measured per run"),
+                  steps=(4, "training steps per run"), output="mpi_variants.json")
     p.add_argument("--rate-mbit", type=int, default=0,
                    help="each fake host's link limit (tc tbf); 0, the default: none (the veth's own speed; a "
                         "limit made the plain programs' TCP stall for minutes now and then)")
     p.add_argument("--workdir", default=os.path.join("/tmp", "mxplugin-mpi-variants"),
                    help="where the builds and Intel MPI's runtime are kept (default /tmp/mxplugin-mpi-variants)")
-    p.add_argument("--output", default=os.path.join(HERE, "results", "mpi_variants.json"))
     args = p.parse_args()
     why_not = FakeCluster.unavailable()
     if why_not:
         raise SystemExit(f"bench/each_mpi.py: fake hosts: {why_not}")
     found = mpis(args.workdir)
-    rows = {m.name: {"allreduce_s": [], "plain_mpi_s": [], "tx_bytes": [], "images_per_s": [],
-                     "allreduce_update_s": []} for m in found}
-    with FakeCluster(2, rate_mbit=args.rate_mbit or None) as cluster:
-        for r in range(args.rounds):
-            for mpi in found:
-                seconds, sent = allreduce_across_hosts(cluster, mpi, args.iters)
-                plain = plain_across_hosts(cluster, mpi, args.iters, args.workdir)
-                images, update = training_step(mpi, args.steps)
-                row = rows[mpi.name]
-                row["allreduce_s"].append(seconds)
-                row["plain_mpi_s"].append(plain)
-                row["tx_bytes"].append(sent)
-                row["images_per_s"].append(images)
-                row["allreduce_update_s"].append(update)
-                said = "did not finish" if plain is None else f"{plain * 1e3:7.1f} ms"
-                print(f"round {r + 1}: {mpi.name:12s} allreduce 2x2 {seconds * 1e3:7.1f} ms (its plain MPI "
-                      f"program {said}), training "
-                      f"{images:6.2f} img/s, allreduce+update {update * 1e3:6.1f} ms", flush=True)
-    def median(values):
-        values = [v for v in values if v is not None]
-        return statistics.median(values) if values else None
 
-    base = {k: median(v) for k, v in rows["mpich"].items() if k != "tx_bytes"}
+    def said(r, got):
+        for name, row in got.items():
+            plain = "did not finish" if row["plain_mpi_s"] is None else f"{row['plain_mpi_s'] * 1e3:7.1f} ms"
+            print(f"round {r + 1}: {name:12s} allreduce 2x2 {row['allreduce_s'] * 1e3:7.1f} ms (its plain MPI "
+                  f"program {plain}), training {row['images_per_s']:6.2f} img/s, allreduce+update "
+                  f"{row['allreduce_update_s'] * 1e3:6.1f} ms", flush=True)
+
+    with FakeCluster(2, rate_mbit=args.rate_mbit or None) as cluster:
+        rounds = interleave({m.name: lambda m=m: one_round(cluster, m, args) for m in found}, args.rounds,
+                            after_round=said)
+    rows = {name: {k: [r[k] for r in got] for k in got[0]} for name, got in rounds.items()}
+    base = {k: median_or_none(v) for k, v in rows["mpich"].items() if k != "tx_bytes"}
     summary = {}
     for name, row in rows.items():
-        med = {k: median(v) for k, v in row.items() if k != "tx_bytes"}
+        med = {k: median_or_none(v) for k, v in row.items() if k != "tx_bytes"}
         summary[name] = {**{f"median_{k}": v for k, v in med.items()},
                          "allreduce_vs_mpich": med["allreduce_s"] / base["allreduce_s"],
                          "allreduce_vs_its_plain_mpi": med["allreduce_s"] / med["plain_mpi_s"] if med["plain_mpi_s"]
                          else None,
                          "images_per_s_vs_mpich": med["images_per_s"] / base["images_per_s"]}
     result = {"rounds": args.rounds, "rate_mbit": args.rate_mbit, "bytes": RESNET50_GRADIENT_BYTES, "runs": rows,
-              "summary": summary, "machine": {"cpus": os.cpu_count(), "rank_threads": 1}}
+              "summary": summary, "machine": {"rank_threads": 1}}
     print("\nmedians (ratio against the MPICH build in this run):")
     for name, s in summary.items():
         plain = "n/a" if s["median_plain_mpi_s"] is None else \
@@ -220,10 +207,7 @@ def main():
         print(f"  {name:12s} allreduce 2 hosts x 2 ranks {s['median_allreduce_s'] * 1e3:7.1f} ms "
               f"({s['allreduce_vs_mpich']:.2f}x MPICH's; {plain}); 2-rank training {s['median_images_per_s']:6.2f} img/s "
               f"({s['images_per_s_vs_mpich']:.2f}x), allreduce+update {s['median_allreduce_update_s'] * 1e3:.1f} ms")
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(result, f, indent=1)
-    print(f"wrote {args.output}")
+    write_result(args.output, result)
 
 
 if __name__ == "__main__":

@@ -19,16 +19,13 @@ times they print:
 Each figure is given with its bound (the reference: the timeout or promise
 it answers to) and the ratio to it; medians over the rounds.
 """
-import argparse
-import json
 import os
 import re
 import statistics
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
+from harness import REPO, arguments, interleave, write_result
 
 SCENARIOS = {
     "discovery_drops_host_s": ("test_a_host_cut_off_that_discovery_drops",
@@ -42,36 +39,42 @@ SCENARIOS = {
 }
 
 
+def one_round():
+    """{scenario: [seconds]} from one run of every scenario."""
+    selection = " or ".join(test for test, _, _ in SCENARIOS.values())
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
+                           os.path.join(REPO, "tests", "test_elastic_partition.py"), "-k", selection],
+                          cwd=REPO, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0 or " skipped" in done.stdout.splitlines()[-1]:
+        raise SystemExit(f"the scenarios did not all pass:\n{done.stdout[-4000:]}")
+    times = {}
+    for name, (_, pattern, _) in SCENARIOS.items():
+        found = re.findall(pattern, done.stdout)
+        if not found:
+            raise SystemExit(f"no figure for {name} in:\n{done.stdout[-3000:]}")
+        times[name] = [float(v) for group in found for v in (group if isinstance(group, tuple) else (group,))]
+    return times
+
+
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rounds", type=int, default=3, help="runs of every scenario (default 3)")
-    p.add_argument("--output", default=os.path.join(HERE, "results", "fault_timings.json"))
+    p = arguments(__doc__, rounds=(3, "runs of every scenario"), output="fault_timings.json")
     args = p.parse_args()
     times = {name: [] for name in SCENARIOS}
-    selection = " or ".join(test for test, _, _ in SCENARIOS.values())
-    for r in range(args.rounds):
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider",
-                               os.path.join(REPO, "tests", "test_elastic_partition.py"), "-k", selection],
-                              cwd=REPO, capture_output=True, text=True, timeout=1800)
-        if done.returncode != 0 or " skipped" in done.stdout.splitlines()[-1]:
-            raise SystemExit(f"round {r + 1}: the scenarios did not all pass:\n{done.stdout[-4000:]}")
-        for name, (_, pattern, _) in SCENARIOS.items():
-            found = re.findall(pattern, done.stdout)
-            if not found:
-                raise SystemExit(f"round {r + 1}: no figure for {name} in:\n{done.stdout[-3000:]}")
-            times[name] += [float(v) for group in found for v in (group if isinstance(group, tuple) else (group,))]
+
+    def gather(r, got):
+        for name, seconds in got["scenarios"].items():
+            times[name] += seconds
         print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.1f}" for k, v in times.items()), flush=True)
-    result = {"rounds": args.rounds, "times_s": times, "cpus": os.cpu_count(),
+
+    interleave({"scenarios": one_round}, args.rounds, after_round=gather)
+    result = {"rounds": args.rounds, "times_s": times,
               "summary": {name: {"median_s": statistics.median(v), "bound_s": SCENARIOS[name][2],
                                  "median_vs_bound": statistics.median(v) / SCENARIOS[name][2], "max_s": max(v)}
                           for name, v in times.items()}}
     for name, s in result["summary"].items():
         print(f"{name:26s} median {s['median_s']:5.1f} s, max {s['max_s']:5.1f} s, bound {s['bound_s']:4.0f} s "
               f"({s['median_vs_bound']:.2f} of it)")
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(result, f, indent=1)
-    print(f"wrote {args.output}")
+    write_result(args.output, result)
 
 
 if __name__ == "__main__":

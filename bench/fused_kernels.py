@@ -19,19 +19,16 @@ values), medians of --iters interleaved runs after warm-up, OMP_NUM_THREADS=1:
 
 Writes everything to bench/results/fused_kernels.json (or --output).
 """
-import argparse
-import json
 import os
-import statistics
-import sys
-import time
 
 os.environ["OMP_NUM_THREADS"] = "1"  # before MXNet starts its thread pools
 
 import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import arguments, interleave, medians, spread, timed, write_result  # noqa: E402
+
+# after harness, which puts this checkout on the path where no mxplugin is installed
 from mxplugin._loader import core_module as core  # noqa: E402
 
 RESNET50_VALUES = 25_575_912
@@ -51,16 +48,9 @@ OTHER_KINDS = {
 
 
 def median_times(cases, iters, warmup):
-    """Runs each case once per round, round-robin; returns all times and medians."""
-    times = {name: [] for name in cases}
-    for it in range(warmup + iters):
-        for name, fn in cases.items():
-            start = time.perf_counter()
-            fn()
-            elapsed = time.perf_counter() - start
-            if it >= warmup:
-                times[name].append(elapsed)
-    return times, {name: statistics.median(v) for name, v in times.items()}
+    """Times each case once per round, round-robin; returns all times and medians."""
+    times = interleave({name: timed(fn) for name, fn in cases.items()}, iters, warmup)
+    return times, medians(times)
 
 
 def bench_sgd_mom(n, iters, warmup):
@@ -101,7 +91,7 @@ def bench_sgd_mom(n, iters, warmup):
     mx_add_bw = 12 * n / med["mx.nd.elemwise_add(out=x)"]
     floor = 20 * n / add_bw
     return {
-        "values": n, "bytes_streamed": 20 * n, "times_s": times, "median_s": med,
+        "values": n, "bytes_streamed": 20 * n, "times_s": times, "median_s": med, "spread_s": spread(times),
         "copy_GBps": copy_bw / 1e9, "inplace_add_GBps": add_bw / 1e9, "mx_inplace_add_GBps": mx_add_bw / 1e9,
         "floor_s": floor, "floor_at_copy_GBps_s": 20 * n / copy_bw,
         "ratio_ours_raw_vs_mxnet": med["ours_raw"] / med["mx.nd.sgd_mom_update"],
@@ -129,12 +119,8 @@ def bench_other_kinds(n, iters, warmup, copy_bw):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments(__doc__, iters=10, warmup=2, output="fused_kernels.json")
     p.add_argument("--values", type=int, default=RESNET50_VALUES, help="buffer size (default: resnet50_v1)")
-    p.add_argument("--iters", type=int, default=10, help="measured iterations (default 10)")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up iterations (default 2)")
-    p.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                                    "fused_kernels.json"))
     args = p.parse_args()
 
     s = bench_sgd_mom(args.values, args.iters, args.warmup)
@@ -161,10 +147,7 @@ def main():
         print(f"  {kind:12s} {row['median_s'] * 1e3:8.2f} ms   floor {row['floor_s'] * 1e3:7.2f} ms   "
               f"{row['ratio_vs_floor']:.2f}x floor")
 
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump({"omp_num_threads": 1, "sgd_mom": s, "other_kinds": others}, f, indent=1)
-    print(f"wrote {args.output}")
+    write_result(args.output, {"omp_num_threads": 1, "sgd_mom": s, "other_kinds": others})
 
 
 if __name__ == "__main__":

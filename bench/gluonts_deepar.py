@@ -34,19 +34,14 @@ GluonTS's Trainer setting (the issue's reference) and against our Trainer
 alone on one process.
 Results: bench/results/gluonts_deepar.json.
 """
-import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "results")
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.join(REPO, "tests"))
+from harness import REPO, RESULTS, arguments, interleave, write_result
+from jobs import mpi_command, run, this_script
+from machine import load_span
 
 GLOBAL_BATCH = 64
 EPOCHS = 5
@@ -134,8 +129,6 @@ def train_one(setting):
 
 def launch(setting):
     """Runs one setting in fresh processes, with its threads; returns its record."""
-    from mpi_harness import mpiexec_path
-
     ranks, _, _, threads = SETTINGS[setting]
     env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""), PYTHONUNBUFFERED="1")
     for key, value in threads.items():
@@ -144,20 +137,16 @@ def launch(setting):
         else:
             env[key] = value
     out_file = os.path.join(RESULTS, f".gluonts_{setting}.json")
-    cmd = ([mpiexec_path(), "-n", str(ranks)] if ranks > 1 else []) + [
-        sys.executable, os.path.abspath(__file__), "one", "--setting", setting, "--out", out_file]
+    cmd = mpi_command(ranks, this_script(__file__, "one", "--setting", setting, "--out", out_file))
     print("$", " ".join(f"{k}={v}" for k, v in threads.items() if v), " ".join(cmd), flush=True)
     started = time.perf_counter()
-    load_before = os.getloadavg()[0]  # other work on the machine, reported beside the numbers
-    result = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=1800)
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr[-5000:])
-        raise SystemExit(f"{setting} failed")
+    with load_span() as load:  # other work on the machine, reported beside the numbers
+        run(cmd, env=env, timeout=1800, what=setting)
     with open(out_file) as f:
         record = json.load(f)
     os.remove(out_file)
     record["process_wall_s"] = time.perf_counter() - started
-    record["load_average_1min"] = [load_before, os.getloadavg()[0]]
+    record["load_average_1min"] = load
     print(f"  {record['median_samples_per_s']:.0f} samples/s, wQL {record['mean_wQuantileLoss']:.4f}", flush=True)
     return record
 
@@ -202,8 +191,9 @@ def summarise(runs):
             / two["median_time_to_target_s"],
             "ratio_2ranks_vs_mxplugin_1rank": two["median_samples_per_s"] / ours["median_samples_per_s"]}
 
+
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments(__doc__)
     p.add_argument("mode", choices=["all", "one"])
     p.add_argument("--setting", choices=sorted(SETTINGS))
     p.add_argument("--out")
@@ -215,16 +205,12 @@ def main():
                 json.dump(record, f)
         return
     os.makedirs(RESULTS, exist_ok=True)
-    names = list(SETTINGS)
-    runs = {name: [] for name in names}
-    for r in range(ROUNDS):
-        for name in names[r:] + names[:r]:
-            runs[name].append(launch(name))
+    runs = interleave({name: lambda name=name: launch(name) for name in SETTINGS}, ROUNDS, rotate=True)
     result = {"global_batch": GLOBAL_BATCH, "epochs": EPOCHS, "batches_per_epoch": BATCHES_PER_EPOCH,
               "series": SERIES, "rounds": ROUNDS, "runs": runs, "summary": summarise(runs)}
-    with open(os.path.join(RESULTS, "gluonts_deepar.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_result("gluonts_deepar.json", result)
     print(json.dumps(result["summary"], indent=1))
+
 
 if __name__ == "__main__":
     main()

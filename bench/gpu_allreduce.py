@@ -15,16 +15,12 @@ Prints each case's time and its ratio to the reference; rank 0 writes
 everything, with the GPU model and MXPLUGIN_NUM_STREAMS, to
 bench/results/gpu_allreduce.json (or --output).
 """
-import argparse
-import json
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import arguments, interleave, medians, spread, timed, write_result
 
 # float32 element counts of a ResNet50-like gradient list: 109 tensors,
 # 25.5 M elements (102 MB), from 1000 to 2.4 M elements each. (The CPU
@@ -44,12 +40,7 @@ def fail(message):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--iters", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                                         "gpu_allreduce.json"))
-    args = parser.parse_args()
+    args = arguments(__doc__, iters=20, warmup=5, output="gpu_allreduce.json").parse_args()
     try:
         import cupy as cp
         from cupy.cuda import nccl
@@ -98,18 +89,12 @@ def main():
             handle.wait()
 
     cases = {"reference": reference, "grouped": grouped, "per_tensor": per_tensor}
-    times = {k: [] for k in cases}
-    for it in range(args.warmup + args.iters):
-        for name, fn in cases.items():  # interleaved, so drift hits every case alike
-            t0 = time.perf_counter()
-            fn()
-            if it >= args.warmup:
-                times[name].append(time.perf_counter() - t0)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    times = interleave({name: timed(fn) for name, fn in cases.items()}, args.iters, args.warmup)
+    med = medians(times)
     result = {
         "gpu": cp.cuda.runtime.getDeviceProperties(dev)["name"].decode(), "ranks": size,
         "num_streams": int(os.environ.get("MXPLUGIN_NUM_STREAMS", "2")), "tensors": len(grads),
-        "bytes": total * 4, "median_seconds": med, "samples": times,
+        "bytes": total * 4, "median_seconds": med, "spread_seconds": spread(times), "samples": times,
         "ratio_to_reference": {k: med[k] / med["reference"] for k in med},
     }
     if rank == 0:
@@ -117,10 +102,7 @@ def main():
               f"MXPLUGIN_NUM_STREAMS={result['num_streams']}")
         for k in cases:
             print(f"  {k:11s} {med[k] * 1e3:8.2f} ms   ratio to one raw ncclAllReduce {med[k] / med['reference']:.3f}")
-        os.makedirs(os.path.dirname(args.output), exist_ok=True)
-        with open(args.output, "w") as f:
-            json.dump(result, f, indent=1)
-        print(f"wrote {args.output}")
+        write_result(args.output, result)
     core.shutdown()
 
 

@@ -23,13 +23,9 @@ Kernels (mxplugin._core raw entries):
 Prints each case's bandwidth and its ratio to memcpy; writes everything, with
 the GPU model, to bench/results/gpu_kernels.json (or --output).
 """
-import argparse
-import json
-import os
-import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import arguments, interleave, medians, write_result
 
 TARGET = 0.9
 
@@ -65,16 +61,61 @@ def tensor_sizes(total, count, rng):
     return [b - a for a, b in zip(edges, edges[1:])]
 
 
+def kernel_cases(cp, core, dtype, n, tensors, rng, stream):
+    """{case: a launch} on buffers of n values of `dtype` made here (freed
+    with the cases), for the cases the docstring lists."""
+    import numpy as np
+
+    np_dtype = np.dtype("uint16" if dtype == "bfloat16" else dtype)
+    item = np_dtype.itemsize
+    nbytes = n * item
+    src = cp.asarray(rng.standard_normal(n).astype(np.float32)).astype(np_dtype)
+    dst = cp.empty_like(src)
+    sizes = tensor_sizes(n, tensors, rng)
+    parts = [cp.ones(s, np_dtype) for s in sizes]
+    # The executors' layout: each tensor at a multiple of the fusion
+    # alignment (src/common/codes.h), not back to back.
+    align = core.FUSION_ALIGNMENT_BYTES // item
+    offsets, at = [], 0
+    for size in sizes:
+        offsets.append(at)
+        at += (int(size) + align - 1) // align * align
+    if at > n:  # padding: the buffer holds the aligned layout
+        src = cp.concatenate([src, cp.zeros(at - n, np_dtype)])
+    pack = [(src.data.ptr + int(o) * item, t.data.ptr, t.size, 0.5) for t, o in zip(parts, offsets)]
+    unpack = [(t.data.ptr, src.data.ptr + int(o) * item, t.size, 2.0) for t, o in zip(parts, offsets)]
+    s = stream.ptr
+    return {
+        "memcpy": lambda: cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, 3, s),
+        "cupy_copy": lambda: dst.__setitem__(Ellipsis, src),
+        "scale_in_place": lambda: core.cuda_scale(src.data.ptr, n, dtype, -1.0, s),
+        "copy_and_scale": lambda: core.cuda_copy_and_scale(dst.data.ptr, src.data.ptr, n, dtype, 0.5, s),
+        "copy": lambda: core.cuda_copy_and_scale(dst.data.ptr, src.data.ptr, n, dtype, 1.0, s),
+        "batched_in": lambda: core.cuda_batched_copy(pack, dtype, s),
+        "batched_out": lambda: core.cuda_batched_copy(unpack, dtype, s),
+    }
+
+
+def event_timed(cp, stream, fn, reps):
+    """A way returning seconds per launch of fn, timed with CUDA events
+    around `reps` launches on `stream`."""
+    def run():
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        start.record(stream)
+        for _ in range(reps):
+            fn()
+        stop.record(stream)
+        stop.synchronize()
+        return cp.cuda.get_elapsed_time(start, stop) / 1e3 / reps
+    return run
+
+
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__, iters=15, warmup=3, output="gpu_kernels.json")
     parser.add_argument("--sizes-mb", type=int, nargs="+", default=[64, 256, 1024])
     parser.add_argument("--dtypes", nargs="+", default=["float32", "float16"])
     parser.add_argument("--tensors", type=int, default=161, help="tensors in the batched copies")
-    parser.add_argument("--iters", type=int, default=15)
-    parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--reps", type=int, default=5, help="launches per timed sample")
-    parser.add_argument("--output", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                                         "gpu_kernels.json"))
     args = parser.parse_args()
     if min(args.sizes_mb) < 64:
         fail("buffers of 64 MB and more only (smaller ones fit in L2 and measure the cache)")
@@ -92,68 +133,32 @@ def main():
     print(f"{gpu}; medians of {args.iters} rounds x {args.reps} launches; GB/s = (bytes read + written) / time")
 
     for dtype in args.dtypes:
-        np_dtype = np.dtype("uint16" if dtype == "bfloat16" else dtype)
+        item = np.dtype("uint16" if dtype == "bfloat16" else dtype).itemsize
         for size_mb in args.sizes_mb:
-            n = size_mb * (1 << 20) // np_dtype.itemsize
-            nbytes = n * np_dtype.itemsize
-            src = cp.asarray(rng.standard_normal(n).astype(np.float32)).astype(np_dtype)
-            dst = cp.empty_like(src)
-            sizes = tensor_sizes(n, args.tensors, rng)
-            tensors = [cp.ones(s, np_dtype) for s in sizes]
-            item = np_dtype.itemsize
-            # The executors' layout: each tensor at a multiple of the fusion
-            # alignment (src/common/codes.h), not back to back.
-            align = core.FUSION_ALIGNMENT_BYTES // item
-            offsets, at = [], 0
-            for size in sizes:
-                offsets.append(at)
-                at += (int(size) + align - 1) // align * align
-            if at > n:  # padding: the buffer holds the aligned layout
-                src = cp.concatenate([src, cp.zeros(at - n, np_dtype)])
-            pack = [(src.data.ptr + int(o) * item, t.data.ptr, t.size, 0.5) for t, o in zip(tensors, offsets)]
-            unpack = [(t.data.ptr, src.data.ptr + int(o) * item, t.size, 2.0) for t, o in zip(tensors, offsets)]
-            s = stream.ptr
-            cases = {
-                "memcpy": lambda: cp.cuda.runtime.memcpyAsync(dst.data.ptr, src.data.ptr, nbytes, 3, s),
-                "cupy_copy": lambda: dst.__setitem__(Ellipsis, src),
-                "scale_in_place": lambda: core.cuda_scale(src.data.ptr, n, dtype, -1.0, s),
-                "copy_and_scale": lambda: core.cuda_copy_and_scale(dst.data.ptr, src.data.ptr, n, dtype, 0.5, s),
-                "copy": lambda: core.cuda_copy_and_scale(dst.data.ptr, src.data.ptr, n, dtype, 1.0, s),
-                "batched_in": lambda: core.cuda_batched_copy(pack, dtype, s),
-                "batched_out": lambda: core.cuda_batched_copy(unpack, dtype, s),
-            }
+            n = size_mb * (1 << 20) // item
+            nbytes = n * item
+            cases = kernel_cases(cp, core, dtype, n, args.tensors, rng, stream)
             cp.cuda.Device().synchronize()
-            times = {name: [] for name in cases}
             with stream:  # CuPy's own copy goes to the same stream
-                for it in range(args.warmup + args.iters):
-                    for name, fn in cases.items():
-                        start, stop = cp.cuda.Event(), cp.cuda.Event()
-                        start.record(stream)
-                        for _ in range(args.reps):
-                            fn()
-                        stop.record(stream)
-                        stop.synchronize()
-                        if it >= args.warmup:
-                            times[name].append(cp.cuda.get_elapsed_time(start, stop) / 1e3 / args.reps)
-            core.cuda_synchronize(s)
-            medians = {name: statistics.median(t) for name, t in times.items()}
-            bandwidth = {name: 2 * nbytes / t / 1e9 for name, t in medians.items()}
+                times = interleave({name: event_timed(cp, stream, fn, args.reps) for name, fn in cases.items()},
+                                   args.iters, args.warmup)
+            core.cuda_synchronize(stream.ptr)
+            median = medians(times)
+            bandwidth = {name: 2 * nbytes / t / 1e9 for name, t in median.items()}
             print(f"\n{dtype}, {size_mb} MB:")
             for name in cases:
                 ratio = bandwidth[name] / bandwidth["memcpy"]
                 flag = "" if name in ("memcpy", "cupy_copy") or ratio >= TARGET else "  (below target)"
-                print(f"  {name:15s} {bandwidth[name]:8.0f} GB/s  {medians[name] * 1e6:9.1f} us  "
+                print(f"  {name:15s} {bandwidth[name]:8.0f} GB/s  {median[name] * 1e6:9.1f} us  "
                       f"{ratio:5.2f} x memcpy{flag}")
                 results["cases"].append({"dtype": dtype, "size_mb": size_mb, "case": name,
-                                         "median_s": medians[name], "gb_per_s": bandwidth[name],
+                                         "median_s": median[name], "gb_per_s": bandwidth[name],
                                          "ratio_to_memcpy": ratio})
-            del src, dst, tensors
+            del cases  # and with them this size's buffers
             cp.get_default_memory_pool().free_all_blocks()
 
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(results, f, indent=2)
-    print(f"\nwrote {args.output}")
+    print()
+    write_result(args.output, results)
 
 
 if __name__ == "__main__":

@@ -16,20 +16,12 @@ Each figure is rank 0's median over CALLS back-to-back calls after warm-up;
 the two kinds of job alternate for ROUNDS rounds, and the report gives the
 median over rounds. OMP_NUM_THREADS=1 and MXNET_CPU_WORKER_NTHREADS=1 per rank.
 """
-import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "results")
-sys.path.insert(0, os.path.join(REPO, "tests"))
-sys.path.insert(0, HERE)
+from harness import arguments, interleave, medians, read_result, timed, write_result
+from jobs import mpi_command, print_result, run, run_job, this_script
 
 BYTES = 4096
 CALLS = 2000
@@ -41,8 +33,7 @@ PLAIN_OPS = {"allreduce_": "allreduce", "grouped 50": None, "broadcast_": "bcast
 
 
 def worker():
-    """One job's medians, printed by rank 0 as one JSON line."""
-    sys.path.insert(0, REPO)
+    """One job's medians, printed by rank 0 as its RESULT."""
     import mxnet as mx
 
     import mxplugin as hvd
@@ -67,58 +58,40 @@ def worker():
     def allgather():
         hvd.allgather(x, name="lat.allgather").wait_to_read()
 
-    medians = {}
+    per_call = {}
     for label, call, calls in (("allreduce_", allreduce, CALLS), ("grouped 50", grouped, CALLS // 10),
                                ("broadcast_", broadcast, CALLS), ("allgather", allgather, CALLS)):
-        for _ in range(calls // 10):  # warm-up: names cached, buffers made
-            call()
-        times = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            call()
-            times.append(time.perf_counter() - start)
-        medians[label] = statistics.median(times)
+        # back to back, one kind of call at a time; the warm-up caches names and makes buffers
+        per_call.update(medians(interleave({label: timed(call)}, calls, warmup=calls // 10)))
         # Sums of ones grow: keep them small and finite.
         x[:] = 1
         for a in xs:
             a[:] = 1
     if hvd.rank() == 0:
-        print("RESULT " + json.dumps(medians), flush=True)
+        print_result(per_call)
     hvd.shutdown()
 
 
 def env():
     from mpi_harness import rank_env
 
-    e = rank_env()
-    e.update(OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1",
-             PYTHONPATH=REPO + os.pathsep + e.get("PYTHONPATH", ""))
-    return e
+    return rank_env({"MXNET_CPU_WORKER_NTHREADS": 1})
 
 
 def run_ours(ranks):
-    from mpi_harness import mpiexec_path
-
-    out = subprocess.run([mpiexec_path(), "-n", str(ranks), sys.executable, os.path.abspath(__file__), "worker"],
-                         capture_output=True, text=True, env=env(), timeout=600, cwd=REPO)
-    if out.returncode != 0:
-        sys.stderr.write(out.stderr[-4000:])
-        raise SystemExit(f"the mxplugin job at {ranks} ranks failed")
-    line = next(x for x in out.stdout.splitlines() if x.startswith("RESULT "))
-    return json.loads(line[len("RESULT "):])
+    return run_job(mpi_command(ranks, this_script(__file__, "worker")), env=env(),
+                   what=f"the mxplugin job at {ranks} ranks")
 
 
 def run_plain(exe, ranks):
     """{label: median seconds per call} of the plain program."""
-    from mpi_harness import mpiexec_path
     from mpi_plain import parse
 
     out = {}
     for label, op in PLAIN_OPS.items():
         if op is None:
             continue
-        text = subprocess.run([mpiexec_path(), "-n", str(ranks), exe, "--op", op, "20", "5", str(BYTES)],
-                              capture_output=True, text=True, env=env(), timeout=600, check=True).stdout
+        text = run(mpi_command(ranks, [exe, "--op", op, "20", "5", str(BYTES)]), env=env())
         out[label] = statistics.median(parse(text)[BYTES])
     return out
 
@@ -131,13 +104,16 @@ def measure(num_rounds=ROUNDS):
         exe = build(workdir)
         for ranks in RANKS:
             rounds = []
-            for r in range(num_rounds):
-                plain = run_plain(exe, ranks)
-                ours = run_ours(ranks)
-                rounds.append({"plain_s": plain, "mxplugin_s": ours, "load_average_1min": os.getloadavg()[0]})
+
+            def record(r, got):
+                rounds.append({**got, "load_average_1min": os.getloadavg()[0]})
+                plain = got["plain_s"]
                 print(f"{ranks} ranks, round {r + 1}: " + ", ".join(
                     f"{k} {v * 1e6:.1f} us" + (f" (MPI {plain[k] * 1e6:.1f})" if k in plain else "")
-                    for k, v in ours.items()), flush=True)
+                    for k, v in got["mxplugin_s"].items()), flush=True)
+
+            interleave({"plain_s": lambda: run_plain(exe, ranks), "mxplugin_s": lambda: run_ours(ranks)},
+                       num_rounds, after_round=record)
             result["ranks"][str(ranks)] = rounds
     return result
 
@@ -179,21 +155,15 @@ def report_section(result):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments(__doc__, rounds=(ROUNDS, "rounds per world size"))
     p.add_argument("mode", nargs="?", default="all", choices=["all", "worker"])
     p.add_argument("--report", action="store_true", help="print the section from the committed results")
-    p.add_argument("--rounds", type=int, default=ROUNDS, help=f"rounds per world size (default {ROUNDS})")
     args = p.parse_args()
     if args.mode == "worker":
         return worker()
-    path = os.path.join(RESULTS, "latency.json")
     if not args.report:
-        result = measure(args.rounds)
-        os.makedirs(RESULTS, exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1)
-    with open(path) as f:
-        print("\n".join(report_section(json.load(f))))
+        write_result("latency.json", measure(args.rounds))
+    print("\n".join(report_section(read_result("latency.json"))))
 
 
 if __name__ == "__main__":

@@ -22,19 +22,15 @@ Settings, each a fresh job, in ROUNDS interleaved rounds (order rotating):
 Ratios: samples/s of mxplugin over horovod (>= 1 is faster), and each
 against alone. Results: bench/results/module_horovod.json.
 """
-import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "results")
-sys.path.insert(0, os.path.join(REPO, "tests"))  # mpi_harness, for the driver
+from harness import arguments, interleave, timed, write_result
+from jobs import run
+from machine import load_span
 
 BATCH = 8
 SIZE = 112
@@ -52,7 +48,6 @@ def train_one(lib, out):
     if lib == "horovod":
         import horovod.mxnet as hvd
     else:
-        sys.path.insert(0, REPO)
         import mxplugin as hvd
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
@@ -76,15 +71,11 @@ def train_one(lib, out):
         opt = hvd.DistributedOptimizer(opt)
     mod.init_optimizer(kvstore=None, optimizer=opt)
 
-    times = []
-    for step in range(WARMUP + STEPS):
-        mx.nd.waitall()
-        t0 = time.perf_counter()
+    def step():
         mod.forward_backward(batch)
         mod.update()
-        mx.nd.waitall()
-        if step >= WARMUP:
-            times.append(time.perf_counter() - t0)
+
+    times = interleave({"step": timed(step, before=mx.nd.waitall, wait=mx.nd.waitall)}, STEPS, WARMUP)["step"]
     # the weights must still be identical: a broken path that skips
     # communication would otherwise pass for a fast one
     check = sum(float(w.sum().asscalar()) for w in mod.get_params()[0].values())
@@ -105,11 +96,8 @@ def launch(lib, horovod_python, rounds_dir):
     env = dict(os.environ, OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1", PYTHONUNBUFFERED="1")
     out = os.path.join(rounds_dir, f"{lib}.json")
     cmd = [mpiexec, "-n", "2", python, os.path.abspath(__file__), "one", "--lib", lib, "--out", out]
-    load_before = os.getloadavg()[0]
-    result = subprocess.run(cmd, env=env, cwd=REPO, capture_output=True, text=True, timeout=1200)
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr[-5000:])
-        raise SystemExit(f"{lib} failed")
+    with load_span() as load:
+        run(cmd, env=env, timeout=1200, what=lib)
     with open(out) as f:
         record = json.load(f)
     with open(out + ".1") as f:
@@ -117,7 +105,7 @@ def launch(lib, horovod_python, rounds_dir):
     if lib != "alone" and other != record["weight_sum"]:
         raise SystemExit(f"{lib}: the ranks' weights differ after training ({record['weight_sum']} vs {other})")
     record["median_step_s"] = statistics.median(record["step_s"])
-    record["load_average_1min"] = [load_before, os.getloadavg()[0]]
+    record["load_average_1min"] = load
     print(f"  {lib}: {record['median_step_s'] * 1000:.0f} ms a step, "
           f"{2 * BATCH / record['median_step_s']:.1f} samples/s", flush=True)
     return record
@@ -147,24 +135,20 @@ def report_section(r):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments(__doc__, rounds=3)
     p.add_argument("mode", choices=["all", "one"])
     p.add_argument("--lib", choices=["mxplugin", "horovod", "alone"])
     p.add_argument("--out")
     p.add_argument("--horovod-python", help="python of a venv holding horovod 0.28.1 built with MXNet")
-    p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     if args.mode == "one":
         train_one(args.lib, args.out)
         return
     if not args.horovod_python:
         p.error("all needs --horovod-python")
-    libs = ["mxplugin", "horovod", "alone"]
-    runs = {lib: [] for lib in libs}
     with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
-            for lib in libs[r % 3:] + libs[:r % 3]:
-                runs[lib].append(launch(lib, args.horovod_python, tmp))
+        runs = interleave({lib: lambda lib=lib: launch(lib, args.horovod_python, tmp)
+                           for lib in ("mxplugin", "horovod", "alone")}, args.rounds, rotate=True)
     step = {lib: statistics.median(x["median_step_s"] for x in rs) for lib, rs in runs.items()}
     # per round, mxplugin against the horovod job of the same round
     per_round = [h["median_step_s"] / m["median_step_s"] for m, h in zip(runs["mxplugin"], runs["horovod"])]
@@ -174,10 +158,8 @@ def main():
                "mxplugin_vs_horovod_per_round": per_round,
                "mxplugin_vs_alone": step["alone"] / step["mxplugin"],
                "horovod_vs_alone": step["alone"] / step["horovod"]}
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "module_horovod.json"), "w") as f:
-        json.dump({"batch_per_rank": BATCH, "image_size": SIZE, "warmup": WARMUP, "steps": STEPS,
-                   "runs": runs, "summary": summary}, f, indent=1)
+    write_result("module_horovod.json", {"batch_per_rank": BATCH, "image_size": SIZE, "warmup": WARMUP,
+                                         "steps": STEPS, "runs": runs, "summary": summary})
     print(json.dumps(summary, indent=1))
 
 

@@ -7,20 +7,13 @@ process of its own (no mxplugin, no MXNet, single-threaded MPI).
 Sizes: resnet50_v1's gradient set (102,303,648 bytes) and the message-size
 curve of bench/allreduce.py (4 KB .. 256 MB, x4).
 """
-import argparse
-import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "results")
-sys.path.insert(0, os.path.join(REPO, "tests"))
-
-from mpi_harness import mpiexec_path, rank_env  # noqa: E402
+from harness import HERE, arguments, write_result
+from mpi_harness import mpiexec_path, rank_env
 
 RESNET50_GRADIENT_BYTES = 25575912 * 4
 
@@ -65,10 +58,8 @@ def parse(out, tag="bytes"):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments(__doc__, iters=(10, "measured calls per size"), warmup=(3, "warm-up calls per size"))
     p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--iters", type=int, default=10, help="measured calls per size (default 10)")
-    p.add_argument("--warmup", type=int, default=3, help="warm-up calls per size (default 3)")
     p.add_argument("--tag", default="before", help="result file suffix (default 'before')")
     p.add_argument("--no-curve", action="store_true", help="only the resnet50 gradient-set size")
     p.add_argument("--runs", type=int, default=3, help="runs of the program; the best median per size counts "
@@ -85,11 +76,7 @@ def main():
               "sizes": [{"bytes": b, "times_s": t, "median_s": statistics.median(t)} for b, t in best.items()]}
     for row in result["sizes"]:
         print(f"  plain MPI_Allreduce {row['bytes']:>11d} B  median {row['median_s'] * 1e3:9.3f} ms")
-    os.makedirs(RESULTS, exist_ok=True)
-    path = os.path.join(RESULTS, f"mpi_plain_{args.tag}.json")
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
-    print(f"wrote {path}")
+    write_result(f"mpi_plain_{args.tag}.json", result)
 
 
 if __name__ == "__main__":

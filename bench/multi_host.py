@@ -19,23 +19,19 @@ across fake hosts (needs root: tests/fake_cluster.py):
 Every figure is a median over interleaved iterations; ratios are against the
 plain program measured in the same configuration in the same run.
 """
-import argparse
-import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import tempfile
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, "tests"))
-sys.path.insert(0, HERE)
+from harness import HERE, REPO, arguments, interleave, medians, write_result
+from jobs import check, run
 
-from fake_cluster import ENV, FakeCluster  # noqa: E402
-from mpi_harness import mpiexec_path, rank_env  # noqa: E402
-from mpi_plain import RESNET50_GRADIENT_BYTES, build, parse  # noqa: E402
+# tests/, on the path through harness
+from fake_cluster import ENV, FakeCluster
+from mpi_harness import mpiexec_path, rank_env
+from mpi_plain import RESNET50_GRADIENT_BYTES, build, parse
 
 ALLREDUCE = os.path.join(HERE, "allreduce.py")
 RUN_TIMEOUT_S = 300
@@ -61,28 +57,25 @@ def one_host(exe, iters, rounds):
     minute to minute (other tenants), and noise only ever adds time. Each
     method's figure is its best round's median, the same rule for all; the
     medians of the round medians are recorded too."""
-    def run(cmd, env):
-        out = subprocess.run(cmd, capture_output=True, text=True, env=rank_env(env), cwd=REPO, timeout=900)
-        if out.returncode != 0:
-            raise SystemExit(f"failed: {' '.join(cmd)}\n{out.stdout[-2000:]}\n{out.stderr[-3000:]}")
-        return out.stdout
-
     mpiexec = [mpiexec_path(), "-n", "2"]
-    plain = mpiexec + [exe, "--pass", str(iters), "3", str(RESNET50_GRADIENT_BYTES)]
-    rows = {"plain": [], "memory_pass": [], "hierarchical": [], "flat": []}
-    for _ in range(rounds):
-        text = run(plain, {})
-        rows["plain"].append(plain_median(text))
+
+    def plain():
+        """(plain MPI_Allreduce, memory pass) from one run of the program."""
+        text = run(mpiexec + [exe, "--pass", str(iters), "3", str(RESNET50_GRADIENT_BYTES)], env=rank_env(),
+                   timeout=900)
         passes = parse(text, "pass").get(RESNET50_GRADIENT_BYTES)
         if not passes:
             raise SystemExit(f"no memory pass result in:\n{text[-3000:]}")
-        rows["memory_pass"].append(statistics.median(passes))
-        for mode, flag in (("hierarchical", "1"), ("flat", "0")):
-            text = run(mpiexec + [sys.executable, ALLREDUCE, "--no-curve", "--iters", str(iters), "--output",
-                                  os.devnull], {"MXPLUGIN_HIERARCHICAL_ALLREDUCE": flag})
-            rows[mode].append(grouped_median(text))
-    result = {"rounds_s": rows, "rule": "best round's median, for every method",
-              "median_of_rounds_s": {k: statistics.median(v) for k, v in rows.items()}}
+        return plain_median(text), statistics.median(passes)
+
+    def ours(flag):
+        cmd = mpiexec + [sys.executable, ALLREDUCE, "--no-curve", "--iters", str(iters), "--output", os.devnull]
+        return lambda: grouped_median(run(cmd, env=rank_env({"MXPLUGIN_HIERARCHICAL_ALLREDUCE": flag}), timeout=900))
+
+    got = interleave({"plain": plain, "hierarchical": ours("1"), "flat": ours("0")}, rounds)
+    rows = {"plain": [p for p, _ in got["plain"]], "memory_pass": [m for _, m in got["plain"]],
+            "hierarchical": got["hierarchical"], "flat": got["flat"]}
+    result = {"rounds_s": rows, "rule": "best round's median, for every method", "median_of_rounds_s": medians(rows)}
     result.update({f"{k}_s": min(v) for k, v in rows.items()})
     return result
 
@@ -98,9 +91,7 @@ def two_hosts(exe, rate_mbit, iters):
             except AssertionError as exc:  # timed out; the cluster's processes are killed
                 print(f"{' '.join(argv[:2])}: {str(exc)[:200]}", file=sys.stderr)
                 return None, None
-            if done.returncode != 0:
-                raise SystemExit(f"failed: {' '.join(argv)}\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
-            return done.stdout, [cluster.tx_bytes(i) - b for i, b in enumerate(before)]
+            return check(done, " ".join(argv)), [cluster.tx_bytes(i) - b for i, b in enumerate(before)]
 
         result = {"rate_mbit": rate_mbit,
                   "link_bound_s": RESNET50_GRADIENT_BYTES * 8 / (rate_mbit * 1e6),
@@ -118,11 +109,9 @@ def two_hosts(exe, rate_mbit, iters):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--iters", type=int, default=8, help="measured iterations per figure (default 8)")
+    p = arguments(__doc__, iters=(8, "measured iterations per figure"), rounds=(7, "interleaved rounds on one host"),
+                  output="multi_host.json")
     p.add_argument("--rates", default="2000,10000", help="link rates in Mbit/s (default 2000,10000)")
-    p.add_argument("--rounds", type=int, default=7, help="interleaved rounds on one host (default 7)")
-    p.add_argument("--output", default=os.path.join(HERE, "results", "multi_host.json"))
     args = p.parse_args()
     why_not = FakeCluster.unavailable()
     if why_not:
@@ -140,10 +129,7 @@ def main():
     for row in result["two_hosts_2_ranks"]:
         print(f"2 hosts x 2 ranks at {row['rate_mbit'] / 1000:g} Gbit/s: bound {ms(row['link_bound_s'])}, "
               f"plain MPI {ms(row['plain_s'])}, hierarchical {ms(row['hierarchical_s'])}, flat {ms(row['flat_s'])}")
-    os.makedirs(os.path.dirname(args.output), exist_ok=True)
-    with open(args.output, "w") as f:
-        json.dump(result, f, indent=1)
-    print(f"wrote {args.output}")
+    write_result(args.output, result)
 
 
 if __name__ == "__main__":

@@ -11,19 +11,16 @@ shared by the ranks); times_s[r] is [uncompressed, PowerSGD at rank r], the
 uncompressed figure the same for every r. Across fake hosts, with the bytes
 counted on the links: bench/powersgd_hosts.py."""
 import json
-import os
-import statistics
-import sys
 import time
 
 import mxnet as mx
 import numpy as np
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+from harness import arguments, interleave, medians, write_result
 
-import mxplugin as hvd  # noqa: E402
-from mxplugin.training.powersgd import PowerSGDReducer  # noqa: E402
+# after harness, which puts this checkout on the path where no mxplugin is installed
+import mxplugin as hvd
+from mxplugin.training.powersgd import PowerSGDReducer
 
 RANKS = (1, 2, 4, 8)
 TIMED_RANKS = (1, 4)
@@ -58,7 +55,7 @@ def exchange_samples(grads, shapes, ranks, iterations, warmup=2, sent_so_far=Non
     grouped allreduce). Returns {method: [seconds per exchange]} and, with
     `sent_so_far` (a function: bytes this host sent so far), {method:
     [bytes sent during each exchange]} (None without), and with `other_work`
-    (begin() before an exchange, cores() after it: bench/powersgd_hosts.py's
+    (begin() before an exchange, cores() after it: bench/machine.py's
     OtherWork) {method: [cores other work kept busy meanwhile]} (None
     without). The exchanges replace `grads` by their sums over the ranks
     (the uncompressed one a copy of them), so the values grow from one
@@ -76,12 +73,11 @@ def exchange_samples(grads, shapes, ranks, iterations, warmup=2, sent_so_far=Non
             reducer.reduce(compressed, hvd.global_process_set)
             hvd.grouped_allreduce_(rest, name=f"rest{rank}", op=hvd.Sum)
         exchanges[rank] = exchange
-    times = {method: [] for method in exchanges}
-    sent = {method: [] for method in exchanges} if sent_so_far else None
-    busy = {method: [] for method in exchanges} if other_work else None
-    mx.nd.waitall()
-    for it in range(warmup + iterations):
-        for method, exchange in exchanges.items():
+
+    def measured(exchange):
+        """One exchange from a barrier: (seconds, bytes sent or None, other
+        work's cores or None)."""
+        def run():
             hvd.barrier()
             before = sent_so_far() if sent_so_far else 0
             if other_work:
@@ -92,16 +88,19 @@ def exchange_samples(grads, shapes, ranks, iterations, warmup=2, sent_so_far=Non
             seconds = time.perf_counter() - start
             cores = other_work.cores() if other_work else None
             hvd.barrier()  # every rank's sends have left before the counter is read
-            if it >= warmup:
-                times[method].append(seconds)
-                if sent is not None:
-                    sent[method].append(sent_so_far() - before)
-                if busy is not None:
-                    busy[method].append(cores)
-    return times, sent, busy
+            return seconds, sent_so_far() - before if sent_so_far else None, cores
+        return run
+
+    mx.nd.waitall()
+    samples = interleave({method: measured(exchange) for method, exchange in exchanges.items()}, iterations, warmup)
+
+    def part(i):
+        return {method: [sample[i] for sample in got] for method, got in samples.items()}
+    return part(0), part(1) if sent_so_far else None, part(2) if other_work else None
 
 
 def main():
+    args = arguments(__doc__, iters=(ITERATIONS, "measured exchanges per method")).parse_args()
     hvd.init()
     shapes = resnet50_shapes()
     full = 4 * sum(int(np.prod(s)) for s in shapes)
@@ -110,14 +109,12 @@ def main():
         result["sent_bytes"][r] = sent_bytes(shapes, r)
     rng = np.random.RandomState(hvd.rank())
     grads = [mx.nd.array(rng.standard_normal(s) * 1e-3) for s in shapes]
-    times, _, _ = exchange_samples(grads, shapes, TIMED_RANKS, ITERATIONS)
-    plain = statistics.median(times["uncompressed"])
+    med = medians(exchange_samples(grads, shapes, TIMED_RANKS, args.iters)[0])
     for r in TIMED_RANKS:
-        result["times_s"][r] = [plain, statistics.median(times[r])]
+        result["times_s"][r] = [med["uncompressed"], med[r]]
     if hvd.rank() == 0:
         print(json.dumps(result, indent=1))
-        with open(os.path.join(HERE, "results", "powersgd.json"), "w") as f:
-            json.dump(result, f, indent=1)
+        write_result("powersgd.json", result)
     hvd.shutdown()
 
 

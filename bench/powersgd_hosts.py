@@ -40,20 +40,14 @@ else (the machine's user + system time less the job's processes' own:
 OtherWork). The medians reported (median_s, median_step_s) are over the
 samples during which that stayed below --quiet-cores (0.2), with the number
 of such samples beside them; the medians of all samples are recorded too."""
-import argparse
-import json
 import os
-import re
 import statistics
-import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(REPO, "tests"))
-sys.path.insert(0, HERE)
+from harness import REPO, arguments, interleave, median_or_none, medians, read_result, write_result
+from jobs import check, print_result, result_in, run, this_script
+from machine import OtherWork, load_span, quiet_only
 
-RESULTS = os.path.join(HERE, "results")
 COUNTER = "/sys/class/net/eth0/statistics/tx_bytes"  # inside a fake host: its link (fake_cluster.IFACE)
 RUN_TIMEOUT_S = 600
 BYTES_RANKS = (1, 2, 4, 8)
@@ -79,7 +73,7 @@ def report(result):
     import mxplugin as hvd
 
     if hvd.rank() == 0:
-        print("RESULT " + json.dumps(result), flush=True)
+        print_result(result)
 
 
 def exchange_worker(ranks, iterations, warmup, on_fake_hosts, quiet_cores):
@@ -103,10 +97,10 @@ def exchange_worker(ranks, iterations, warmup, on_fake_hosts, quiet_cores):
               "times_s": {str(m): times[m] for m in methods},
               "median_s_all_samples": {str(m): statistics.median(times[m]) for m in methods}}
     if busy is not None:
-        quiet = {str(m): [t for t, c in zip(times[m], busy[m]) if c < quiet_cores] for m in methods}
+        quiet = {str(m): quiet_only(times[m], busy[m], quiet_cores) for m in methods}
         result.update({"quiet_cores": quiet_cores, "other_work_cores": {str(m): busy[m] for m in methods},
                        "quiet_samples": {m: len(v) for m, v in quiet.items()},
-                       "median_s": {m: statistics.median(v) if v else None for m, v in quiet.items()}})
+                       "median_s": {m: median_or_none(v) for m, v in quiet.items()}})
     else:
         result["median_s"] = result["median_s_all_samples"]
     if sent is not None:
@@ -117,56 +111,10 @@ def exchange_worker(ranks, iterations, warmup, on_fake_hosts, quiet_cores):
     hvd.shutdown()
 
 
-def busy_jiffies():
-    """CPU jiffies all CPUs spent so far in user and system mode (interrupts
-    left out: the links' packet processing is the job's own)."""
-    with open("/proc/stat") as f:
-        user, nice, system = (int(v) for v in f.readline().split()[1:4])
-    return user + nice + system
-
-
-def jiffies_by_process(namespaces):
-    """{pid: CPU jiffies used so far (user + system, all threads)} of the
-    processes in the network namespaces `namespaces`."""
-    found = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            if os.readlink(f"/proc/{pid}/ns/net") not in namespaces:
-                continue
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:  # gone, or a kernel thread
-            continue
-        found[int(pid)] = int(fields[11]) + int(fields[12])
-    return found
-
-
 def other_work(hvd):
     """An OtherWork for this job (a collective; rank 0's figures are the
     ones reported)."""
     return OtherWork(hvd.allgather_object(os.readlink("/proc/self/ns/net"), name="namespaces"))
-
-
-class OtherWork:
-    """Cores kept busy during a timed interval by work other than this
-    job's (whose processes all live in its fake hosts' namespaces): the
-    machine's busy time less the job's processes' own."""
-
-    def __init__(self, own_namespaces):
-        self.own = set(own_namespaces)
-        self.hz = os.sysconf("SC_CLK_TCK")
-        self.before = None
-
-    def begin(self):
-        self.before = (busy_jiffies(), jiffies_by_process(self.own), time.perf_counter())
-
-    def cores(self):
-        busy, own, start = self.before
-        wall = time.perf_counter() - start
-        mine = sum(j - own.get(pid, 0) for pid, j in jiffies_by_process(self.own).items())
-        return max(0, busy_jiffies() - busy - mine) / self.hz / wall
 
 
 def step_worker(rounds, steps, batch, image, quiet_cores):
@@ -193,12 +141,10 @@ def step_worker(rounds, steps, batch, image, quiet_cores):
         runs["single"] = resnet(True, image)
         trainers["single"] = gluon.Trainer(runs["single"].collect_params(), "sgd", dict(SGD), kvstore=None)
     order = ["single", "uncompressed", compressed]
-    # per method, per timed step: (seconds, cores kept busy by other work meanwhile)
-    samples = {m: [] for m in order}
-    parts = {m: [] for m in order}  # (forward + backward s, step() s, other work's cores)
-    sent = {m: [] for m in order}
 
     def timed_steps(method):
+        """[(seconds, cores other work kept busy meanwhile)] of `steps`
+        steps, and the bytes this host sent on its link during them."""
         net, trainer = runs[method], trainers[method]
         mx.nd.waitall()
         start_bytes, out = counter(), []
@@ -216,7 +162,8 @@ def step_worker(rounds, steps, batch, image, quiet_cores):
     def split_step(method):
         """One more step, its parts timed apart: forward + backward, then
         (after every rank's backward) step(): the exchange and the update,
-        without the overlap with backward that the timed steps allow."""
+        without the overlap with backward that the timed steps allow.
+        Returns (forward + backward s, step() s, other work's cores)."""
         net, trainer = runs[method], trainers[method]
         mx.nd.waitall()
         other.begin()
@@ -231,38 +178,40 @@ def step_worker(rounds, steps, batch, image, quiet_cores):
         start = time.perf_counter()
         trainer.step(batch)
         mx.nd.waitall()
-        parts[method].append((compute, time.perf_counter() - start, other.cores()))
+        return compute, time.perf_counter() - start, other.cores()
 
-    for r in range(rounds + 1):  # round 0 warms up (static allocation, PowerSGD's buffers)
-        for method in order:
+    def one_round(method):
+        def run():
             hvd.barrier()
             if method == "single" and rank != 0:
-                continue  # the reference is one process alone
+                return None  # the reference is one process alone
             out, nbytes = timed_steps(method)
-            if r:
-                samples[method].extend(out)
-                sent[method].append(nbytes / steps)
-                split_step(method)
+            return out, nbytes / steps, split_step(method)
+        return run
+
+    # the warm-up round: static allocation, PowerSGD's buffers
+    got = interleave({m: one_round(m) for m in order}, rounds, warmup=1)
+    got = {m: [g for g in v if g is not None] for m, v in got.items()}
+    samples = {m: [s for out, _, _ in v for s in out] for m, v in got.items()}
+    sent = {m: [nbytes for _, nbytes, _ in v] for m, v in got.items()}
+    parts = {m: [part for _, _, part in v] for m, v in got.items()}
     hvd.barrier()
-    medians = per_host({m: statistics.median(v) for m, v in sent.items() if v})
+    sent_per_host = per_host(medians({m: v for m, v in sent.items() if v}))
     if rank != 0:
         return hvd.shutdown()
 
-    def median(values):
-        return statistics.median(values) if values else None
-
-    quiet = {m: [t for t, c in v if c < quiet_cores] for m, v in samples.items()}
-    med = {m: median(v) for m, v in quiet.items()}
-    med_all = {m: median([t for t, _ in v]) for m, v in samples.items()}
-    quiet_parts = {m: [p for p in v if p[2] < quiet_cores] for m, v in parts.items()}
+    quiet = {m: quiet_only([t for t, _ in v], [c for _, c in v], quiet_cores) for m, v in samples.items()}
+    med = {m: median_or_none(v) for m, v in quiet.items()}
+    med_all = {m: median_or_none([t for t, _ in v]) for m, v in samples.items()}
+    quiet_parts = {m: quiet_only(v, [c for _, _, c in v], quiet_cores) for m, v in parts.items()}
     result = {"ranks": hvd.size(), "batch_per_rank": batch, "image": image, "rounds": rounds,
               "steps_per_round": steps, "quiet_cores": quiet_cores,
               "samples": {m: [{"step_s": t, "other_work_cores": c} for t, c in v] for m, v in samples.items()},
               "quiet_samples": {m: len(v) for m, v in quiet.items()},
               "median_step_s": med, "median_step_s_all_samples": med_all,
-              "link_bytes_per_step": {m: [h.get(m) for h in medians] for m in order},
-              "median_parts_s": {m: {"forward_backward": median([p[0] for p in v]),
-                                     "step_call": median([p[1] for p in v]), "samples": len(v)}
+              "link_bytes_per_step": {m: [h.get(m) for h in sent_per_host] for m in order},
+              "median_parts_s": {m: {"forward_backward": median_or_none([p[0] for p in v]),
+                                     "step_call": median_or_none([p[1] for p in v]), "samples": len(v)}
                                  for m, v in quiet_parts.items()}}
     if all(med.values()):
         result["efficiency"] = {m: med["single"] / med[m] for m in order[1:]}
@@ -283,32 +232,21 @@ def launch(cluster, slots, argv, env, tcp=True):
 
     ranks = sum(slots)
     cmd = [mpiexec_path(), *(cluster.mpiexec_args(slots) if cluster else []), "-n", str(ranks),
-           sys.executable, os.path.abspath(__file__), *argv, *(["--on-fake-hosts"] if cluster else [])]
+           *this_script(__file__, *argv, *(["--on-fake-hosts"] if cluster else []))]
+    what = " ".join(cmd)
     hosts = range(len(slots)) if cluster else ()
     before = [cluster.tx_bytes(i) for i in hosts]
     env = rank_env({**(ENV if cluster and tcp else {}), **env})
     if cluster and not tcp:
         env.pop("UCX_TLS", None)
-    print("$", " ".join(cmd), flush=True)
-    load_before = os.getloadavg()[0]  # other work on the machine, reported beside the numbers
-    if cluster:
-        done = cluster.run(0, cmd, env=env, timeout=RUN_TIMEOUT_S, cwd=REPO)
-    else:
-        import subprocess
-
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=RUN_TIMEOUT_S, cwd=REPO)
-    m = re.search(r"^RESULT (.*)$", done.stdout, re.M)
-    if done.returncode != 0 or not m:
-        raise SystemExit(f"failed: {' '.join(cmd)}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    print("$", what, flush=True)
+    with load_span() as load:  # other work on the machine, reported beside the numbers
+        if cluster:
+            text = check(cluster.run(0, cmd, env=env, timeout=RUN_TIMEOUT_S, cwd=REPO), what)
+        else:
+            text = run(cmd, env=env, timeout=RUN_TIMEOUT_S, what=what)
     sent = [cluster.tx_bytes(i) - b for i, b in zip(hosts, before)] if cluster else None
-    return {**json.loads(m.group(1)), "load_average_1min": [load_before, os.getloadavg()[0]]}, sent
-
-
-def write(name, result):
-    path = os.path.join(RESULTS, name)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
-    print(f"wrote {path}", flush=True)
+    return {**result_in(text, what), "load_average_1min": load}, sent
 
 
 def bench_bytes(args):
@@ -335,7 +273,7 @@ def bench_bytes(args):
     print("without UCX_TLS=tcp,self: " + " / ".join(f"{b / 1e6:.2f} MB" for b in
                                                      result["without_ucx_tls_tcp"]["median_link_bytes"]) +
           " per host for the uncompressed exchange")
-    write("powersgd_link_bytes.json", result)
+    write_result("powersgd_link_bytes.json", result)
 
 
 EXCHANGE_CONFIGURATIONS = (((2, 2), 2000), ((2, 2), 10000), ((4,), None), ((1, 1), 2000), ((1, 1), 10000))
@@ -350,11 +288,9 @@ def bench_exchange(args):
     argv = ["worker-exchange", "--ranks", ",".join(map(str, TIMED_RANKS)), "--iterations", str(args.iterations),
             "--quiet-cores", str(args.quiet_cores)]
     env = {"MXPLUGIN_HIERARCHICAL_ALLREDUCE": "1"}
-    path = os.path.join(RESULTS, "powersgd_exchange.json")
     rows = []
     if args.only:  # the other configurations' rows are kept as they are
-        with open(path) as f:
-            rows = json.load(f)["configurations"]
+        rows = read_result("powersgd_exchange.json")["configurations"]
     for slots, rate in EXCHANGE_CONFIGURATIONS:
         layout = f"{len(slots)} host{'s' if len(slots) > 1 else ''} x {slots[0]}"
         if args.only and args.only != layout.replace(" hosts x ", "x").replace(" host x ", "x"):
@@ -374,7 +310,7 @@ def bench_exchange(args):
         print(f"{row['layout']}, {row['link']:>8} (quiet samples {row['quiet_samples']}): uncompressed {ms(plain)}, " +
               ", ".join(f"rank {r} {ms(med[str(r)])}" + (f" ({med[str(r)] / plain:.2f}x)" if plain and med[str(r)]
                                                          else "") for r in TIMED_RANKS))
-    write("powersgd_exchange.json", {"configurations": rows})
+    write_result("powersgd_exchange.json", {"configurations": rows})
 
 
 def bench_step(args):
@@ -391,20 +327,18 @@ def bench_step(args):
         print(f"{'quiet samples' if not key else 'all samples'} ({result['quiet_samples'] if not key else ''}): " +
               ", ".join(f"{m} {v * 1e3:.0f} ms" for m, v in med.items() if v) + "; efficiency " +
               ", ".join(f"{m} {e:.3f}" for m, e in eff.items()))
-    write("powersgd_step.json", result)
+    write_result("powersgd_step.json", result)
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments(__doc__, warmup=(2, "worker-exchange: warm-up iterations"), rounds=(12, "step: measured rounds"),
+                  steps=(1, "step: steps per round and method"))
     p.add_argument("what", choices=["all", "bytes", "exchange", "step", "worker-exchange", "worker-step"])
     p.add_argument("--ranks", default="4", help="worker-exchange: PowerSGD ranks")
     p.add_argument("--iterations", type=int, default=7, help="exchange: measured iterations (default 7)")
     p.add_argument("--only", metavar="HOSTSxRANKS",
                    help="exchange: measure only the configurations of this layout (2x2, 1x4 or 2x1), replacing "
                         "their rows in bench/results/powersgd_exchange.json")
-    p.add_argument("--warmup", type=int, default=2, help="worker-exchange: warm-up iterations (default 2)")
-    p.add_argument("--rounds", type=int, default=12, help="step: measured rounds (default 12)")
-    p.add_argument("--steps", type=int, default=1, help="step: steps per round and method (default 1)")
     p.add_argument("--batch-size", type=int, default=8, help="step: batch per rank (default 8)")
     p.add_argument("--image-size", type=int, default=112, help="step: image side (default 112)")
     p.add_argument("--quiet-cores", type=float, default=0.2,

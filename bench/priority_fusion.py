@@ -31,14 +31,11 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "results")
+from harness import REPO, arguments, interleave, medians, timed, write_result
+from jobs import mpi_command, print_result, run_job, this_script
 
 
 # --- one rank of one job -------------------------------------------------------------------------------------
@@ -107,24 +104,17 @@ def rank_main(args):
     runs = {"module": (module(False), module(True)), "kvstore": (trainer(False), trainer(True))}
 
     def seconds_per_step(epoch):
-        mx.nd.waitall()
-        t0 = time.perf_counter()
-        epoch()
-        mx.nd.waitall()
-        return (time.perf_counter() - t0) / steps
+        clock = timed(epoch, before=mx.nd.waitall, wait=mx.nd.waitall)
+        return lambda: clock() / steps
 
-    for ref, dist in runs.values():  # warm-up: graphs, buffers, negotiation caches
-        seconds_per_step(ref)
-        seconds_per_step(dist)
+    for pair in runs.values():  # warm-up: graphs, buffers, negotiation caches
+        for epoch in pair:
+            seconds_per_step(epoch)()
     result = {}
     for path, (ref, dist) in runs.items():
-        ratios, refs, dists = [], [], []
-        for _ in range(args.rounds):
-            r = seconds_per_step(ref)
-            d = seconds_per_step(dist)
-            refs.append(r)
-            dists.append(d)
-            ratios.append(d / r)
+        times = interleave({"reference": seconds_per_step(ref), "distributed": seconds_per_step(dist)}, args.rounds)
+        refs, dists = times["reference"], times["distributed"]
+        ratios = [d / r for r, d in zip(refs, dists)]
         with tempfile.TemporaryDirectory() as tmp:
             hvd.start_timeline(os.path.join(tmp, "t.{rank}.json"))
             dist()
@@ -137,42 +127,38 @@ def rank_main(args):
                  rows[e["tid"]].startswith(("allreduce.optimizer.", "allreduce.kvstore."))}
         tensors = {rows[e["tid"]] for e in events if e["ph"] == "X" and e["name"] == "ALLREDUCE" and
                    rows[e["tid"]].startswith(("allreduce.optimizer.", "allreduce.kvstore."))}
+        med = medians(times)
         result[path] = {"ratio": statistics.median(ratios), "ratios": ratios,
-                        "reference_ms_per_step": statistics.median(refs) * 1e3,
-                        "distributed_ms_per_step": statistics.median(dists) * 1e3,
+                        "reference_ms_per_step": med["reference"] * 1e3,
+                        "distributed_ms_per_step": med["distributed"] * 1e3,
                         "calls_per_step": len(spans) / steps, "gradients": len(tensors)}
     if rank == 0:
-        print("RESULT " + json.dumps(result), flush=True)
+        print_result(result)
     hvd.shutdown()
 
 
 # --- the driver ----------------------------------------------------------------------------------------------
 
-def run_job(tree, args):
-    sys.path.insert(0, os.path.join(REPO, "tests"))
-    from mpi_harness import mpiexec_path, rank_env
+def job(name, tree, args):
+    """One job of the build `name` in `tree`: its result per path."""
+    from mpi_harness import rank_env
 
     env = rank_env({"OMP_NUM_THREADS": 1, "MXNET_CPU_WORKER_NTHREADS": 1,
                     "MXPLUGIN_HIERARCHICAL_ALLREDUCE": "0" if args.flat else "1"})
     env["PYTHONPATH"] = tree
-    cmd = [mpiexec_path(), "-n", "2", sys.executable, os.path.abspath(__file__), "--rank", "--tree", tree,
-           "--layers", str(args.layers), "--hidden", str(args.hidden), "--batch", str(args.batch),
-           "--steps", str(args.steps), "--rounds", str(args.rounds)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=1200)
-    lines = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
-    if out.returncode != 0 or not lines:
-        raise SystemExit(f"job failed ({tree}):\n{out.stdout[-3000:]}\n{out.stderr[-5000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    cmd = mpi_command(2, this_script(__file__, "--rank", "--tree", tree, "--layers", args.layers, "--hidden",
+                                     args.hidden, "--batch", args.batch, "--steps", args.steps, "--rounds",
+                                     args.rounds))
+    res = run_job(cmd, env=env, timeout=1200, what=f"the job of {name} ({tree})")
+    print(name, {p: (round(r["ratio"], 3), r["calls_per_step"]) for p, r in res.items()}, flush=True)
+    return res
 
 
 def driver(args):
     trees = {"before": os.path.abspath(args.before), "after": REPO}
-    jobs = {"before": [], "after": []}
-    for i in range(args.jobs):
-        for name in (("before", "after") if i % 2 == 0 else ("after", "before")):
-            res = run_job(trees[name], args)
-            jobs[name].append(res)
-            print(name, {p: (round(r["ratio"], 3), r["calls_per_step"]) for p, r in res.items()}, flush=True)
+    # before and after alternate, each first in every other round
+    jobs = interleave({name: lambda name=name: job(name, trees[name], args) for name in trees}, args.jobs,
+                      rotate=True)
     summary = {}
     for path in ("module", "kvstore"):
         summary[path] = {}
@@ -194,22 +180,17 @@ def driver(args):
            "model": {"layers": args.layers, "hidden": args.hidden, "batch_per_rank": args.batch,
                      "steps_per_measurement": args.steps, "rounds_per_job": args.rounds, "jobs_per_build": args.jobs},
            "threads_per_rank": 1, "summary": summary, "jobs": jobs}
-    os.makedirs(RESULTS, exist_ok=True)
-    path = os.path.join(RESULTS, "priority_fusion_flat.json" if args.flat else "priority_fusion.json")
-    with open(path, "w") as f:
-        json.dump(out, f, indent=1)
     print(json.dumps(summary, indent=1))
-    print("wrote", path)
+    write_result("priority_fusion_flat.json" if args.flat else "priority_fusion.json", out)
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments(__doc__, rounds=(5, "rounds of (reference, distributed) per job"),
+                  steps=(20, "steps per measurement"))
     p.add_argument("--before", help="a tree with a built mxplugin/ of the earlier commit")
     p.add_argument("--before-commit", default="5598ce9")
     p.add_argument("--flat", action="store_true", help="plain MPI instead of the shared-memory data plane")
     p.add_argument("--jobs", type=int, default=3, help="jobs per build")
-    p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--steps", type=int, default=20)
     p.add_argument("--layers", type=int, default=24)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--batch", type=int, default=32)

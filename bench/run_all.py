@@ -7,33 +7,31 @@ when matplotlib is installed: `pip install -e '.[bench]'`).
 bench/results/*.json are committed: the report is rendered from them, and
 --report refuses to run when any is missing rather than write a shorter one.
 """
-import argparse
 import importlib.util
-import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "results")
-DOCS = os.path.join(REPO, "docs")
-sys.path.insert(0, os.path.join(REPO, "tests"))
-sys.path.insert(0, HERE)
+from harness import HERE, REPO, arguments, read_result, write_result
+from jobs import check, mpi_command
 
-from mpi_harness import mpiexec_path, rank_env  # noqa: E402
-from powersgd_report import powersgd_section, powersgd_targets  # noqa: E402
-from report_multi_host import multi_host_section  # noqa: E402
-from gluonts_report import gluonts_section, gluonts_target  # noqa: E402
-from latency import report_section as latency_section  # noqa: E402
-from tp_small import report_section as tp_small_section  # noqa: E402
-from module_horovod import report_section as module_horovod_section  # noqa: E402
-from steadiness import report_section as steadiness_section  # noqa: E402
-from sharding_report import sharding_section  # noqa: E402
-from report_clusters import fault_timings_section, mpi_variants_section  # noqa: E402
-from tensor_parallel import report_section as tensor_parallel_section  # noqa: E402
+# tests/, on the path through harness
+from mpi_harness import rank_env
+from powersgd_report import powersgd_section, powersgd_targets
+from report_multi_host import multi_host_section
+from gluonts_report import gluonts_section, gluonts_target
+from latency import report_section as latency_section
+from tp_small import report_section as tp_small_section
+from module_horovod import report_section as module_horovod_section
+from steadiness import report_section as steadiness_section
+from sharding_report import sharding_section
+from report_clusters import fault_timings_section, mpi_variants_section
+from tensor_parallel import report_section as tensor_parallel_section
+
+DOCS = os.path.join(REPO, "docs")
 
 EXAMPLE = os.path.join(REPO, "examples", "mxnet_imagenet_resnet50.py")
 EXAMPLE_ARGS = ["--batch-size", "8", "--image-size", "112", "--num-batches", "12", "--num-epochs", "1",
@@ -43,14 +41,12 @@ EXAMPLE_ARGS = ["--batch-size", "8", "--image-size", "112", "--num-batches", "12
 def run(np_, args, timeout=1800, threads=1):
     """Runs a benchmark on np_ ranks (np_ == 1: a plain process), each rank with
     OMP_NUM_THREADS=threads."""
-    cmd = ([mpiexec_path(), "-n", str(np_)] if np_ > 1 else []) + [sys.executable] + args
+    cmd = mpi_command(np_, [sys.executable, *args])
     print("$", f"OMP_NUM_THREADS={threads}", " ".join(cmd), flush=True)
     out = subprocess.run(cmd, capture_output=True, text=True, env=rank_env({"OMP_NUM_THREADS": threads}), cwd=REPO,
                          timeout=timeout)
     sys.stdout.write(out.stdout[-3000:])
-    if out.returncode != 0:
-        sys.stderr.write(out.stderr[-5000:])
-        raise SystemExit(f"benchmark failed: {' '.join(args)}")
+    check(out, f"benchmark {' '.join(args)}")
     return out.stdout + out.stderr
 
 
@@ -63,10 +59,9 @@ def example_throughput(np_, threads=1, batch_size=None):
     rates = [float(v) for v in re.findall(r"total img/s[=: ]+([0-9.]+)", text)]
     if not rates:
         raise SystemExit("the example printed no 'total img/s' lines")
-    rates = rates[1:] or rates
-    rates.sort()
+    rates = sorted(rates[1:] or rates)
     return {"ranks": np_, "threads": threads, "batch_per_rank": int(args[args.index("--batch-size") + 1]),
-            "images_per_s": rates, "median_images_per_s": rates[len(rates) // 2]}
+            "images_per_s": rates, "median_images_per_s": statistics.median(rates)}
 
 
 def single_process(tag):
@@ -76,7 +71,6 @@ def single_process(tag):
 
 
 def run_all():
-    os.makedirs(RESULTS, exist_ok=True)
     # The standalone MPI reference just before and just after the library's
     # allreduce benchmark; the report counts the better of the two medians.
     run(1, [os.path.join(HERE, "mpi_plain.py"), "--ranks", "2", "--tag", "before"])
@@ -116,8 +110,7 @@ def run_all():
                                      (2 * example["1"]["median_images_per_s"]))
     example["vs_one_process_all_cores"] = (example["2"]["median_images_per_s"] /
                                            example["1x2threads"]["median_images_per_s"])
-    with open(os.path.join(RESULTS, "example.json"), "w") as f:
-        json.dump(example, f, indent=1)
+    write_result("example.json", example)
 
 
 # What the two allreduce references mean, carried by every regenerated report.
@@ -144,20 +137,12 @@ REQUIRED = ("allreduce.json", "mpi_plain_before.json", "mpi_plain_after.json", "
             "tp_small.json")
 
 
-def load(name):
-    path = os.path.join(RESULTS, name)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
-
-
 def best_plain():
     """{bytes: median seconds} of the standalone MPI program: the better of
     the runs before and after the library's benchmark, size by size."""
     best = {}
     for tag in ("before", "after"):
-        result = load(f"mpi_plain_{tag}.json")
+        result = read_result(f"mpi_plain_{tag}.json")
         for row in (result or {}).get("sizes", []):
             b = row["bytes"]
             best[b] = min(best.get(b, float("inf")), row["median_s"])
@@ -174,7 +159,7 @@ def allreduce_ratios(ar, plain):
 
 
 def single_2threads():
-    runs = [load(f"trainer_single_2threads_{tag}.json") for tag in ("before", "after")]
+    runs = [read_result(f"trainer_single_2threads_{tag}.json") for tag in ("before", "after")]
     runs = [r for r in runs if r]
     return max(runs, key=lambda r: r["median_images_per_s"]) if runs else None
 
@@ -252,21 +237,21 @@ def _targets(ar, upd, sc, plain, single2, gluonts=None, more=()):
 
 
 def report():
-    missing = [name for name in REQUIRED if load(name) is None]
+    missing = [name for name in REQUIRED if read_result(name) is None]
     if missing:
         raise SystemExit(f"bench/results/ lacks {', '.join(missing)}: run `python bench/run_all.py` (all "
                          "benchmarks) first; docs/benchmarks.md is left as it is")
-    ar, upd, fk = load("allreduce.json"), load("trainer_update.json"), load("fused_kernels.json")
-    sc, ex = load("trainer_scaling.json"), load("example.json")
+    ar, upd, fk = read_result("allreduce.json"), read_result("trainer_update.json"), read_result("fused_kernels.json")
+    sc, ex = read_result("trainer_scaling.json"), read_result("example.json")
     plain, single2 = best_plain(), single_2threads()
-    breakdown = [b for b in (load("step_breakdown_1ranks.json"), load("step_breakdown_2ranks.json")) if b]
+    breakdown = [b for b in (read_result("step_breakdown_1ranks.json"), read_result("step_breakdown_2ranks.json")) if b]
     images = plots(ar, breakdown, plain)
     lines = ["# Benchmarks", "",
              "Written by `python bench/run_all.py` from `bench/results/*.json` (committed; `--report` re-renders",
              "this page from them). Every number is a median of repeated runs, compared with a reference",
              "measured in the same run. Unless a row says otherwise each process runs with OMP_NUM_THREADS=1.",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.", ""]
-    lines += _targets(ar, upd, sc, plain, single2, load("gluonts_deepar.json"), powersgd_targets(load))
+    lines += _targets(ar, upd, sc, plain, single2, read_result("gluonts_deepar.json"), powersgd_targets(read_result))
     if ar:
         g = ar["gradient_set"]
         m = g["median_s"]
@@ -369,18 +354,18 @@ def report():
                   f"Per-rank scaling efficiency (2 ranks x 1 thread vs 1 x 1): **{ex['scaling_efficiency']:.3f}**; "
                   f"2 ranks against one process with 2 threads on the same global batch: "
                   f"**{ex['vs_one_process_all_cores']:.3f}**.", ""]
-    lines += latency_section(load("latency.json"))
-    lines += tp_small_section(load("tp_small.json"))
-    lines += steadiness_section(load("steadiness.json"))
-    lines += module_horovod_section(load("module_horovod.json"))
-    lines += tensor_parallel_section(load("tensor_parallel.json"))
-    lines += gluonts_section(load("gluonts_deepar.json"))
-    lines += multi_host_section(load("multi_host.json"), DOCS)
-    lines += powersgd_section(load, DOCS)
-    lines += _gpu_section(load("gpu_kernels.json"), load("gpu_allreduce.json"))
-    lines += sharding_section(load)
-    lines += mpi_variants_section(load("mpi_variants.json"), DOCS)
-    lines += fault_timings_section(load("fault_timings.json"))
+    lines += latency_section(read_result("latency.json"))
+    lines += tp_small_section(read_result("tp_small.json"))
+    lines += steadiness_section(read_result("steadiness.json"))
+    lines += module_horovod_section(read_result("module_horovod.json"))
+    lines += tensor_parallel_section(read_result("tensor_parallel.json"))
+    lines += gluonts_section(read_result("gluonts_deepar.json"))
+    lines += multi_host_section(read_result("multi_host.json"), DOCS)
+    lines += powersgd_section(read_result, DOCS)
+    lines += _gpu_section(read_result("gpu_kernels.json"), read_result("gpu_allreduce.json"))
+    lines += sharding_section(read_result)
+    lines += mpi_variants_section(read_result("mpi_variants.json"), DOCS)
+    lines += fault_timings_section(read_result("fault_timings.json"))
     with open(os.path.join(DOCS, "benchmarks.md"), "w") as f:
         f.write("\n".join(lines))
     print("wrote docs/benchmarks.md")
@@ -418,7 +403,7 @@ def _gpu_section(kernels, allreduce):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments(__doc__)
     p.add_argument("--report", action="store_true", help="only render docs/benchmarks.md from existing results")
     args = p.parse_args()
     if not args.report:

@@ -13,21 +13,17 @@ time: hybridized resnet50_v1, two copies of the model, one trained by an
   of the optimizer kernels alone (whole buckets, or this rank's slices).
 Results go to bench/results/sharding_<mode>_<np>[_<shard>].json.
 """
-import argparse
 import json
-import os
 import resource
-import statistics
-import sys
-import time
 
 import mxnet as mx
 from mxnet import autograd, gluon
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import mxplugin as hvd  # noqa: E402
+from harness import arguments, interleave, medians, timed, write_result
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+# after harness, which puts this checkout on the path where no mxplugin is installed
+import mxplugin as hvd
+
 ADAM = {"learning_rate": 1e-3, "wd": 1e-4}
 
 
@@ -51,9 +47,7 @@ def step(net, trainer, batch, side):
 
 def save(name, record):
     if hvd.rank() == 0:
-        os.makedirs(RESULTS, exist_ok=True)
-        with open(os.path.join(RESULTS, name), "w") as f:
-            json.dump(record, f, indent=1)
+        write_result(name, record)
     print(json.dumps(record), flush=True)
 
 
@@ -92,20 +86,18 @@ def timing(rounds):
     nets = [model(), model()]
     trainers = [hvd.DistributedTrainer(n.collect_params(), "adam", dict(ADAM), shard_optimizer_states=s,
                                        prefix=f"t{int(s)}.") for n, s in zip(nets, (False, True))]
-    times = {False: [], True: []}
-    kernels = {False: [], True: []}
-    for r in range(rounds + 1):
-        for (net, trainer), shard in zip(zip(nets, trainers), (False, True)):
-            hvd.barrier()
-            start = time.perf_counter()
-            step(net, trainer, 4, 64)
-            if r:  # round 0 builds the layouts and binds the graphs
-                times[shard].append(time.perf_counter() - start)
-                start = time.perf_counter()
-                optimizer_kernels(trainer)
-                kernels[shard].append(time.perf_counter() - start)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    upd = {k: statistics.median(v) for k, v in kernels.items()}
+
+    def step_then_kernels(net, trainer):
+        """(seconds of a step from a barrier, seconds of the optimizer kernels alone after it)"""
+        whole = timed(lambda: step(net, trainer, 4, 64), before=hvd.barrier)
+        kernels = timed(lambda: optimizer_kernels(trainer))
+        return lambda: (whole(), kernels())
+
+    # round 0 builds the layouts and binds the graphs
+    got = interleave({shard: step_then_kernels(net, trainer) for net, trainer, shard in
+                      zip(nets, trainers, (False, True))}, rounds, warmup=1)
+    med = medians({k: [t for t, _ in v] for k, v in got.items()})
+    upd = medians({k: [t for _, t in v] for k, v in got.items()})
     save(f"sharding_time_{hvd.size()}.json", {"ranks": hvd.size(), "rounds": rounds,
                                                "unsharded_step_s": med[False], "sharded_step_s": med[True],
                                                "ratio": med[True] / med[False],
@@ -136,12 +128,10 @@ def fit(shard, width, steps):
 
 
 def main():
-    parser = argparse.ArgumentParser()
+    parser = arguments(__doc__, rounds=(8, "time: interleaved rounds"), steps=(3, "fit: training steps"))
     parser.add_argument("mode", choices=["memory", "time", "fit"])
     parser.add_argument("--shard", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--width", type=int, default=4096, help="fit: the MLP's width")
-    parser.add_argument("--steps", type=int, default=3, help="fit: training steps")
     args = parser.parse_args()
     hvd.init()
     if args.mode == "memory":

@@ -11,14 +11,14 @@ measure the job's peak memory; then both again with the limit set halfway
 between the two peaks. Without sharding the kernel's OOM killer ends the
 job; with sharding it trains. Results: bench/results/sharding_oom.json.
 """
-import argparse
 import json
 import os
 import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from harness import HERE, arguments, write_result
+
 CGROUPS = "/sys/fs/cgroup/memory"
 
 
@@ -63,7 +63,7 @@ def run(ranks, width, shard, limit):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = arguments(__doc__)
     parser.add_argument("--ranks", type=int, default=3)
     parser.add_argument("--width", type=int, default=4096)
     args = parser.parse_args()
@@ -84,10 +84,8 @@ def main():
         record[f"{key}_exit_code"] = code
         record[f"{key}_trained"] = "trained " in out
         record[f"{key}_tail"] = out.strip().splitlines()[-3:]
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "sharding_oom.json"), "w") as f:
-        json.dump(record, f, indent=1)
     print(json.dumps(record, indent=1))
+    write_result("sharding_oom.json", record)
 
 
 if __name__ == "__main__":

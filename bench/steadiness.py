@@ -17,7 +17,6 @@ machine has 2 cores: the ranks then share them with it). Runs are GAP
 seconds apart. Every figure is against the floor of its own run.
 Results: bench/results/steadiness.json.
 """
-import argparse
 import json
 import os
 import statistics
@@ -26,11 +25,8 @@ import sys
 import tempfile
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "results")
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.join(REPO, "tests"))
+from harness import arguments, interleave, medians, write_result
+from jobs import mpi_command, run, this_script
 
 ITERS = 10
 WARMUP = 3
@@ -41,7 +37,7 @@ def rank_main(out):
     import mxnet as mx
 
     import mxplugin as hvd
-    from bench.allreduce import resnet50_gradients, timed
+    from allreduce import after_barrier, resnet50_gradients
 
     hvd.init()
     grads = resnet50_gradients()
@@ -50,15 +46,13 @@ def rank_main(out):
              "prescale": dict(op=hvd.Sum, prescale_factor=0.5)}
 
     def call(op):
-        hvd.grouped_allreduce_(grads, name=f"resnet50.{op}", **calls[op])
-        mx.nd.waitall()
+        def reduce():
+            hvd.grouped_allreduce_(grads, name=f"resnet50.{op}", **calls[op])
+            mx.nd.waitall()
+        return after_barrier(reduce)
 
-    times = {op: [] for op in OPS}
-    for it in range(WARMUP + ITERS):
-        for op in OPS:  # interleaved, so that a slow spell falls on all three
-            t = timed(lambda: call(op))
-            if it >= WARMUP:
-                times[op].append(t)
+    # interleaved, so that a slow spell falls on all three
+    times = interleave({op: call(op) for op in OPS}, ITERS, WARMUP)
     if hvd.rank() == 0:
         with open(out, "w") as f:
             json.dump({"times_s": times, "bytes": int(sum(g.size for g in grads) * 4)}, f)
@@ -70,17 +64,14 @@ def spinner():
 
 
 def one_run(exe, busy, workdir):
-    from bench.mpi_plain import RESNET50_GRADIENT_BYTES, parse
-    from mpi_harness import mpiexec_path, rank_env
+    from mpi_harness import rank_env
+    from mpi_plain import RESNET50_GRADIENT_BYTES, parse
 
     spin = spinner() if busy else None
     try:
-        plain = subprocess.run([mpiexec_path(), "-n", "2", exe, "--pass", str(ITERS), str(WARMUP),
-                                str(RESNET50_GRADIENT_BYTES)], capture_output=True, text=True, env=rank_env(),
-                               timeout=600, check=True).stdout
+        plain = run(mpi_command(2, [exe, "--pass", ITERS, WARMUP, RESNET50_GRADIENT_BYTES]), env=rank_env())
         out = os.path.join(workdir, "ours.json")
-        subprocess.run([mpiexec_path(), "-n", "2", sys.executable, os.path.abspath(__file__), "rank", "--out", out],
-                       capture_output=True, text=True, env=rank_env(), cwd=REPO, timeout=600, check=True)
+        run(mpi_command(2, this_script(__file__, "rank", "--out", out)), env=rank_env())
     finally:
         if spin is not None:
             spin.kill()
@@ -90,7 +81,7 @@ def one_run(exe, busy, workdir):
     floor = statistics.median(parse(plain, "pass")[RESNET50_GRADIENT_BYTES])
     mpi = statistics.median(parse(plain)[RESNET50_GRADIENT_BYTES])
     record = {"busy": busy, "floor_s": floor, "plain_mpi_s": mpi, "plain_vs_floor": mpi / floor,
-              "median_s": {op: statistics.median(t) for op, t in ours["times_s"].items()}, "times_s": ours["times_s"]}
+              "median_s": medians(ours["times_s"]), "times_s": ours["times_s"]}
     record["vs_floor"] = {op: s / floor for op, s in record["median_s"].items()}
     record["vs_plain_mpi"] = {op: s / mpi for op, s in record["median_s"].items()}
     return record
@@ -107,10 +98,10 @@ def report_section(r):
              "read-and-write pass over their own buffer at once, `bench/mpi_plain.c --pass`).", "",
              "| run | condition | floor | plain MPI / floor | Sum / floor | Average / floor | prescale / floor |",
              "|---|---|---|---|---|---|---|"]
-    for i, run in enumerate(r["runs"]):
-        v = run["vs_floor"]
-        lines.append(f"| {i} | {'busy' if run['busy'] else 'quiet'} | {run['floor_s'] * 1e3:.1f} ms | "
-                     f"{run['plain_vs_floor']:.2f} | {v['sum']:.2f} | {v['average']:.2f} | {v['prescale']:.2f} |")
+    for i, one in enumerate(r["runs"]):
+        v = one["vs_floor"]
+        lines.append(f"| {i} | {'busy' if one['busy'] else 'quiet'} | {one['floor_s'] * 1e3:.1f} ms | "
+                     f"{one['plain_vs_floor']:.2f} | {v['sum']:.2f} | {v['average']:.2f} | {v['prescale']:.2f} |")
     for cond, v in r["summary"].items():
         worst = max(v["worst_vs_floor"].values())
         lines += ["", f"{cond.capitalize()} runs: the worst call took **{worst:.2f}x** the floor "
@@ -120,7 +111,7 @@ def report_section(r):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments(__doc__)
     p.add_argument("mode", nargs="?", default="all", choices=["all", "rank"])
     p.add_argument("--out")
     p.add_argument("--runs", type=int, default=10)
@@ -129,7 +120,7 @@ def main():
     if args.mode == "rank":
         rank_main(args.out)
         return
-    from bench.mpi_plain import build
+    from mpi_plain import build
 
     runs = []
     with tempfile.TemporaryDirectory() as workdir:
@@ -152,9 +143,7 @@ def main():
             "median_vs_floor": {op: statistics.median(r["vs_floor"][op] for r in rs) for op in OPS},
             "worst_vs_plain_mpi": {op: max(r["vs_plain_mpi"][op] for r in rs) for op in OPS},
             "plain_mpi_vs_floor": [r["plain_vs_floor"] for r in rs]}
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "steadiness.json"), "w") as f:
-        json.dump({"iters": ITERS, "warmup": WARMUP, "runs": runs, "summary": summary}, f, indent=1)
+    write_result("steadiness.json", {"iters": ITERS, "warmup": WARMUP, "runs": runs, "summary": summary})
     print(json.dumps(summary, indent=1))
 
 

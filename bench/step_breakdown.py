@@ -8,26 +8,19 @@ with backward).
     mxplugin-run -np 2 python bench/step_breakdown.py
 Writes bench/results/step_breakdown_<N>ranks.json.
 """
-import argparse
-import json
-import os
-import statistics
-import sys
-import time
-
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import mxplugin as hvd  # noqa: E402
-from bench.trainer import RESULTS, SGD, resnet  # noqa: E402
+from harness import arguments, interleave, medians, spread, timed, write_result
+
+# after harness, which puts this checkout on the path where no mxplugin is installed
+import mxplugin as hvd
+from trainer import SGD, resnet
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=8, help="measured steps (default 8)")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up steps (default 2)")
+    p = arguments(__doc__, steps=8, warmup=(2, "warm-up steps"))
     p.add_argument("--batch-size", type=int, default=8, help="batch per rank (default 8)")
     p.add_argument("--image-size", type=int, default=112, help="image side (default 112)")
     args = p.parse_args()
@@ -37,41 +30,34 @@ def main():
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     x = mx.nd.random.uniform(shape=(args.batch_size, 3, args.image_size, args.image_size))
     y = mx.nd.array(np.arange(args.batch_size) % 1000)
-    phases = {"forward_backward": [], "communication": [], "update": []}
-
-    def timed(fn):
-        mx.nd.waitall()
-        t = time.perf_counter()
-        fn()
-        mx.nd.waitall()
-        return time.perf_counter() - t
 
     def fwd_bwd():
         with autograd.record():
             loss = loss_fn(net(x), y)
         loss.backward()
 
-    for step in range(args.warmup + args.steps):
-        hvd.barrier()
-        f = timed(fwd_bwd)
-        c = timed(trainer.allreduce_grads)
-        u = timed(lambda: trainer.update(args.batch_size))
-        if step >= args.warmup:
-            phases["forward_backward"].append(f)
-            phases["communication"].append(c)
-            phases["update"].append(u)
-    med = {k: statistics.median(v) for k, v in phases.items()}
+    def phase(fn, first=False):
+        """One phase, nothing else running: waitall on both sides; a step
+        starts from a barrier."""
+        def before():
+            if first:
+                hvd.barrier()
+            mx.nd.waitall()
+        return timed(fn, before=before, wait=mx.nd.waitall)
+
+    # The phases of one step in turn, step after step.
+    phases = interleave({"forward_backward": phase(fwd_bwd, first=True),
+                         "communication": phase(trainer.allreduce_grads),
+                         "update": phase(lambda: trainer.update(args.batch_size))}, args.steps, args.warmup)
+    med = medians(phases)
     if hvd.rank() == 0:
         total = sum(med.values())
         print(f"resnet50_v1, batch {args.batch_size}/rank, {args.image_size}px, {hvd.size()} ranks (median ms):")
         for k, v in med.items():
             print(f"  {k:17s} {v * 1e3:8.1f}  ({v / total:.1%})")
-        os.makedirs(RESULTS, exist_ok=True)
-        path = os.path.join(RESULTS, f"step_breakdown_{hvd.size()}ranks.json")
-        with open(path, "w") as f:
-            json.dump({"ranks": hvd.size(), "batch_per_rank": args.batch_size, "image": args.image_size,
-                       "times_s": phases, "median_s": med}, f, indent=1)
-        print(f"wrote {path}")
+        write_result(f"step_breakdown_{hvd.size()}ranks.json",
+                     {"ranks": hvd.size(), "batch_per_rank": args.batch_size, "image": args.image_size,
+                      "times_s": phases, "median_s": med, "spread_s": spread(phases)})
     hvd.shutdown()
 
 

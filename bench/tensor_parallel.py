@@ -19,18 +19,12 @@ steps of all rounds):
   alternative on a 2-core machine.
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "results")
-sys.path.insert(0, REPO)
-sys.path.insert(0, os.path.join(REPO, "tests"))
+from harness import arguments, interleave, timed, write_result
+from jobs import mpi_command, print_result, run_job, this_script
+from machine import load_span
 
 UNITS, HIDDEN = 1024, 4096
 
@@ -48,17 +42,12 @@ def step_times(net, x, steps, warmup):
     import mxnet as mx
     from mxnet import autograd
 
-    times = []
-    for i in range(warmup + steps):
-        mx.nd.waitall()
-        start = time.perf_counter()
+    def step():
         with autograd.record():
             loss = net(x).sum()
         loss.backward()
-        mx.nd.waitall()
-        if i >= warmup:
-            times.append(time.perf_counter() - start)
-    return times
+
+    return interleave({"step": timed(step, before=mx.nd.waitall, wait=mx.nd.waitall)}, steps, warmup)["step"]
 
 
 def worker(args):
@@ -85,67 +74,58 @@ def worker(args):
         parallel.parallelize(net, mesh, plan)
         times = step_times(net, x, args.steps, args.warmup)
         slowest = hvd.allreduce(mx.nd.array(times, dtype="float64"), op=hvd.Max, name="bench.steps")
-        reduce_times = []
         y = mx.nd.random.uniform(-1, 1, shape)
-        for i in range(args.warmup + args.steps):
-            hvd.barrier()
-            start = time.perf_counter()
-            hvd.allreduce(y, op=hvd.Sum, name="bench.allreduce", process_set=mesh.mp_set).wait_to_read()
-            if i >= args.warmup:
-                reduce_times.append(time.perf_counter() - start)
+        reduce = timed(lambda: hvd.allreduce(y, op=hvd.Sum, name="bench.allreduce",
+                                             process_set=mesh.mp_set).wait_to_read(), before=hvd.barrier)
+        reduce_times = interleave({"allreduce": reduce}, args.steps, args.warmup)["allreduce"]
         slowest_reduce = hvd.allreduce(mx.nd.array(reduce_times, dtype="float64"), op=hvd.Max, name="bench.ar")
         out = {"step_s": slowest.asnumpy().tolist(), "allreduce_s": slowest_reduce.asnumpy().tolist(),
                "allreduce_bytes": y.size * 4, "plan": str(plan)}
         hvd.barrier()
         if hvd.rank() != 0:
             return
-    print("RESULT " + json.dumps(out), flush=True)
-
-
-def run(cmd, threads):
-    from mpi_harness import rank_env
-
-    result = subprocess.run(cmd, capture_output=True, text=True, env=rank_env({"OMP_NUM_THREADS": threads}),
-                            cwd=REPO, timeout=1200)
-    if result.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{result.stdout[-3000:]}\n{result.stderr[-5000:]}")
-    line = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT ")][-1]
-    return json.loads(line[len("RESULT "):])
+    print_result(out)
 
 
 def driver(args):
-    from mpi_harness import mpiexec_path
+    from mpi_harness import rank_env
 
-    me = [sys.executable, os.path.abspath(__file__), "--batch", str(args.batch), "--seq", str(args.seq),
-          "--steps", str(args.steps), "--warmup", str(args.warmup)]
-    runs = {"serial": ([*me, "--mode", "serial"], 1),
-            "serial_half": ([*me, "--mode", "serial", "--hidden", str(HIDDEN // 2)], 1),
-            "mp2": ([mpiexec_path(), "-n", "2", *me, "--mode", "mp"], 1),
-            "serial_2threads": ([*me, "--mode", "serial"], 2)}
+    me = this_script(__file__, "--batch", args.batch, "--seq", args.seq, "--steps", args.steps,
+                     "--warmup", args.warmup)
+
+    def job(ranks, threads, *more):
+        cmd = mpi_command(ranks, [*me, *more])
+        return lambda: run_job(cmd, env=rank_env({"OMP_NUM_THREADS": threads}), timeout=1200)
+
+    runs = {"serial": job(1, 1, "--mode", "serial"),
+            "serial_half": job(1, 1, "--mode", "serial", "--hidden", HIDDEN // 2),
+            "mp2": job(2, 1, "--mode", "mp"),
+            "serial_2threads": job(1, 2, "--mode", "serial")}
     got = {name: {"step_s": []} for name in runs}
-    load_before = os.getloadavg()[0]
-    for r in range(args.rounds):
-        for name, (cmd, threads) in runs.items():
-            print(f"round {r + 1}/{args.rounds}: {name}", flush=True)
-            out = run(cmd, threads)
+
+    def gather(r, outs):
+        print(f"round {r + 1}/{args.rounds}: " + ", ".join(
+            f"{name} {statistics.median(out['step_s']) * 1e3:.1f} ms" for name, out in outs.items()), flush=True)
+        for name, out in outs.items():
             got[name]["step_s"] += out["step_s"]
-            if name == "mp2":
-                got[name].setdefault("allreduce_s", []).extend(out["allreduce_s"])
-                got[name]["allreduce_bytes"], got[name]["plan"] = out["allreduce_bytes"], out["plan"]
+        mp2 = outs["mp2"]
+        got["mp2"].setdefault("allreduce_s", []).extend(mp2["allreduce_s"])
+        got["mp2"]["allreduce_bytes"], got["mp2"]["plan"] = mp2["allreduce_bytes"], mp2["plan"]
+
+    with load_span() as load:
+        interleave(runs, args.rounds, after_round=gather)
     for entry in got.values():
         entry["median_s"] = statistics.median(entry["step_s"])
     mp2 = got["mp2"]
     mp2["allreduce_median_s"] = statistics.median(mp2["allreduce_s"])
     result = {"units": UNITS, "hidden": HIDDEN, "tokens": args.batch * args.seq, "batch": args.batch,
               "seq": args.seq, "threads_per_process": 1, "rounds": args.rounds, "steps_per_round": args.steps,
-              "runs": got, "load_average_1min": [load_before, os.getloadavg()[0]], "cores": os.cpu_count(),
+              "runs": got, "load_average_1min": load, "cores": os.cpu_count(),
               "ratio_mp2_to_serial": mp2["median_s"] / got["serial"]["median_s"],
               "ratio_mp2_to_serial_half": mp2["median_s"] / got["serial_half"]["median_s"],
               "ratio_mp2_to_serial_2threads": mp2["median_s"] / got["serial_2threads"]["median_s"],
               "allreduce_share_of_mp2_step": 2 * mp2["allreduce_median_s"] / mp2["median_s"]}
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "tensor_parallel.json"), "w") as f:
-        json.dump(result, f, indent=1)
+    write_result("tensor_parallel.json", result)
     print("\n".join(report_section(result)))
 
 
@@ -178,14 +158,11 @@ def report_section(r):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments(__doc__, steps=(5, "measured steps per round"), warmup=(2, "warm-up steps per round"), rounds=6)
     p.add_argument("--mode", choices=["serial", "mp"], help="run one measurement (internal)")
     p.add_argument("--hidden", type=int, default=HIDDEN, help=argparse.SUPPRESS)
     p.add_argument("--batch", type=int, default=4, help="sequences (default 4)")
     p.add_argument("--seq", type=int, default=128, help="tokens per sequence (default 128)")
-    p.add_argument("--steps", type=int, default=5, help="measured steps per round (default 5)")
-    p.add_argument("--warmup", type=int, default=2, help="warm-up steps per round (default 2)")
-    p.add_argument("--rounds", type=int, default=6, help="interleaved rounds (default 6)")
     args = p.parse_args()
     if args.mode:
         worker(args)

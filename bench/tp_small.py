@@ -13,17 +13,11 @@ float32 (64 KiB): the row layer's output forward, the column layer's input
 gradient backward.
 """
 import argparse
-import json
-import os
-import statistics
-import subprocess
 import sys
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-REPO = os.path.dirname(HERE)
-RESULTS = os.path.join(HERE, "results")
-sys.path.insert(0, os.path.join(REPO, "tests"))
+from harness import REPO, arguments, interleave, medians, spread, timed, write_result
+from jobs import mpi_command, print_result, run_job, this_script
+from machine import load_span
 
 UNITS, HIDDEN, TOKENS = 256, 1024, 64
 
@@ -48,60 +42,49 @@ def worker(args):
         hvd.init()
         mesh = parallel.ProcessMesh(1, hvd.size())
         parallel.parallelize(net, mesh, parallel.auto_plan(net, mesh))
-    times = []
-    for i in range(args.warmup + args.steps):
-        mx.nd.waitall()
-        start = time.perf_counter()
+
+    def step():
         with autograd.record():
             loss = net(x).sum()
         loss.backward()
         x.grad.wait_to_read()
-        mx.nd.waitall()
-        if i >= args.warmup:
-            times.append(time.perf_counter() - start)
+
+    times = interleave({"step": timed(step, before=mx.nd.waitall, wait=mx.nd.waitall)},
+                       args.steps, args.warmup)["step"]
     if args.mode == "mp":
         times = hvd.allreduce(mx.nd.array(times, dtype="float64"), op=hvd.Max, name="bench.steps").asnumpy().tolist()
         if hvd.rank() != 0:
             return
-    print("RESULT " + json.dumps(times), flush=True)
-
-
-def run(cmd):
-    from mpi_harness import rank_env
-
-    out = subprocess.run(cmd, capture_output=True, text=True, env=rank_env(), cwd=REPO, timeout=600)
-    if out.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{out.stderr[-4000:]}")
-    return json.loads([x for x in out.stdout.splitlines() if x.startswith("RESULT ")][-1][len("RESULT "):])
+    print_result(times)
 
 
 def driver(args):
-    from mpi_harness import mpiexec_path
+    from mpi_harness import rank_env
 
-    def me(tree, mode):
-        return [sys.executable, os.path.abspath(__file__), "--mode", mode, "--tree", tree, "--steps",
-                str(args.steps), "--warmup", str(args.warmup)]
+    def job(ranks, tree, mode):
+        cmd = mpi_command(ranks, this_script(__file__, "--mode", mode, "--tree", tree, "--steps", args.steps,
+                                             "--warmup", args.warmup))
+        return lambda: run_job(cmd, env=rank_env())
 
-    runs = {"serial": me(REPO, "serial"), "mp2": [mpiexec_path(), "-n", "2", *me(REPO, "mp")]}
+    runs = {"serial": job(1, REPO, "serial"), "mp2": job(2, REPO, "mp")}
     if args.before:
-        runs["mp2_before"] = [mpiexec_path(), "-n", "2", *me(args.before, "mp")]
+        runs["mp2_before"] = job(2, args.before, "mp")
     steps = {name: [] for name in runs}
-    load = [os.getloadavg()[0]]
-    for r in range(args.rounds):
-        for name, cmd in runs.items():
-            steps[name] += run(cmd)
-        print(f"round {r + 1}: " + ", ".join(f"{n} {statistics.median(s) * 1e3:.2f} ms" for n, s in steps.items()),
-              flush=True)
-    load.append(os.getloadavg()[0])
-    medians = {name: statistics.median(s) for name, s in steps.items()}
+
+    def gather(r, got):
+        for name, times in got.items():
+            steps[name] += times
+        print(f"round {r + 1}: " + ", ".join(f"{n} {m * 1e3:.2f} ms" for n, m in medians(steps).items()), flush=True)
+
+    with load_span() as load:
+        interleave(runs, args.rounds, after_round=gather)
+    med = medians(steps)
     result = {"units": UNITS, "hidden": HIDDEN, "tokens": TOKENS, "rounds": args.rounds, "steps": args.steps,
-              "before_tree": args.before, "steps_s": steps, "median_s": medians, "load_average_1min": load,
-              "ratio_mp2_to_serial": medians["mp2"] / medians["serial"]}
+              "before_tree": args.before, "steps_s": steps, "median_s": med, "spread_s": spread(steps),
+              "load_average_1min": load, "ratio_mp2_to_serial": med["mp2"] / med["serial"]}
     if args.before:
-        result["ratio_mp2_before_to_serial"] = medians["mp2_before"] / medians["serial"]
-    os.makedirs(RESULTS, exist_ok=True)
-    with open(os.path.join(RESULTS, "tp_small.json"), "w") as f:
-        json.dump(result, f, indent=1)
+        result["ratio_mp2_before_to_serial"] = med["mp2_before"] / med["serial"]
+    write_result("tp_small.json", result)
     print("\n".join(report_section(result)))
 
 
@@ -124,13 +107,11 @@ def report_section(r):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments(__doc__, steps=(200, "measured steps per round"), warmup=(20, "warm-up steps per round"),
+                  rounds=4)
     p.add_argument("--mode", choices=["serial", "mp"], help=argparse.SUPPRESS)
     p.add_argument("--tree", default=REPO, help=argparse.SUPPRESS)
     p.add_argument("--before", help="a built checkout whose mp = 2 job to time as well")
-    p.add_argument("--steps", type=int, default=200, help="measured steps per round (default 200)")
-    p.add_argument("--warmup", type=int, default=20, help="warm-up steps per round (default 20)")
-    p.add_argument("--rounds", type=int, default=4, help="interleaved rounds (default 4)")
     args = p.parse_args()
     if args.mode:
         worker(args)

@@ -22,23 +22,19 @@ single: one process alone with gluon.Trainer, the same hybridized model,
   global batch. run_all.py runs it before and after the scaling run.
 Results go to bench/results/trainer_<mode>[_<tag>].json.
 """
-import argparse
-import json
 import os
 import statistics
-import sys
 import time
 
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
-# this checkout's bench/ (and mxplugin, where no other is installed: an
-# installed build against another MPI wins, bench/each_mpi.py)
-sys.path.append(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import mxplugin as hvd  # noqa: E402
+from harness import arguments, interleave, medians, spread, timed, write_result
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+# after harness, which puts this checkout on the path where no mxplugin is installed
+import mxplugin as hvd
+
 SGD = {"learning_rate": 0.01, "momentum": 0.9, "wd": 1e-4}
 
 
@@ -59,11 +55,7 @@ def stream_bandwidth(nbytes):
     the hidden destination read a copy into another buffer pays."""
     a = np.ones(nbytes // 4, dtype=np.float32)
     b = np.ones_like(a)
-    times = []
-    for _ in range(5):
-        t = time.perf_counter()
-        np.add(a, b, out=a)
-        times.append(time.perf_counter() - t)
+    times = interleave({"add": timed(lambda: np.add(a, b, out=a))}, 5)["add"]
     return 3 * nbytes / statistics.median(times)
 
 
@@ -72,6 +64,7 @@ def fill_grads(params):
         if p.grad_req != "null":
             p.grad()[:] = 1e-3
             p.data()._fresh_grad = True
+    mx.nd.waitall()
 
 
 def bench_update(iters, warmup):
@@ -84,23 +77,19 @@ def bench_update(iters, warmup):
     multi = hvd.DistributedTrainer(multi_net.collect_params(), "sgd", dict(SGD), fused_update=False)
     n = sum(p.data().size for p in net.collect_params().values() if p.grad_req != "null")
     moved = 5 * 4 * n  # read weight, grad, momentum; write weight, momentum
-    times = {"gluon": [], "mxplugin": [], "mxnet_multi_ops": []}
-    for it in range(warmup + iters):
-        for key, trainer, params in (("gluon", ref, ref_net.collect_params()),
-                                     ("mxplugin", ours, net.collect_params()),
-                                     ("mxnet_multi_ops", multi, multi_net.collect_params())):
-            fill_grads(params)
-            mx.nd.waitall()
-            t = time.perf_counter()
-            trainer.step(1)
-            mx.nd.waitall()
-            if it >= warmup:
-                times[key].append(time.perf_counter() - t)
+
+    def one_step(trainer, network):
+        params = network.collect_params()
+        return timed(lambda: trainer.step(1), before=lambda: fill_grads(params), wait=mx.nd.waitall)
+
+    times = interleave({"gluon": one_step(ref, ref_net), "mxplugin": one_step(ours, net),
+                        "mxnet_multi_ops": one_step(multi, multi_net)}, iters, warmup)
     bw = stream_bandwidth(4 * n)
-    med = {k: statistics.median(v) for k, v in times.items()}
+    med = medians(times)
     floor = moved / bw
     result = {"values": n, "bytes_moved": moved, "stream_bandwidth_Bps": bw, "floor_s": floor,
-              "times_s": times, "median_s": med, "ratio_vs_gluon": med["mxplugin"] / med["gluon"],
+              "times_s": times, "median_s": med, "spread_s": spread(times),
+              "ratio_vs_gluon": med["mxplugin"] / med["gluon"],
               "gluon_vs_floor": med["gluon"] / floor, "mxplugin_vs_floor": med["mxplugin"] / floor,
               "mxnet_multi_ops_vs_floor": med["mxnet_multi_ops"] / floor,
               "aggregate_num": int(getattr(multi._optimizer, "aggregate_num", 0) or 0)}
@@ -150,34 +139,31 @@ def bench_scaling(rounds, steps, batch, image):
             hvd.allreduce_(p.grad(), name=f"loop.{i}", priority=-i)
         loop.step(b)
 
-    out = {"single": [], "mxplugin": [], "per_tensor": []}
-    comm = {"mxplugin": [], "per_tensor": []}
-    for r in range(rounds + 1):
-        warm = r == 0
+    def single():
         hvd.barrier()
-        if rank == 0:
-            ips = train_steps(ref_net, ref.step, batch, steps, image)
-            if not warm:
-                out["single"].append(ips)
-        hvd.barrier()
-        ips = train_steps(net, ours.step, batch, steps, image)
-        t_ours = []
-        train_steps(net, ours.step, batch, 2, image, t_ours)
-        hvd.barrier()
-        ips_loop = train_steps(loop_net, per_tensor_step, batch, steps, image)
-        t_loop = []
-        train_steps(loop_net, per_tensor_step, batch, 2, image, t_loop)
-        if not warm:
-            out["mxplugin"].append(ips * size)
-            out["per_tensor"].append(ips_loop * size)
-            comm["mxplugin"].extend(t_ours)
-            comm["per_tensor"].extend(t_loop)
+        return train_steps(ref_net, ref.step, batch, steps, image) if rank == 0 else None  # one process alone
+
+    def every_rank(network, step_fn):
+        """images/s of all ranks over `steps` steps, and the times of the
+        step() call (allreduce + update) of 2 more."""
+        def run():
+            hvd.barrier()
+            images = train_steps(network, step_fn, batch, steps, image) * size
+            calls = []
+            train_steps(network, step_fn, batch, 2, image, calls)
+            return images, calls
+        return run
+
+    samples = interleave({"single": single, "mxplugin": every_rank(net, ours.step),
+                          "per_tensor": every_rank(loop_net, per_tensor_step)}, rounds, warmup=1)
     if rank != 0:
         return None
-    med = {k: statistics.median(v) for k, v in out.items()}
-    cmed = {k: statistics.median(v) for k, v in comm.items()}
+    distributed = ("mxplugin", "per_tensor")
+    out = {"single": samples["single"], **{k: [images for images, _ in samples[k]] for k in distributed}}
+    comm = {k: [t for _, calls in samples[k] for t in calls] for k in distributed}
+    med, cmed = medians(out), medians(comm)
     result = {"ranks": size, "batch_per_rank": batch, "image": image, "images_per_s": out,
-              "median_images_per_s": med, "allreduce_update_s": comm, "median_allreduce_update_s": cmed,
+              "median_images_per_s": med, "spread_images_per_s": spread(out), "allreduce_update_s": comm, "median_allreduce_update_s": cmed,
               "scaling_efficiency": med["mxplugin"] / (size * med["single"]),
               "scaling_efficiency_per_tensor": med["per_tensor"] / (size * med["single"]),
               "allreduce_update_ratio": cmed["mxplugin"] / cmed["per_tensor"]}
@@ -196,7 +182,7 @@ def bench_single(rounds, steps, batch, image):
     """One process, gluon.Trainer, the threads OMP_NUM_THREADS gives it."""
     net = resnet(True, image)
     trainer = gluon.Trainer(net.collect_params(), "sgd", dict(SGD), kvstore=None)
-    rates = [train_steps(net, trainer.step, batch, steps, image) for _ in range(rounds + 1)][1:]
+    rates = interleave({"single": lambda: train_steps(net, trainer.step, batch, steps, image)}, rounds, 1)["single"]
     threads = int(os.environ.get("OMP_NUM_THREADS", "0")) or os.cpu_count()
     result = {"threads": threads, "batch": batch, "image": image, "images_per_s": rates,
               "median_images_per_s": statistics.median(rates)}
@@ -206,12 +192,10 @@ def bench_single(rounds, steps, batch, image):
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = arguments(__doc__, iters=(10, "update: measured iterations"), warmup=(3, "update: warm-up iterations"),
+                  rounds=(3, "scaling, single: measured rounds"),
+                  steps=(5, "scaling, single: training steps per round"))
     p.add_argument("mode", choices=["update", "scaling", "single"])
-    p.add_argument("--iters", type=int, default=10, help="update: measured iterations (default 10)")
-    p.add_argument("--warmup", type=int, default=3, help="update: warm-up iterations (default 3)")
-    p.add_argument("--rounds", type=int, default=3, help="scaling, single: measured rounds (default 3)")
-    p.add_argument("--steps", type=int, default=5, help="scaling, single: training steps per round (default 5)")
     p.add_argument("--batch-size", type=int, default=8, help="scaling: batch per rank; single: batch (default 8)")
     p.add_argument("--image-size", type=int, default=112, help="scaling: image side (default 112)")
     p.add_argument("--tag", default="", help="suffix of the result file (trainer_<mode>_<tag>.json)")
@@ -224,11 +208,7 @@ def main():
         hvd.init()
         result = bench_single(args.rounds, args.steps, args.batch_size, args.image_size)
     if result is not None:
-        os.makedirs(RESULTS, exist_ok=True)
-        path = os.path.join(RESULTS, f"trainer_{args.mode}{'_' + args.tag if args.tag else ''}.json")
-        with open(path, "w") as f:
-            json.dump(result, f, indent=1)
-        print(f"wrote {path}")
+        write_result(f"trainer_{args.mode}{'_' + args.tag if args.tag else ''}.json", result)
     hvd.shutdown()
 
 

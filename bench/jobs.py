@@ -1,0 +1,58 @@
+"""A benchmark's jobs: the driver starts each in fresh processes (one
+process, or ranks under mpiexec) and reads back what its rank 0 printed as
+one `RESULT <json>` line. A job that fails ends the driver, with the tail of
+its output: a benchmark goes on with no missing figure."""
+import json
+import os
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PREFIX = "RESULT "
+
+
+def print_result(record):
+    """In a job (on rank 0): hands `record` to the driver."""
+    print(PREFIX + json.dumps(record), flush=True)
+
+
+def result_in(text, what):
+    """The record of the last RESULT line in a job's output."""
+    lines = [line for line in text.splitlines() if line.startswith(PREFIX)]
+    if not lines:
+        raise SystemExit(f"{what}: no {PREFIX.strip()} line in its output:\n{text[-3000:]}")
+    return json.loads(lines[-1][len(PREFIX):])
+
+
+def check(done, what):
+    """The stdout of a finished job (a CompletedProcess), or the end of the
+    driver where it failed."""
+    if done.returncode != 0:
+        raise SystemExit(f"{what} failed (exit {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
+    return done.stdout
+
+
+def run(cmd, env=None, timeout=600, what=None, cwd=REPO):
+    """Runs `cmd` to its end; returns its stdout (see check)."""
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=cwd)
+    return check(done, what or " ".join(cmd))
+
+
+def run_job(cmd, env=None, timeout=600, what=None):
+    """Runs a job; returns the record its rank 0 printed (print_result)."""
+    what = what or " ".join(cmd)
+    return result_in(run(cmd, env, timeout, what), what)
+
+
+def mpi_command(ranks, argv):
+    """argv on `ranks` ranks under the mpiexec mxplugin was built with (one
+    rank: a plain process)."""
+    from mpi_harness import mpiexec_path
+
+    return ([mpiexec_path(), "-n", str(ranks)] if ranks > 1 else []) + [str(a) for a in argv]
+
+
+def this_script(path, *args):
+    """The command that runs the bench script at `path` again with `args`
+    (a driver starting its own worker mode)."""
+    return [sys.executable, os.path.abspath(path), *map(str, args)]
