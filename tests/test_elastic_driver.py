@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from mpi_harness import REPO, assert_spmd_ok, rank_env
+from mpi_harness import HANG_S, REPO, assert_spmd_ok, rank_env
 from mxplugin.elastic import client as elastic_client
 from mxplugin.elastic.cooldown import LeftOutHosts, cooldown_for
 from mxplugin.elastic.discovery import DiscoveryError, parse_discovered, usable
@@ -201,3 +201,109 @@ def test_usage_errors(options, message, capsys):
 
     assert main([*options, "true"]) == 2
     assert message in capsys.readouterr().err
+
+
+def raw_request(port, data):
+    """Sends `data` as it is to the service and reads the answer until the
+    server closes (our end's writing is shut, so it never waits for more);
+    the status code, or None when the server dropped the connection."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=HANG_S) as s:
+        try:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+        except OSError:  # refused and closed while we were still sending
+            pass
+        reply = b""
+        try:
+            while chunk := s.recv(65536):
+                reply += chunk
+        except ConnectionResetError:
+            pass
+    first = reply.split(b"\r\n", 1)[0].split()
+    return int(first[1]) if len(first) >= 2 and first[1].isdigit() else None
+
+
+def fuzzed_request(rng, token, kept):
+    """One hostile or broken request (bytes) and what it tries."""
+    from mxplugin.elastic.protocol import TOKEN_HEADER
+
+    kind = rng.choice(["wrong token", "no token", "bad length", "oversized", "garbage", "bad query",
+                       "stranger rank", "replayed", "stale world", "bad wait", "old state", "binary path"])
+    method, path, headers, body = "GET", "/updates?world=0&rank=0", {TOKEN_HEADER: token}, b""
+    if kind == "wrong token":
+        headers[TOKEN_HEADER] = rng.choice(["", token[:-1], token + "0", "é" * 8, "x" * 5000])
+        method, path = rng.choice([("POST", "/exit?world=0&rank=1&how=signal%209"), ("PUT", "/state?commit=99")])
+        body = b"evil" * rng.randrange(1, 100)
+    elif kind == "no token":
+        del headers[TOKEN_HEADER]
+        method, path = "POST", "/leave?world=0&rank=2&reason=failure"
+    elif kind == "bad length":
+        headers["Content-Length"] = rng.choice(["-5", "abc", "1e9", "99999999999999999999", "0x10"])
+        method, path = "POST", "/register?world=0&rank=0&pid=1"
+    elif kind == "oversized":
+        method, path = rng.choice([("POST", "/register?world=0&rank=0&pid=1"), ("GET", "/updates?world=0&rank=0")])
+        body = rng.randbytes(rng.choice([70_000, 1 << 20, 4 << 20]))
+    elif kind == "garbage":
+        return rng.choice([rng.randbytes(rng.randrange(1, 3000)), b"\r\n\r\n", b"GET\r\n\r\n",
+                           b"GET / HTTP/1.1\r\n" + b"X: y\r\n" * 150 + b"\r\n",
+                           b"GET /" + b"a" * 70000 + b" HTTP/1.1\r\n\r\n"]), kind
+    elif kind == "bad query":
+        method, path = rng.choice([("POST", "/register?world=zero&rank=0"), ("POST", "/register?world=0&rank=x"),
+                                   ("PUT", "/state"), ("PUT", "/state?commit=nan"), ("DELETE", "/state"),
+                                   ("GET", "/nothing?world=0&rank=0"), ("POST", "/exit?world=0&rank=0&rank=1%00")])
+    elif kind == "stranger rank":  # a rank the world does not have would count as lost
+        method = "POST"
+        path = rng.choice(["/exit?world=0&rank=7&how=signal%209", "/leave?world=0&rank=3&reason=failure",
+                           "/exit?world=0&rank=-2&how=code%201", "/register?world=0&rank=99999999999999&pid=1"])
+    elif kind == "replayed":  # what the ranks already said, said again
+        method, path = rng.choice([("POST", "/register?world=0&rank=1&pid=1001"), ("GET", "/updates?world=0&rank=2"),
+                                   ("PUT", f"/state?commit={kept}"), ("GET", "/state/commit")])
+        body = b"replayed state" if path.startswith("/state?") else b""
+    elif kind == "stale world":
+        method, path = "POST", rng.choice(["/exit?world=-1&rank=1&how=signal%209", "/leave?world=5&rank=0"])
+    elif kind == "bad wait":
+        path = f"/broken?world=0&rank=0&wait={rng.choice(['nan', 'inf', '-1', '1e300', 'soon'])}"
+    elif kind == "old state":
+        method, path, body = "PUT", f"/state?commit={kept - rng.randrange(1, 5)}", b"older state"
+    elif kind == "binary path":
+        path = "/" + "".join(chr(rng.randrange(1, 0x250)) for _ in range(20))
+    if "Content-Length" not in headers:
+        headers["Content-Length"] = str(len(body))
+    head = f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    return head.encode("utf-8", "replace") + body, kind
+
+
+def test_the_service_refuses_malformed_oversized_replayed_and_wrong_token_requests(service, capfd):
+    """Note [What the service reads]: a seeded stream of hostile requests
+    leaves the current world unbroken, its ranks' records and the held
+    state as they were, no traceback in the launcher's output, and the
+    service answering the job's own requests."""
+    import random
+
+    from mxplugin.elastic.protocol import TOKEN_HEADER
+
+    seed = int(os.environ.get("MXPLUGIN_FUZZ_SEED", random.SystemRandom().randrange(1 << 30)))
+    count = int(os.environ.get("MXPLUGIN_FUZZ_REQUESTS", "600"))
+    print(f"service fuzz: seed {seed} (MXPLUGIN_FUZZ_SEED), {count} requests")
+    rng = random.Random(seed)
+    service.start()
+    world = service.new_world(0, [("a", 1), ("b", 1), ("c", 1)])
+    world.registered.update({0: 1000, 1: 1001, 2: 1002})
+    service.offer_state(7, b"the committed state")
+    before = (dict(world.registered), dict(world.left), dict(world.exits), world.hosts_updated)
+    tried = {}
+    for _ in range(count):
+        data, kind = fuzzed_request(rng, service.token, 7)
+        status = raw_request(service.port, data)
+        tried[kind] = tried.get(kind, 0) + 1
+        assert status is None or status >= 400 or kind in ("replayed", "old state"), (kind, data[:200], status)
+    print("service fuzz: " + ", ".join(f"{n} {kind}" for kind, n in sorted(tried.items())))
+    assert world.broken is None and service.world is world
+    assert (dict(world.registered), dict(world.left), dict(world.exits), world.hosts_updated) == before
+    assert service.state == (7, b"the committed state")
+    ok = f"GET /state/commit HTTP/1.1\r\n{TOKEN_HEADER}: {service.token}\r\nContent-Length: 0\r\n\r\n"
+    assert raw_request(service.port, ok.encode()) == 200
+    out, err = capfd.readouterr()
+    assert "Traceback" not in out + err and "Exception" not in out + err, err[-3000:]

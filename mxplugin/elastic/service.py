@@ -235,6 +235,8 @@ class DriverService:
             if not current:  # a rank of a world that has ended
                 return 409, {}, b"stale world"
             rank = int(query.get("rank", -1))
+            if path in _RANK_REQUESTS and not 0 <= rank < slot_count(world.hosts):
+                return 400, {}, f"bad request: rank {rank} is not a rank of world {world.number}".encode()
             if rank >= 0:
                 world.heard[rank] = time.monotonic()
             if path == "/register" and method == "POST":
@@ -257,8 +259,11 @@ class DriverService:
                 self.changed.notify_all()
                 return 200, {}, b""
             if path == "/broken" and method == "GET":
+                wait = float(query.get("wait", 0))
+                if not 0 <= wait <= MAX_WAIT_S:
+                    return 400, {}, f"bad request: wait {wait} is not within 0..{MAX_WAIT_S:g} s".encode()
                 self.changed.wait_for(lambda: world.broken is not None or world.stopping or self.world is not world,
-                                      timeout=float(query.get("wait", 0)))
+                                      timeout=wait)
                 if self.world is not world:
                     return 409, {}, b"stale world"
                 if world.stopping:
@@ -270,6 +275,22 @@ class DriverService:
         return 404, {}, b"no such request"
 
 
+# Requests about one rank of the current world: the rank must be one.
+_RANK_REQUESTS = ("/register", "/leave", "/exit")
+# The longest a rank's long poll may ask to be held (its watcher asks for 5 s).
+MAX_WAIT_S = 600.0
+# Note [What the service reads]: the service listens on every interface,
+# so anyone who reaches the launcher's host may talk to it. It reads a
+# request's body only once the token is right and the length is one it
+# accepts: a committed state (a PUT to /state) as large as the job's
+# states may be, anything else MAX_SMALL_BODY bytes; the rest is refused
+# unread (403, 413, 400) and the connection closed. A request of an ended
+# world (a replay, a slow rank) is refused as stale; one of the current
+# world repeats what its rank already said, which changes nothing; a
+# committed state no newer than the one held is kept out.
+MAX_SMALL_BODY = 64 * 1024
+
+
 def _handler_for(service):
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -278,16 +299,18 @@ def _handler_for(service):
             pass
 
         def _serve(self, method):
-            length = int(self.headers.get("Content-Length", 0))
-            body = self.rfile.read(length) if length else b""
-            if not hmac.compare_digest(self.headers.get(TOKEN_HEADER, ""), service.token):
-                status, headers, reply = 403, {}, b"bad token"
+            url = urllib.parse.urlsplit(self.path)
+            refused = self._refusal(method, url.path)  # Note [What the service reads]
+            if refused is not None:
+                self.close_connection = True
+                status, headers, reply = refused
             else:
-                url = urllib.parse.urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
                 query = dict(urllib.parse.parse_qsl(url.query))
                 try:
                     status, headers, reply = service.handle(method, url.path, query, body)
-                except (KeyError, ValueError) as exc:
+                except (KeyError, ValueError, OverflowError) as exc:
                     status, headers, reply = 400, {}, f"bad request: {exc}".encode()
             try:
                 self.send_response(status)
@@ -298,6 +321,18 @@ def _handler_for(service):
                 self.wfile.write(reply)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the rank left while waiting (a watcher's long poll): nobody to answer
+
+        def _refusal(self, method, path):
+            """(status, headers, body) when the request is refused unread."""
+            if not hmac.compare_digest(self.headers.get(TOKEN_HEADER, "").encode("utf-8", "replace"),
+                                       service.token.encode()):
+                return 403, {}, b"bad token"
+            length = self.headers.get("Content-Length") or "0"
+            if not length.isdigit():
+                return 400, {}, b"bad request: Content-Length is not a length"
+            if int(length) > MAX_SMALL_BODY and not (method == "PUT" and path == "/state"):
+                return 413, {}, b"request too large"
+            return None
 
         def do_GET(self):
             self._serve("GET")
