@@ -7,7 +7,7 @@ import numpy as np
 
 from mxplugin import basics
 from mxplugin.basics import global_process_set
-from mxplugin.errors import ArgumentError, PeerFailureError
+from mxplugin.errors import ArgumentError, PeerFailureError, values_by_rank
 from mxplugin.ops import allgather, broadcast_
 
 try:
@@ -64,6 +64,26 @@ def allgather_object(obj, name=None, process_set=global_process_set):
         out.append(_pickle.loads(data[offset:offset + int(s)]))
         offset += int(s)
     return out
+
+
+def first_parameter_difference(signature, name, missing, process_set=global_process_set):
+    """Where the ranks' parameters first differ, for an error every rank
+    raises alike. `signature`: this rank's [(name, shape, dtype)] in an
+    order all ranks share; one allgather over `process_set` compares shapes
+    and dtypes position by position (names carry per-process counters and
+    may differ harmlessly). (position, "'w' of shape (2,) and dtype float32
+    on rank 0; ..." with `missing` for a rank that has fewer), or None when
+    every rank has the same."""
+    everyone = allgather_object(signature, name=name, process_set=process_set)
+    ranks = process_set.ranks or list(range(len(everyone)))
+    for i in range(max(len(theirs) for theirs in everyone)):
+        entries = [theirs[i] if i < len(theirs) else None for theirs in everyone]
+        detail = values_by_rank(ranks, [None if e is None else tuple(e[1:]) for e in entries],
+                                [missing if e is None else f"'{e[0]}' of shape {e[1]} and dtype {e[2]}"
+                                 for e in entries])
+        if detail:
+            return i, detail
+    return None
 
 
 def _parameter_dict_types():

@@ -4,10 +4,10 @@ summed, stop votes joined, parameters made equal."""
 import mxnet as mx
 import numpy as np
 
-from mxplugin import basics
+from mxplugin import basics, functions
 from mxplugin.errors import MismatchError, values_by_rank
-from mxplugin.functions import allgather_object
-from mxplugin.ops import Max, Sum, allreduce, broadcast_
+from mxplugin.functions import allgather_object, first_parameter_difference
+from mxplugin.ops import Max, Sum, allreduce
 
 
 def check_same_everywhere(what, values, name):
@@ -30,31 +30,25 @@ def check_same_everywhere(what, values, name):
 
 def parameter_signature(params):
     """(name, shape, dtype) of each parameter in the network's own order."""
-    return {f"{i:04d} {p.name}": (tuple(p.shape), str(np.dtype(p.dtype))) for i, p in enumerate(params.values())}
+    return [(p.name, tuple(p.shape), str(np.dtype(p.dtype))) for p in params.values()]
 
 
 def check_parameters_agree(params, name):
     """MismatchError on every rank when the networks differ (position by
     position: names carry per-process counters and may differ harmlessly)."""
-    mine = list(parameter_signature(params).items())
-    everyone = allgather_object(mine, name=name)
-    ranks = list(range(len(everyone)))
-    for i in range(max(len(theirs) for theirs in everyone)):
-        entries = [theirs[i] if i < len(theirs) else None for theirs in everyone]
-        detail = values_by_rank(ranks, [None if e is None else e[1] for e in entries],
-                                ["no parameter" if e is None else f"'{e[0][5:]}' of shape {e[1][0]} and dtype "
-                                 f"{e[1][1]}" for e in entries])
-        if detail:
-            raise MismatchError(f"mxplugin.gluonts.Trainer: the training networks differ across ranks; the first "
-                                f"difference, parameter {i}: {detail}. Every rank must build the same estimator.")
+    difference = first_parameter_difference(parameter_signature(params), name, "no parameter")
+    if difference:
+        i, detail = difference
+        raise MismatchError(f"mxplugin.gluonts.Trainer: the training networks differ across ranks; the first "
+                            f"difference, parameter {i}: {detail}. Every rank must build the same estimator.")
 
 
 def broadcast_parameters(params, name, root_rank=0):
-    """root_rank's values of every (initialised) parameter, in place, named
-    by position so that ranks whose block names differ still agree."""
-    for i, p in enumerate(params.values()):
-        for j, data in enumerate(p.list_data()):
-            broadcast_(data, root_rank, name=f"{name}.{i}.{j}")
+    """root_rank's values of every (initialised) parameter on every context,
+    in place, named by position so that ranks whose block names differ still
+    agree (mxplugin.broadcast_parameters names them by key); waits for them."""
+    by_position = {f"{i}.{j}": data for i, p in enumerate(params.values()) for j, data in enumerate(p.list_data())}
+    functions.broadcast_parameters(by_position, root_rank, prefix=name + ".")
     mx.nd.waitall()
 
 
