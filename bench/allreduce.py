@@ -21,14 +21,18 @@ import mxplugin as hvd
 from mpi_reference import RawAllreduce
 
 
-def resnet50_gradients():
+def resnet50_shapes():
+    """The shapes of resnet50_v1's gradients (193 tensors)."""
     from mxnet.gluon.model_zoo import vision
 
     net = vision.resnet50_v1()
     net.initialize()
     net(mx.nd.zeros((1, 3, 224, 224)))
-    shapes = [p.shape for p in net.collect_params().values() if p.grad_req != "null"]
-    return [mx.nd.ones(s) for s in shapes]
+    return [p.shape for p in net.collect_params().values() if p.grad_req != "null"]
+
+
+def resnet50_gradients():
+    return [mx.nd.ones(s) for s in resnet50_shapes()]
 
 
 def after_barrier(fn):

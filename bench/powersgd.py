@@ -22,16 +22,11 @@ from harness import arguments, interleave, medians, write_result
 import mxplugin as hvd
 from mxplugin.training.powersgd import PowerSGDReducer
 
+from allreduce import resnet50_shapes
+
 RANKS = (1, 2, 4, 8)
 TIMED_RANKS = (1, 4)
 ITERATIONS = 7
-
-
-def resnet50_shapes():
-    net = mx.gluon.model_zoo.vision.resnet50_v1()
-    net.initialize()
-    net(mx.nd.zeros((1, 3, 224, 224)))
-    return [p.shape for p in net.collect_params().values() if p.grad_req != "null"]
 
 
 def sent_bytes(shapes, rank):

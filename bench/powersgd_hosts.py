@@ -81,7 +81,8 @@ def exchange_worker(ranks, iterations, warmup, on_fake_hosts, quiet_cores):
     import numpy as np
 
     import mxplugin as hvd
-    from powersgd import exchange_samples, resnet50_shapes, sent_bytes
+    from allreduce import resnet50_shapes
+    from powersgd import exchange_samples, sent_bytes
 
     hvd.init()
     shapes = resnet50_shapes()

@@ -4,6 +4,8 @@ powersgd_link_bytes.json, powersgd_exchange.json, powersgd_step.json
 (bench/powersgd_hosts.py: fake hosts)."""
 import os
 
+from plots import pyplot, save
+
 TARGET_BYTES_RATIO = 30  # at rank 4, uncompressed / PowerSGD bytes on the link
 TARGET_TIME_RATIO = 0.1  # at 2 Gbit/s, PowerSGD / uncompressed exchange time
 
@@ -74,12 +76,8 @@ def powersgd_targets(load):
 
 
 def _plot(link, exchange, docs):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     panels = [p for p in (link, exchange) if p]
     fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.8), squeeze=False)
@@ -119,9 +117,7 @@ def _plot(link, exchange, docs):
         ax.set_ylim(top=1.25 * max(v * 1e3 for r in rows for v in r["median_s"].values() if v is not None))
         ax.legend(fontsize=8, loc="upper left", ncol=3)
         ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(os.path.join(docs, "powersgd.png"), dpi=110)
-    return "powersgd.png"
+    return save(fig, docs, "powersgd.png")
 
 
 def powersgd_section(load, docs):

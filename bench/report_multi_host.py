@@ -1,15 +1,11 @@
 """The multi-host section of docs/benchmarks.md, rendered from
 bench/results/multi_host.json (bench/multi_host.py), with its plot."""
-import os
+from plots import pyplot, save
 
 
 def _plot(result, docs):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
     rows = sorted(result["two_hosts_2_ranks"], key=lambda r: r["rate_mbit"])
     rates = [r["rate_mbit"] / 1000 for r in rows]
@@ -30,9 +26,7 @@ def _plot(result, docs):
     ax.set_title("resnet50_v1 gradients (102 MB), 2 hosts x 2 ranks")
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(os.path.join(docs, "multi_host.png"), dpi=110)
-    return "multi_host.png"
+    return save(fig, docs, "multi_host.png")
 
 
 def multi_host_section(result, docs):

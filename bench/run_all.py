@@ -17,6 +17,7 @@ import sys
 
 from harness import HERE, REPO, arguments, read_result, write_result
 from jobs import check, mpi_command
+from plots import pyplot, save
 
 # tests/, on the path through harness
 from mpi_harness import rank_env
@@ -165,12 +166,8 @@ def single_2threads():
 
 
 def plots(allreduce, breakdown, plain):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return []
     made = []
     if allreduce and allreduce.get("curve"):
@@ -188,9 +185,7 @@ def plots(allreduce, breakdown, plain):
         ax.set_title(f"allreduce, {allreduce['ranks']} ranks")
         ax.legend()
         ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(os.path.join(DOCS, "allreduce_curve.png"), dpi=110)
-        made.append("allreduce_curve.png")
+        made.append(save(fig, DOCS, "allreduce_curve.png"))
     if breakdown:
         fig, ax = plt.subplots(figsize=(5, 3.6))
         labels = [f"{b['ranks']} rank{'s' if b['ranks'] > 1 else ''}" for b in breakdown]
@@ -202,9 +197,7 @@ def plots(allreduce, breakdown, plain):
         ax.set_ylabel("ms per step (median)")
         ax.set_title("resnet50_v1 step time by phase")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(os.path.join(DOCS, "step_breakdown.png"), dpi=110)
-        made.append("step_breakdown.png")
+        made.append(save(fig, DOCS, "step_breakdown.png"))
     return made
 
 
