@@ -1,28 +1,32 @@
 """DistributedTrainer: a gluon.Trainer whose gradients are reduced across ranks
 in contiguous buckets and whose same-type parameter groups are updated by one
-fused call each (see buckets.py)."""
+fused call each (see buckets.py). Here: its options, layout, reduction and
+steps; the updates are in trainer_update.py, the optimizer states and their
+checkpoints in trainer_states.py."""
 import itertools
 import logging
-import pickle
 import warnings
 from collections import OrderedDict
 
 import mxnet as mx
 
 from mxplugin import basics
-from mxplugin.errors import ArgumentError, MismatchError, values_by_rank
+from mxplugin.errors import ArgumentError, MismatchError
+from mxplugin.functions import first_parameter_difference
 from mxplugin.ops import Average, Sum, allreduce_, grouped_allreduce_by_context_
 from mxplugin.training import native_update, sharding
 from mxplugin.training.buckets import Layout
 from mxplugin.training.compression import Compression, PowerSGD
 from mxplugin.training.optimizer import DistributedOptimizer
-from mxplugin.training.powersgd import STATE_KEY as POWERSGD_KEY, PowerSGDReducer
+from mxplugin.training.powersgd import PowerSGDReducer
+from mxplugin.training.trainer_states import TrainerStates, bucket_state_arrays
+from mxplugin.training.trainer_update import BucketUpdates
 
 _trainer_ids = itertools.count()
 _log = logging.getLogger(__name__)
 
 
-class DistributedTrainer(mx.gluon.Trainer):
+class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
     """Drop-in for gluon.Trainer with horovod.mxnet's signature.
 
     Extra keyword options (defaults are the fastest safe choice):
@@ -197,24 +201,13 @@ class DistributedTrainer(mx.gluon.Trainer):
         """Once, at the first reduction (which every rank reaches): ranks
         whose parameters differ would get a mismatch naming a bucket; name
         the first parameter that differs instead, on every rank."""
-        from mxplugin.functions import allgather_object
-
         mine = [(p.name, tuple(p.shape), str(p.dtype)) for b in layout.buckets for _, p in b.entries]
-        everyone = allgather_object(mine, name=f"{self._prefix}layout", process_set=self._process_set)
-        if all(len(theirs) == len(mine) and all(a[1:] == b[1:] for a, b in zip(theirs, mine))
-               for theirs in everyone):
-            return
-        ranks = self._process_set.ranks or list(range(len(everyone)))
-        longest = max(len(x) for x in everyone)
-        for i in range(longest):
-            entries = [theirs[i] if i < len(theirs) else None for theirs in everyone]
-            detail = values_by_rank(ranks, [None if e is None else e[1:] for e in entries],
-                                    ["nothing" if e is None else f"'{e[0]}' of shape {e[1]} and dtype {e[2]}"
-                                     for e in entries])
-            if detail:
-                raise MismatchError(f"DistributedTrainer '{self._prefix}': the trainable parameters differ across "
-                                    f"ranks; the first difference, at position {i} in reduction order (last layers "
-                                    f"first): {detail}. Every rank must build the same model.")
+        difference = first_parameter_difference(mine, f"{self._prefix}layout", "nothing", self._process_set)
+        if difference:
+            i, detail = difference
+            raise MismatchError(f"DistributedTrainer '{self._prefix}': the trainable parameters differ across "
+                                f"ranks; the first difference, at position {i} in reduction order (last layers "
+                                f"first): {detail}. Every rank must build the same model.")
 
     def _fold_factor(self):
         """Post-scale of the Sum that step() folds into rescale_grad."""
@@ -252,11 +245,7 @@ class DistributedTrainer(mx.gluon.Trainer):
         if self._local_sgd_states or self._multi_precision_weights(layout):
             # Multi-precision updates start from the float32 master copy in the
             # state, so it must be averaged with the weights it shadows.
-            for bucket in layout.buckets:
-                if bucket.state is not None:
-                    arrays += _flat_arrays(bucket.state)
-                else:
-                    arrays += [a for st in bucket.param_states.values() for a in _flat_arrays(st)]
+            arrays += [a for bucket in layout.buckets for a in bucket_state_arrays(bucket)]
         grouped_allreduce_by_context_(arrays, f"{self._prefix}localsgd", Average, process_set=self._process_set)
 
     def update(self, batch_size, ignore_stale_grad=False):
@@ -276,182 +265,3 @@ class DistributedTrainer(mx.gluon.Trainer):
 
     def _allreduce_grads(self):
         self.allreduce_grads()
-
-    # -- update -------------------------------------------------------------------
-    def _update(self, ignore_stale_grad=False):
-        layout = self._layout  # step() and update() checked it in _prepare() this step
-        loss_scaler = getattr(self, "_amp_loss_scaler", None)
-        if loss_scaler is not None and loss_scaler.has_overflow(self._params):
-            return
-        opt = self._optimizer
-        # Per-parameter updates run in parameter order, as gluon.Trainer runs
-        # them (optimizers drawing random numbers, e.g. sgld, depend on it).
-        single = []
-        for bucket in layout.buckets:
-            fresh = [p.data()._fresh_grad for _, p in bucket.entries]
-            if not all(fresh) and not ignore_stale_grad:
-                name = bucket.entries[fresh.index(False)][1].name
-                raise UserWarning(
-                    f"Gradient of Parameter `{name}` has not been updated by backward since last `step`. "
-                    "This could mean a bug in your model that made it only use a subset of the Parameters "
-                    "(Blocks) for this iteration. If you are intentionally only using a subset, call step "
-                    "with ignore_stale_grad=True to suppress this warning and skip updating of Parameters "
-                    "with stale gradient")
-            if self._shard and not all(fresh):
-                name = bucket.entries[fresh.index(False)][1].name
-                raise ArgumentError(f"shard_optimizer_states=True updates whole buckets, but Parameter `{name}` "
-                                    "has no new gradient (ignore_stale_grad=True cannot skip it: its slice "
-                                    "belongs to another rank's update). Set grad_req='null' on parameters "
-                                    "that do not train.")
-            if self._shard:
-                pass  # all buckets are updated below, slice by slice (ShardedStates.update)
-            elif layout.fused and all(fresh) and native_update.supports(opt, bucket):
-                native_update.update(opt, bucket, basics._core_module())
-            else:
-                single.extend((index, p, bucket) for (index, p), f in zip(bucket.entries, fresh) if f)
-            for _, p in bucket.entries:
-                p.data()._fresh_grad = False
-        if self._shard:
-            self._shards.update(opt)  # reduce-scatters, or takes the slices of allreduce_grads()'s sums
-        self._update_with_mxnet_ops(sorted(single, key=lambda e: e[0]))
-        self._update_local(layout, ignore_stale_grad)
-        for index, p in layout.excluded:
-            for arr, grad in zip(p.list_data(), p.list_grad()):
-                if not ignore_stale_grad or arr._fresh_grad:
-                    self._updaters[0]([index], [grad], [arr])
-                    arr._fresh_grad = False
-
-    def _update_with_mxnet_ops(self, entries):
-        """Parameters the core's kernels do not update (GPU buckets, other
-        optimizers, fused_update=False), through the optimizer's own MXNet
-        ops, aggregated as gluon.Trainer's updater aggregates them: runs of up
-        to `aggregate_num` parameters of one dtype (and here one context, as
-        one multi-tensor op runs on one device) go to one multi-tensor op
-        (multi_sgd_update, multi_sgd_mom_update, multi_mp_sgd_*,
-        multi_lamb_update, ...); optimizers without one update one by one."""
-        opt = self._optimizer
-        chunk = int(getattr(opt, "aggregate_num", 0) or 0)
-        if chunk <= 1:
-            for index, p, bucket in entries:
-                opt.update_multi_precision(index, p.data(), p.grad(), bucket.param_states[index])
-            return
-        runs = OrderedDict()
-        for index, p, bucket in entries:
-            data = p.data()
-            runs.setdefault((str(data.dtype), str(data.context)), []).append((index, data, p.grad(),
-                                                                             bucket.param_states[index]))
-        for run in runs.values():
-            for start in range(0, len(run), chunk):
-                indices, weights, grads, states = zip(*run[start:start + chunk])
-                opt.update_multi_precision(list(indices), list(weights), list(grads), list(states))
-        self.aggregated_updates += sum((len(r) + chunk - 1) // chunk for r in runs.values())
-
-    def _multi_precision_weights(self, layout):
-        return getattr(self._optimizer, "multi_precision", False) and any(
-            str(w.dtype) == "float16" or getattr(w.dtype, "__name__", "") == "float16"
-            for b in layout.buckets for w in b.weights)
-
-    def _update_local(self, layout, ignore_stale_grad):
-        """Model-parallel shards (distributed, no mesh): each rank holds its
-        own slice, so its gradient is used as is -- no cross-rank scaling."""
-        if not layout.local:
-            return
-        opt = self._optimizer
-        folded = opt.rescale_grad
-        opt.rescale_grad = self._local_rescale if self._local_rescale is not None else folded
-        try:
-            for index, p in sorted(layout.local, key=lambda e: e[0]):
-                data = p.data()
-                if not data._fresh_grad:
-                    if ignore_stale_grad:
-                        continue
-                    raise UserWarning(f"Gradient of Parameter `{p.name}` has not been updated by backward "
-                                      "since last `step`; pass ignore_stale_grad=True to skip it")
-                opt.update_multi_precision(index, data, p.grad(), layout.local_states[index])
-                data._fresh_grad = False
-        finally:
-            opt.rescale_grad = folded
-
-    def optimizer_state_bytes(self):
-        """Bytes of optimizer state (multi-precision master weights included)
-        this rank holds: with shard_optimizer_states, about 1/N of an
-        unsharded trainer's."""
-        layout = self._prepare()
-        excluded = {index for index, _ in layout.excluded}
-        arrays = [a for i, st in self._updaters[0].states.items() if i in excluded
-                  for a in sharding.state_arrays(st)]
-        arrays += [a for st in layout.local_states.values() for a in sharding.state_arrays(st)]
-        if self._shards is not None:
-            arrays += [a for s in self._shards.slices for a in sharding.state_arrays(s.state)]
-        for b in layout.buckets:
-            if b.state is not None:
-                arrays += sharding.state_arrays(b.state)
-            else:
-                arrays += [a for st in b.param_states.values() for a in sharding.state_arrays(st)]
-        return sum(sharding.nbytes(a) for a in arrays)
-
-    def _param_states(self):
-        """Per-parameter states of the layout (gathered from every rank's
-        slices when sharded: a collective)."""
-        states = self._layout.param_states()
-        if self._shards is not None:
-            states.update(self._shards.gathered_param_states())
-        return states
-
-    # -- checkpoints ----------------------------------------------------------------
-    def save_states(self, fname):
-        """Saves optimizer states (per parameter, loadable by this class or
-        gluon.Trainer). With shard_optimizer_states or PowerSGD every rank of
-        the process set must call it (states_bytes_collective()) and rank 0
-        writes."""
-        collective = self.states_bytes_collective()
-        data = self.states_bytes()
-        if collective and self._process_set.rank() != 0:
-            return
-        with open(fname, "wb") as f:
-            f.write(data)
-
-    def load_states(self, fname):
-        with open(fname, "rb") as f:
-            self.load_states_bytes(f.read())
-
-    def states_bytes(self):
-        """What save_states writes, without a file (elastic commits take it in memory)."""
-        self._prepare()
-        states = dict(self._updaters[0].states)
-        states.update(self._param_states())
-        if self._powersgd is not None:
-            states[POWERSGD_KEY] = self._powersgd.state_dict(self._process_set, self._world())
-        return pickle.dumps((states, self._optimizer))
-
-    def states_bytes_collective(self):
-        """Whether states_bytes() (and so save_states) is a collective that
-        every rank of the process set must call: with sharded states (they
-        are gathered) and with PowerSGD (its errors are summed, Note
-        [PowerSGD state across worlds] in powersgd.py)."""
-        return (self._shard or self._powersgd is not None) and self._world()
-
-    def load_states_bytes(self, data):
-        self._prepare()
-        loaded = pickle.loads(data)
-        states, optimizer = loaded if isinstance(loaded, tuple) else (loaded, self._optimizer)
-        states = dict(states)
-        compressor = states.pop(POWERSGD_KEY, None)
-        if self._powersgd is not None and compressor is not None:
-            ranks = self._process_set.size() if self._world() else 1
-            self._powersgd.load_state_dict(compressor, self._params, ranks)
-        optimizer.param_dict = {i: param for i, param in enumerate(self._params)}
-        self._optimizer = optimizer
-        for updater in self._updaters:
-            updater.optimizer = optimizer
-            updater.states = {i: s for i, s in states.items()}
-            updater.states_synced = dict.fromkeys(states, False)
-        self._pending_states = states
-        self._layout = None  # rebuilt with the loaded states on next use
-        self._ensure_layout()
-
-
-def _flat_arrays(state):
-    if isinstance(state, (tuple, list)):
-        return [a for s in state for a in _flat_arrays(s)]
-    return [state] if isinstance(state, mx.nd.NDArray) else []
