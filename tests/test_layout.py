@@ -1,8 +1,9 @@
 """The package's shape (docs/architecture.md, the map of rooms): no import
 circles among mxplugin's modules, counting imports inside functions too,
 and the launcher's room (mxplugin/launch/, the process that never imports
-MXNet) importing neither MXNet nor the training or collectives code. Read
-from the source with `ast`; nothing is imported."""
+MXNet) importing neither MXNet nor the training or collectives code; no
+source file longer than MOST_LINES. Read from the source with `ast`;
+nothing is imported."""
 import ast
 import os
 
@@ -14,10 +15,12 @@ PACKAGE = os.path.join(REPO, "mxplugin")
 # What the launcher's room may import of mxplugin: itself, the facts about
 # MPIs it shares with the loader, and the elastic launcher's side.
 LAUNCH_MAY_IMPORT = ("mxplugin.launch", "mxplugin.mpi_family", "mxplugin.errors", "mxplugin.elastic.driver",
-                     "mxplugin.elastic.discovery", "mxplugin.elastic.service", "mxplugin.elastic.protocol",
-                     "mxplugin.elastic.world_end", "mxplugin._build_info")
+                     "mxplugin.elastic.discovery", "mxplugin.elastic.cooldown", "mxplugin.elastic.service",
+                     "mxplugin.elastic.protocol", "mxplugin.elastic.world_end", "mxplugin._build_info")
 # --check-build loads the core as the ranks would, to report what really loads (CUDA, NCCL, the libraries).
 LAUNCH_EXCEPTIONS = {"mxplugin.launch.build_report": {"mxplugin", "mxplugin._loader"}}
+# A file past a few hundred lines holds more than one job (STYLE.md, "Small things that add up"): split it.
+MOST_LINES = 400
 
 
 def modules():
@@ -96,3 +99,16 @@ def test_every_room_is_a_package_with_its_job_said(room):
     init = os.path.join(PACKAGE, room, "__init__.py")
     assert os.path.exists(init), f"mxplugin/{room} is not a package"
     assert ast.get_docstring(ast.parse(open(init).read())), f"mxplugin/{room}/__init__.py says nothing of its job"
+
+
+def test_no_source_file_outgrows_a_few_hundred_lines():
+    long = {}
+    for base, _, files in os.walk(PACKAGE):
+        for name in files:
+            if name.endswith((".py", ".pyx", ".pxi")):
+                path = os.path.join(base, name)
+                with open(path) as f:
+                    count = sum(1 for _ in f)
+                if count > MOST_LINES:
+                    long[os.path.relpath(path, REPO)] = count
+    assert not long, f"files over {MOST_LINES} lines, split them by job: {long}"
