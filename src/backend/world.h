@@ -19,11 +19,19 @@
 
 namespace mxplugin {
 
-// Which of `ranks` (world ranks) cannot be reached from this rank, as text
-// ("ranks 2, 3 on host2"), or "" when all answer or the world cannot tell;
-// takes up to `seconds`. Callable from any thread, for as long as it is
-// held (Note [Who is unreachable] in backend/mpi/peer_probe.h).
-using ReachabilityProbe = std::function<std::string(const std::vector<int>& ranks, double seconds)>;
+// What a probe of peers found (Note [Who is unreachable] in
+// backend/mpi/peer_probe.h), as text naming ranks and hosts ("ranks 2, 3 on
+// host2"), each "" when there is nothing to say or the world cannot tell.
+struct PeerVerdict {
+  std::string unreachable;  // on hosts that do not answer: cut off from this rank
+  std::string ended;        // on hosts that answer, whose own port refuses: their process has ended
+  bool empty() const { return unreachable.empty() && ended.empty(); }
+};
+
+// Probes which of `ranks` (world ranks) cannot be reached from this rank or
+// have ended; takes up to `seconds`. Callable from any thread, for as long
+// as it is held.
+using ReachabilityProbe = std::function<PeerVerdict(const std::vector<int>& ranks, double seconds)>;
 
 // Both planes of one group of ranks; both null on ranks outside it.
 struct Group {

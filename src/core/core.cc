@@ -210,7 +210,7 @@ void Core::RunCycle(bool* stop) {
       // Note [Who is unreachable]: a host cut off is named; else a process
       // has died or is stuck.
       const double lead = VerdictLead(config_.peer_timeout_seconds);
-      const std::string who = reach_ ? reach_(set.ranks, lead) : "";
+      const PeerVerdict who = reach_ ? reach_(set.ranks, lead) : PeerVerdict{};
       const std::string cut_off = CutOffText(who, host_, lead);
       std::lock_guard<std::mutex> lock(mutex_);
       lost_peers_ = true;
@@ -219,8 +219,10 @@ void Core::RunCycle(bool* stop) {
           "mxplugin lost contact with its peers: " + cut_off + st.reason() + " while negotiating on process set " +
           std::to_string(id) + " (ranks " + RanksText(set.ranks) + ") within the peer timeout, " +
           std::to_string(static_cast<int>(config_.peer_timeout_seconds)) + " s (MXPLUGIN_PEER_TIMEOUT_SECONDS). " +
-          (who.empty() ? "A process has probably died or is stuck outside mxplugin; see the other ranks' output."
-                       : "That host is probably cut off from the network."));
+          (!who.unreachable.empty() ? "That host is probably cut off from the network."
+           : who.ended.empty()      ? "A process has probably died or is stuck outside mxplugin; see the other "
+                                      "ranks' output."
+                                    : "See that rank's output for why it ended."));
       *stop = true;
       return;
     }

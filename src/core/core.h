@@ -117,8 +117,9 @@ class Core {
   Status UnknownSet(int id) const;  // under mutex_
   void FailEverything(const Status& status);
   std::unique_ptr<ProcessSet> MakeProcessSet(std::vector<int> ranks, Group group);
-  Status RunControl(int process_set_id, const std::string& name, std::vector<int64_t> shape,
-                    std::function<Status()> action);
+  // Runs `action` on the background thread of every rank at one point of
+  // the op order, once every rank asked for the same (Note [Control requests]).
+  Status RunControl(ControlKind kind, std::vector<int64_t> args, std::function<Status()> action);
 
   Config config_;
   WorldFactory make_world_;
@@ -134,7 +135,7 @@ class Core {
   std::vector<int> world_ranks_;               // set before the loop starts
   std::mutex probe_mutex_;                     // guards the two below (any thread may fail a request)
   bool probed_ = false;
-  std::string unreachable_;                    // what the first probe found
+  PeerVerdict unreachable_;                    // what the first probe found
   // Times the data-plane phases; made before the loop starts, stopped when it ends.
   std::unique_ptr<TransferWatchdog> watchdog_;
   std::map<int, std::unique_ptr<ProcessSet>> sets_;  // structure guarded by mutex_

@@ -14,7 +14,7 @@ namespace mxplugin {
 Status Core::NameUnreachable(const Status& status) {
   if (status.code() != StatusCode::kAborted || !reach_) return status;
   const double lead = VerdictLead(config_.peer_timeout_seconds);
-  std::string who;
+  PeerVerdict who;
   {
     std::lock_guard<std::mutex> lock(probe_mutex_);
     if (!probed_) {
@@ -23,7 +23,7 @@ Status Core::NameUnreachable(const Status& status) {
     }
     who = unreachable_;
   }
-  if (who.empty() || status.reason().find(" cannot be reached from ") != std::string::npos) return status;
+  if (who.empty() || NamesLostPeers(status.reason())) return status;
   return Status::Aborted("mxplugin lost contact with its peers: " + CutOffText(who, host_, lead) + status.reason());
 }
 

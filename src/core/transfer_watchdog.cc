@@ -28,10 +28,22 @@ constexpr auto kExitGrace = std::chrono::seconds(1);
 // taking the rest; a short timeout gives the probe at most half of it.
 double VerdictLead(double timeout_seconds) { return std::min(kProbeSeconds, timeout_seconds / 2); }
 
-std::string CutOffText(const std::string& who, const std::string& host, double probe_seconds) {
-  if (who.empty()) return "";
-  return who + " cannot be reached from " + host + " (no answer within " +
-         std::to_string(static_cast<int>(probe_seconds * 1000)) + " ms): ";
+std::string CutOffText(const PeerVerdict& who, const std::string& host, double probe_seconds) {
+  std::string text;
+  if (!who.unreachable.empty()) {
+    text = who.unreachable + " cannot be reached from " + host + " (no answer within " +
+           std::to_string(static_cast<int>(probe_seconds * 1000)) + " ms): ";
+  }
+  if (!who.ended.empty()) {
+    const bool one = who.ended.rfind("rank ", 0) == 0 && who.ended.find(';') == std::string::npos;
+    text += who.ended + (one ? " has" : " have") + " ended (the process is gone: its probe port refuses): ";
+  }
+  return text;
+}
+
+bool NamesLostPeers(const std::string& reason) {
+  return reason.find(" cannot be reached from ") != std::string::npos ||
+         reason.find(" ended (the process is gone") != std::string::npos;
 }
 
 TransferWatchdog::TransferWatchdog(double timeout_seconds, ReachabilityProbe probe, std::string host, int rank,
@@ -104,7 +116,7 @@ void TransferWatchdog::Watch() {
       continue;
     }
     lock.unlock();
-    const std::string who = probe_(ranks_, lead);
+    const PeerVerdict who = probe_(ranks_, lead);
     lock.lock();
     if (!in_phase_ || since_ != since) continue;  // the phase ended meanwhile
     const double waited = std::chrono::duration<double>(Clock::now() - since).count();

@@ -37,8 +37,11 @@ double VerdictLead(double timeout_seconds);
 
 // "<who> cannot be reached from <host> (no answer within <ms> ms): ", the
 // words that name peers cut off in every such error (mxplugin/launch/lost_hosts.py
-// reads them); "" when `who` is empty (every host answered).
-std::string CutOffText(const std::string& who, const std::string& host, double probe_seconds);
+// reads them), then "<who> has ended (...): " for ranks whose process
+// ended; "" when the probe found nothing.
+std::string CutOffText(const PeerVerdict& who, const std::string& host, double probe_seconds);
+// Whether an error's text already names peers (CutOffText's words).
+bool NamesLostPeers(const std::string& reason);
 
 class TransferWatchdog {
  public:

@@ -128,7 +128,12 @@ void MpiWorld::MakeDoorbell(MPI_Comm local) {
 
 ReachabilityProbe MpiWorld::reachability() const {
   std::shared_ptr<const PeerProbe> probe = probe_;
-  return [probe](const std::vector<int>& ranks, double seconds) { return probe->Unreachable(ranks, seconds); };
+  return [probe](const std::vector<int>& ranks, double seconds) {
+    PeerVerdict verdict;
+    verdict.unreachable = probe->Unreachable(ranks, seconds);
+    verdict.ended = probe->Ended(ranks, seconds);
+    return verdict;
+  };
 }
 
 MpiWorld::~MpiWorld() {

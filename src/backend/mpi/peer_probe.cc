@@ -88,8 +88,7 @@ std::string PeerProbe::host() const { return mine_.host; }
 
 std::string PeerProbe::Unreachable(const std::vector<int>& ranks, double seconds) const {
   if (listener_ < 0 || peers_.empty()) return "";
-  // Probes of this rank wait in the listen backlog; let them go.
-  for (int fd; (fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC)) >= 0;) close(fd);
+  DrainProbes();
 
   std::map<std::string, std::vector<int>> by_host;  // other hosts' ranks among `ranks`
   for (int r : ranks) {
@@ -156,6 +155,66 @@ std::string PeerProbe::Unreachable(const std::vector<int>& ranks, double seconds
     if (answered[kv.first]) continue;
     text += (text.empty() ? "" : "; ") + RanksOn(kv.second, kv.first);
   }
+  return text;
+}
+
+void PeerProbe::DrainProbes() const {
+  // Probes of this rank wait in the listen backlog; let them go.
+  for (int fd; (fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC)) >= 0;) close(fd);
+}
+
+std::string PeerProbe::Ended(const std::vector<int>& ranks, double seconds) const {
+  if (listener_ < 0 || peers_.empty()) return "";
+  DrainProbes();
+  struct Try {
+    int fd;
+    int rank;
+  };
+  std::vector<Try> tries;
+  std::map<std::string, std::vector<int>> ended;  // host -> its ranks that refused
+  auto refused = [&](int rank) { ended[peers_[rank].host].push_back(rank); };
+  for (int r : ranks) {
+    if (r < 0 || r >= static_cast<int>(peers_.size()) || r == rank_) continue;
+    const Endpoint& e = peers_[r];
+    if (e.port == 0 || e.num_addresses == 0) continue;
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) continue;
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = e.addresses[0];
+    to.sin_port = e.port;
+    int rc = connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+    if (rc != 0 && errno == EINPROGRESS) {
+      tries.push_back({fd, r});
+      continue;
+    }
+    if (rc != 0 && errno == ECONNREFUSED) refused(r);
+    close(fd);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (!tries.empty()) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    std::vector<pollfd> fds;
+    for (const Try& t : tries) fds.push_back({t.fd, POLLOUT, 0});
+    if (poll(fds.data(), fds.size(), static_cast<int>(left.count())) <= 0) continue;
+    std::vector<Try> waiting;
+    for (size_t i = 0; i < tries.size(); ++i) {
+      if (fds[i].revents == 0) {
+        waiting.push_back(tries[i]);
+        continue;
+      }
+      int error = 0;
+      socklen_t len = sizeof(error);
+      getsockopt(tries[i].fd, SOL_SOCKET, SO_ERROR, &error, &len);
+      if (error == ECONNREFUSED) refused(tries[i].rank);
+      close(tries[i].fd);
+    }
+    tries.swap(waiting);
+  }
+  for (const Try& t : tries) close(t.fd);  // no answer: not ended as far as this can tell
+  std::string text;
+  for (const auto& kv : ended) text += (text.empty() ? "" : "; ") + RanksOn(kv.second, kv.first);
   return text;
 }
 

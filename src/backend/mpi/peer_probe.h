@@ -11,6 +11,11 @@
 // refuses it, if the rank has ended) in one round trip even while the rank
 // is busy, so a host that does not answer within the probe's time is cut
 // off from this one. Nothing here uses MPI after the exchange.
+//
+// A rank whose process has ended is told the same way: its own port is
+// closed, so its host's kernel refuses a connection to it at once. A rank
+// that forked (data-loader workers) may leave the port open in a child:
+// then it is not named, and the wait goes on as before.
 #pragma once
 
 #include <mpi.h>
@@ -37,6 +42,10 @@ class PeerProbe {
   // on other hosts that answer on none of their addresses within `seconds`;
   // "" when every host answers or nothing can be told. Any thread.
   std::string Unreachable(const std::vector<int>& ranks, double seconds) const;
+  // "rank 0 on host1; ranks 4, 5 on host3": those of `ranks` (world ranks,
+  // this host's too) on hosts that answer, whose own port refuses a
+  // connection within `seconds`: their process has ended. Any thread.
+  std::string Ended(const std::vector<int>& ranks, double seconds) const;
   // This rank's host, as the others know it.
   std::string host() const;
 
@@ -48,6 +57,9 @@ class PeerProbe {
     uint16_t port;                      // network byte order; 0: none
     uint16_t num_addresses;
   };
+
+  // Accepts and closes the probes of this rank waiting in the listen backlog.
+  void DrainProbes() const;
 
   int listener_ = -1;
   int rank_ = -1;
