@@ -139,11 +139,12 @@ def main():
         records.append(rec)
         print(f"{i + 1}/{args.kills}: {kind} on {path}, rank {victim} killed {offset * 1000:.0f} ms in: "
               f"{rec.get('error') or rec['survivors']}", flush=True)
+        if args.out:  # after every kill: a long soak stopped early still has its figures
+            with open(args.out, "w") as f:
+                json.dump({"seed": args.seed, "planned": args.kills, "kills": records,
+                           "survivors": summary(records)}, f, indent=1)
     counts = summary(records)
     print(f"kill loop: {len(records)} kills, survivors ended: {counts}", flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"seed": args.seed, "kills": records, "survivors": counts}, f, indent=1)
     sys.exit(0 if set(counts) <= CLEAN else 1)
 
 
