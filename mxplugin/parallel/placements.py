@@ -76,13 +76,18 @@ def _check_dense(path, block, placement, mesh, split_dim):
               f"mp={mesh.mp}")
 
 
-def _dense_args(dense):
+def _split_dense(layer_class, dense, mesh, **options):
+    """A `layer_class` (a split Dense) built as `dense` was, with `options`,
+    holding this rank's slices of `dense`'s values."""
     units, in_units = dense.weight.shape
     bias = dense.bias
-    return dict(units=units, in_units=in_units, use_bias=bias is not None,
-                activation=dense.act._act_type if dense.act is not None else None, flatten=dense._flatten,
-                dtype=dense.weight.dtype, weight_initializer=dense.weight.init,
-                bias_initializer=bias.init if bias is not None else "zeros", prefix=dense.prefix)
+    layer = layer_class(units=units, in_units=in_units, use_bias=bias is not None,
+                        activation=dense.act._act_type if dense.act is not None else None, flatten=dense._flatten,
+                        dtype=dense.weight.dtype, weight_initializer=dense.weight.init,
+                        bias_initializer=bias.init if bias is not None else "zeros", prefix=dense.prefix, mesh=mesh,
+                        **options)
+    layer.take_values(dense._reg_params)
+    return layer
 
 
 @dataclass(frozen=True)
@@ -102,9 +107,7 @@ class ColwiseParallel(Placement):
         _check_dense(path, block, self, mesh, "units")
 
     def replace(self, block, mesh):
-        layer = ColumnParallelDense(gather_output=self.gather_output, mesh=mesh, **_dense_args(block))
-        layer.take_values(block._reg_params)
-        return layer
+        return _split_dense(ColumnParallelDense, block, mesh, gather_output=self.gather_output)
 
 
 @dataclass(frozen=True)
@@ -124,9 +127,7 @@ class RowwiseParallel(Placement):
         _check_dense(path, block, self, mesh, "in_units")
 
     def replace(self, block, mesh):
-        layer = RowParallelDense(input_is_parallel=self.input_is_parallel, mesh=mesh, **_dense_args(block))
-        layer.take_values(block._reg_params)
-        return layer
+        return _split_dense(RowParallelDense, block, mesh, input_is_parallel=self.input_is_parallel)
 
 
 @dataclass(frozen=True)
@@ -140,9 +141,7 @@ class ShardedOutput(Placement):
         _check_dense(path, block, self, mesh, "units")
 
     def replace(self, block, mesh):
-        layer = ColumnParallelDense(gather_output=False, mesh=mesh, **_dense_args(block))
-        layer.take_values(block._reg_params)
-        return layer
+        return _split_dense(ColumnParallelDense, block, mesh, gather_output=False)
 
 
 @dataclass(frozen=True)
