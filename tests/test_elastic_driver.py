@@ -307,3 +307,5 @@ def test_the_service_refuses_malformed_oversized_replayed_and_wrong_token_reques
     assert raw_request(service.port, ok.encode()) == 200
     out, err = capfd.readouterr()
     assert "Traceback" not in out + err and "Exception" not in out + err, err[-3000:]
+    with capfd.disabled():  # the figures, for the report (bench/soak.py)
+        print("\n" + "\n".join(line for line in out.splitlines() if line.startswith("service fuzz:")))
