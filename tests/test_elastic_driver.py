@@ -72,7 +72,8 @@ def test_usable_hosts_leave_out_excluded_and_cut_at_max_np():
 
 def driver_with(service, checkpoint=None):
     args = argparse.Namespace(host_discovery_script=None, static_hosts=[("a", 1), ("b", 1), ("c", 1)], max_np=3,
-                              num_proc=None, min_np=2, checkpoint_path=checkpoint, blacklist_cooldown_range=None)
+                              num_proc=None, min_np=2, checkpoint_path=checkpoint, blacklist_cooldown_range=None,
+                              rsh="ssh", ssh_connect_timeout=1)
     return ElasticDriver(args, {}, "test", None)
 
 
@@ -140,9 +141,16 @@ class FakeClock:
         return self.t
 
 
-def test_a_left_out_host_comes_back_after_its_cool_down_and_waits_longer_each_fault(service, capsys):
+def test_a_left_out_host_comes_back_after_its_cool_down_and_waits_longer_each_fault(service, capsys,
+                                                                                     monkeypatch):
     """Note [Cool-downs]: 30 s, then 60, 120, ... up to the range's end;
-    the host is usable again once its time is over, and the launcher says so."""
+    the host is usable again once its time is over and it answers, and the
+    launcher says so; one that does not answer is left out again, longer."""
+    from mxplugin.elastic import driver as driver_module
+
+    cut_off = set()
+    monkeypatch.setattr(driver_module, "unreachable_hosts",
+                        lambda hosts, rsh, timeout: [(h, f"{h}: no answer") for h, _ in hosts if h in cut_off])
     assert [cooldown_for(n, (30, 600)) for n in (1, 2, 3, 5, 6)] == [30, 60, 120, 480, 600]
     assert cooldown_for(3, (float("inf"), float("inf"))) == float("inf")
     driver = driver_with(service)
@@ -166,6 +174,14 @@ def test_a_left_out_host_comes_back_after_its_cool_down_and_waits_longer_each_fa
         assert driver.usable_now(listed) == [("a", 1), ("b", 1)]
         clock.t += 1
         assert driver.usable_now(listed) == listed
+    cut_off.add("c")  # its cool-down ends while it is cut off: left out again, as a further fault
+    driver.judge(service, finished_world(service, left={0: "failure", 1: "failure"}, exits={2: "signal 9"}), 137)
+    clock.t += 100
+    assert driver.usable_now(listed) == [("a", 1), ("b", 1)]
+    assert "c's cool-down is over but it does not answer: left out for 100 s" in capsys.readouterr().err
+    cut_off.clear()
+    clock.t += 100
+    assert driver.usable_now(listed) == listed
 
 
 def test_service_keeps_the_newest_state_and_wants_the_token(service):

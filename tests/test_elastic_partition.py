@@ -205,7 +205,7 @@ def test_a_host_cut_off_that_the_launcher_is_not_told_of(cluster, cut_link):
     text, report = run.text(), run.report()
     assert code == 0, report
     host = cluster.hosts[CUT]
-    assert re.search(rf"lost rank 2 on {host} \(.*\); left out from now on: {host}", text), report
+    assert re.search(rf"lost rank 2 on {host} \(.*\); left out: {host} for 30 s", text), report
     assert re.search(rf"left behind: {host} \(rank 2\)", text), report
     lost = resumed_from_last_commit(run, 1)
     assert 0 <= lost <= COMMIT_EVERY, report

@@ -99,8 +99,14 @@ class ElasticDriver:
         return usable(found, {**self.left_out_now(), **dict.fromkeys(self.unreachable)}, self.max_np)
 
     def left_out_now(self):
-        """{host: why} of the hosts cooling down; says which came back."""
+        """{host: why} of the hosts cooling down. A host whose cool-down is
+        over comes back once it answers the remote shell; one that does not
+        is left out again, for longer (Note [Cool-downs] in cooldown.py)."""
         for host, why, faults in self.left_out.take_returned():
+            if unreachable_hosts([(host, 1)], self.args.rsh, self.args.ssh_connect_timeout):
+                seconds = self.left_out.leave_out(host, f"unreachable after its cool-down ({why})")
+                self.say(f"{host}'s cool-down is over but it does not answer: left out {describe_cooldown(seconds)}")
+                continue
             self.say(f"{host}'s cool-down is over (left out after its fault {faults}: {why}): trying it again")
         return self.left_out.now()
 
