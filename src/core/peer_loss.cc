@@ -12,7 +12,10 @@ namespace mxplugin {
 // local peer that did not come, stuck with one behind a dead link) names the
 // peers cut off from this rank; probed once, at the first such failure.
 Status Core::NameUnreachable(const Status& status) {
-  if (status.code() != StatusCode::kAborted || !reach_) return status;
+  // kInternal: an MPI call failed, maybe for a peer that ended (MPICH's own
+  // words name no rank); it reads as a lost peer once the probe names one.
+  const bool maybe_lost = status.code() == StatusCode::kAborted || status.code() == StatusCode::kInternal;
+  if (!maybe_lost || !reach_) return status;
   const double lead = VerdictLead(config_.peer_timeout_seconds);
   PeerVerdict who;
   {

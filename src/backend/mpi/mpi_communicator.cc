@@ -22,6 +22,29 @@ Status ToIntVector(const std::vector<int64_t>& in, std::vector<int>* out, const 
 
 }  // namespace
 
+// Note [Peers ended mid-call]: MPI is not fault tolerant. When a rank of this
+// host is killed in the middle of a collective, MPICH's shared-memory copy
+// from it fails (process_vm_readv: no such process), and the others' call
+// may still return success with part of the result never written (a kill
+// loop saw an allgather return wrong numbers, 2 times in 100 kills), or an
+// error that names no rank. So after each call the ranks of this host are
+// polled (their pidfds, one syscall, no wait): one that has ended fails the
+// call as a lost peer, named. A rank only ends after the shutdown
+// negotiated with every other, which waits for this call, so a rank that
+// ended meanwhile did not end normally. Ranks on other hosts are not
+// watched here: their loss shows as an error, or a stall that the peer
+// probe names (Note [Who is unreachable] in peer_probe.h).
+Status MpiCommunicator::Checked(int rc, const char* what) const {
+  Status st = MpiStatus(rc, what);
+  if (!peers_) return st;
+  const std::string ended = peers_->EndedLocalPeers(comm_->global_ranks());
+  if (ended.empty()) return st;
+  const bool one = ended.rfind("rank ", 0) == 0;
+  return Status::Aborted("mxplugin lost contact with its peers: " + ended + (one ? " has" : " have") +
+                         " ended (the process is gone) during " + what + ", whose result cannot be trusted" +
+                         (st.ok() ? "" : " (" + st.reason() + ")"));
+}
+
 MPI_Datatype MpiCommunicator::MpiType(DataType dtype) const {
   switch (dtype) {
     case DataType::kUInt8: return MPI_UINT8_T;
@@ -57,7 +80,7 @@ Status MpiCommunicator::Allreduce(const void* send, void* recv, int64_t count, D
     int n = static_cast<int>(std::min(kMaxChunk, count - offset));
     char* r = static_cast<char*>(recv) + offset * esize;
     const void* s = send == recv ? MPI_IN_PLACE : static_cast<const char*>(send) + offset * esize;
-    Status st = MpiStatus(MPI_Allreduce(s, r, n, MpiType(dtype), MpiOp(dtype, op), comm_->get()), "MPI_Allreduce");
+    Status st = Checked(MPI_Allreduce(s, r, n, MpiType(dtype), MpiOp(dtype, op), comm_->get()), "MPI_Allreduce");
     if (!st.ok()) return st;
   }
   return Status::Ok();
@@ -70,7 +93,7 @@ Status MpiCommunicator::Allgatherv(const void* send, int64_t send_count, void* r
   Status st = ToIntVector(counts, &c, "allgather");
   if (st.ok()) st = ToIntVector(displs, &d, "allgather");
   if (!st.ok()) return st;
-  return MpiStatus(MPI_Allgatherv(send, static_cast<int>(send_count), MpiType(dtype), recv, c.data(),
+  return Checked(MPI_Allgatherv(send, static_cast<int>(send_count), MpiType(dtype), recv, c.data(),
                               d.data(), MpiType(dtype), comm_->get()),
                "MPI_Allgatherv");
 }
@@ -79,7 +102,7 @@ Status MpiCommunicator::Broadcast(void* buffer, int64_t count, DataType dtype, i
   const size_t esize = DataTypeSize(dtype);
   for (int64_t offset = 0; offset < count; offset += kMaxChunk) {
     int n = static_cast<int>(std::min(kMaxChunk, count - offset));
-    Status st = MpiStatus(MPI_Bcast(static_cast<char*>(buffer) + offset * esize, n, MpiType(dtype), root, comm_->get()),
+    Status st = Checked(MPI_Bcast(static_cast<char*>(buffer) + offset * esize, n, MpiType(dtype), root, comm_->get()),
                       "MPI_Bcast");
     if (!st.ok()) return st;
   }
@@ -96,7 +119,7 @@ Status MpiCommunicator::Alltoallv(const void* send, const std::vector<int64_t>& 
   if (st.ok()) st = ToIntVector(recv_counts, &rc, "alltoall");
   if (st.ok()) st = ToIntVector(recv_displs, &rd, "alltoall");
   if (!st.ok()) return st;
-  return MpiStatus(MPI_Alltoallv(send, sc.data(), sd.data(), MpiType(dtype), recv, rc.data(), rd.data(),
+  return Checked(MPI_Alltoallv(send, sc.data(), sd.data(), MpiType(dtype), recv, rc.data(), rd.data(),
                              MpiType(dtype), comm_->get()),
                "MPI_Alltoallv");
 }
@@ -107,7 +130,7 @@ Status MpiCommunicator::ReduceScatter(const void* send, void* recv,
   std::vector<int> rc;
   Status st = ToIntVector(recv_counts, &rc, "reducescatter");
   if (!st.ok()) return st;
-  return MpiStatus(MPI_Reduce_scatter(send, recv, rc.data(), MpiType(dtype), MpiOp(dtype, op), comm_->get()),
+  return Checked(MPI_Reduce_scatter(send, recv, rc.data(), MpiType(dtype), MpiOp(dtype, op), comm_->get()),
                "MPI_Reduce_scatter");
 }
 

@@ -8,13 +8,17 @@
 
 #include "backend/communicator.h"
 #include "backend/mpi/mpi_comm.h"
+#include "backend/mpi/peer_probe.h"
 
 namespace mxplugin {
 
 class MpiCommunicator : public Communicator {
  public:
-  MpiCommunicator(std::shared_ptr<const MpiComm> comm, std::shared_ptr<const MpiHalfOps> half_ops)
-      : comm_(std::move(comm)), half_ops_(std::move(half_ops)) {}
+  // `peers`, when given, is asked after each call whether a rank of this
+  // host ended meanwhile (Note [Peers ended mid-call] in the .cc).
+  MpiCommunicator(std::shared_ptr<const MpiComm> comm, std::shared_ptr<const MpiHalfOps> half_ops,
+                  std::shared_ptr<const PeerProbe> peers = nullptr)
+      : comm_(std::move(comm)), half_ops_(std::move(half_ops)), peers_(std::move(peers)) {}
 
   int rank() const override { return comm_->rank(); }
   int size() const override { return comm_->size(); }
@@ -34,9 +38,12 @@ class MpiCommunicator : public Communicator {
  private:
   MPI_Datatype MpiType(DataType dtype) const;
   MPI_Op MpiOp(DataType dtype, ReduceOp op) const;
+  // MPI's verdict on a call named `what`, failed when a local peer ended meanwhile.
+  Status Checked(int rc, const char* what) const;
 
   std::shared_ptr<const MpiComm> comm_;
   std::shared_ptr<const MpiHalfOps> half_ops_;
+  std::shared_ptr<const PeerProbe> peers_;
 };
 
 }  // namespace mxplugin

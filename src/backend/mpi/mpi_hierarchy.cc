@@ -56,7 +56,7 @@ std::unique_ptr<Communicator> MpiWorld::MakeHierarchical(const std::shared_ptr<c
   }
   MPI_Comm_split(sub, local_rank, rank, &cross);
   MPI_Comm_size(cross, &cross_size);
-  auto flat = std::make_unique<MpiCommunicator>(comm, half_ops_);
+  auto flat = std::make_unique<MpiCommunicator>(comm, half_ops_, probe_);
   std::unique_ptr<Communicator> cross_comm;
   if (cross_size > 1) {
     cross_comm = std::make_unique<MpiCommunicator>(std::make_shared<const MpiComm>(cross), half_ops_);

@@ -176,7 +176,7 @@ Status MpiWorld::CreateGroup(const std::vector<int>& members, Group* out) {
   if (out->data) {
     out->how = "hierarchical allreduce (shared memory within hosts)";
   } else {
-    out->data = std::make_unique<MpiCommunicator>(comm, half_ops_);
+    out->data = std::make_unique<MpiCommunicator>(comm, half_ops_, probe_);
     out->how = "flat MPI allreduce (" + why_not + ")";
   }
   out->control = std::make_unique<MpiControlPlane>(comm);

@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -44,6 +45,7 @@ PeerProbe::PeerProbe() {
     if (MPI_Get_processor_name(name, &len) == MPI_SUCCESS) host.assign(name, len);
   }
   CopyName(mine_.host, sizeof(mine_.host), host);
+  mine_.pid = static_cast<int32_t>(getpid());
 
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return;
@@ -70,6 +72,9 @@ PeerProbe::PeerProbe() {
 
 PeerProbe::~PeerProbe() {
   if (listener_ >= 0) close(listener_);
+  for (int fd : pidfds_) {
+    if (fd >= 0) close(fd);
+  }
 }
 
 void PeerProbe::Exchange(MPI_Comm comm, int rank) {
@@ -82,6 +87,31 @@ void PeerProbe::Exchange(MPI_Comm comm, int rank) {
   }
   rank_ = rank;
   peers_ = std::move(all);
+  pidfds_.assign(peers_.size(), -1);
+#ifdef SYS_pidfd_open
+  for (size_t r = 0; r < peers_.size(); ++r) {
+    const Endpoint& e = peers_[r];
+    if (static_cast<int>(r) == rank_ || e.pid <= 0 || std::strncmp(e.host, mine_.host, sizeof(e.host)) != 0) continue;
+    const long fd = syscall(SYS_pidfd_open, static_cast<pid_t>(e.pid), 0);
+    pidfds_[r] = fd >= 0 ? static_cast<int>(fd) : -1;  // no pidfd (another pid namespace): not watched
+  }
+#endif
+}
+
+std::string PeerProbe::EndedLocalPeers(const std::vector<int>& ranks) const {
+  std::vector<pollfd> fds;
+  std::vector<int> watched;
+  for (int r : ranks) {
+    if (r < 0 || r >= static_cast<int>(pidfds_.size()) || pidfds_[r] < 0) continue;
+    fds.push_back({pidfds_[r], POLLIN, 0});
+    watched.push_back(r);
+  }
+  if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return "";
+  std::vector<int> ended;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents != 0) ended.push_back(watched[i]);
+  }
+  return ended.empty() ? "" : RanksOn(ended, mine_.host);
 }
 
 std::string PeerProbe::host() const { return mine_.host; }

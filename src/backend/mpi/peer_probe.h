@@ -46,6 +46,11 @@ class PeerProbe {
   // this host's too) on hosts that answer, whose own port refuses a
   // connection within `seconds`: their process has ended. Any thread.
   std::string Ended(const std::vector<int>& ranks, double seconds) const;
+  // "rank 2 on host1": those of `ranks` (world ranks) on this host whose
+  // process has ended, polled without waiting (a pidfd each, opened at the
+  // exchange; "" where the kernel has none). Note [Peers ended mid-call] in
+  // mpi_communicator.cc. Any thread.
+  std::string EndedLocalPeers(const std::vector<int>& ranks) const;
   // This rank's host, as the others know it.
   std::string host() const;
 
@@ -56,6 +61,7 @@ class PeerProbe {
     uint32_t addresses[kMaxAddresses];  // IPv4, network byte order
     uint16_t port;                      // network byte order; 0: none
     uint16_t num_addresses;
+    int32_t pid;
   };
 
   // Accepts and closes the probes of this rank waiting in the listen backlog.
@@ -65,6 +71,7 @@ class PeerProbe {
   int rank_ = -1;
   Endpoint mine_{};
   std::vector<Endpoint> peers_;  // by world rank
+  std::vector<int> pidfds_;      // by world rank: this host's other ranks, else -1
 };
 
 }  // namespace mxplugin
