@@ -51,6 +51,21 @@ def _kills(k):
     return lines + [""]
 
 
+def _kills_before(k):
+    """The first soak's figures, before Note [Peers ended mid-call] (commit b6d8e8f)."""
+    if not k:
+        return []
+    counts = ", ".join(f"{n} {how}" for how, n in sorted(k["survivors"].items(), key=lambda kv: -kv[1]))
+    return [f"Before Note [Peers ended mid-call] (`src/backend/mpi/mpi_communicator.cc`, commit b6d8e8f) the same "
+            f"loop (seed {k['seed']}, {len(k['kills'])} kills, on commit {k.get('commit', '?')}) found: {counts}. "
+            "The bad ends were all on the MPI path after a rank of the same host was killed: MPICH's "
+            "shared-memory copy from the dead process failed (`process_vm_readv`: no such process) and two "
+            "allgathers returned success with part of the result never written (\"wrong\"), three calls "
+            "raised MPICH's own error, which names no rank (\"unclear\"), and one survivor aborted with "
+            "`double free or corruption` (\"signal 6\"). Since then each MPI call polls the pidfds of "
+            "its host's other ranks and fails, naming them, when one has ended.", ""]
+
+
 def _resources(r, resets):
     lines = ["## Long jobs stay flat", ""]
     if r:
@@ -131,6 +146,7 @@ def render(result, docs):
                  else "not measured yet")
     lines = [INTRO.format(machine=described)]
     lines += _kills(result.get("kills"))
+    lines += _kills_before(result.get("kills_before_fix"))
     lines += _resources(result.get("resources"), result.get("resets"))
     lines += _fuzz(result.get("service"), result.get("api"))
     lines.append(FIXED)
