@@ -1,12 +1,20 @@
 // What the Core says and does when peers are lost: the unreachable ones
 // named in a failed collective's error, and the stuck-transfer watchdog's
 // view for the layers above.
+#include <chrono>
 #include <mutex>
 #include <string>
+#include <thread>
 
 #include "core/core.h"
 
 namespace mxplugin {
+namespace {
+
+constexpr int kProbeRetries = 3;
+constexpr auto kProbeRetryGap = std::chrono::milliseconds(100);
+
+}  // namespace
 
 // Note [Who is unreachable]: a collective that failed for want of a peer (a
 // local peer that did not come, stuck with one behind a dead link) names the
@@ -22,6 +30,14 @@ Status Core::NameUnreachable(const Status& status) {
     std::lock_guard<std::mutex> lock(probe_mutex_);
     if (!probed_) {
       unreachable_ = reach_(world_ranks_, lead);
+      // A killed process goes in steps (its memory, then its descriptors,
+      // then its pid): an MPI error from its memory's end may come while
+      // its probe port still answers. Looked at again, shortly, before the
+      // verdict is kept for the later failures.
+      for (int i = 0; i < kProbeRetries && unreachable_.empty(); ++i) {
+        std::this_thread::sleep_for(kProbeRetryGap);
+        unreachable_ = reach_(world_ranks_, lead);
+      }
       probed_ = true;
     }
     who = unreachable_;
