@@ -28,8 +28,9 @@ Status ToIntVector(const std::vector<int64_t>& in, std::vector<int>* out, const 
 // may still return success with part of the result never written (a kill
 // loop saw an allgather return wrong numbers, 2 times in 100 kills), or an
 // error that names no rank. So after each call the ranks of this host are
-// polled (their pidfds, one syscall, no wait): one that has ended fails the
-// call as a lost peer, named. A rank only ends after the shutdown
+// polled (their pidfds, and a one-byte read of their memory, which goes
+// first: peer_probe.cc): one that has ended fails the call as a lost peer,
+// named. A rank only ends after the shutdown
 // negotiated with every other, which waits for this call, so a rank that
 // ended meanwhile did not end normally. Ranks on other hosts are not
 // watched here: their loss shows as an error, or a stall that the peer

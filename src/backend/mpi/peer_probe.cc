@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -98,6 +99,19 @@ void PeerProbe::Exchange(MPI_Comm comm, int rank) {
 #endif
 }
 
+// A process being killed loses its memory before its pid (pidfd) and its
+// descriptors say so: MPICH's copy from it fails first, and a call can
+// return in between. So a peer whose pidfd is quiet is also asked for one
+// byte of its memory (process_vm_readv, as MPICH's copies do): ESRCH says
+// its memory is gone; from a live process the bogus address gets EFAULT,
+// or EPERM where such reads are not allowed (then the pidfd alone tells).
+static bool MemoryGone(pid_t pid) {
+  char byte;
+  iovec local{&byte, 1};
+  iovec remote{reinterpret_cast<void*>(1), 1};
+  return process_vm_readv(pid, &local, 1, &remote, 1, 0) < 0 && errno == ESRCH;
+}
+
 std::string PeerProbe::EndedLocalPeers(const std::vector<int>& ranks) const {
   std::vector<pollfd> fds;
   std::vector<int> watched;
@@ -106,10 +120,12 @@ std::string PeerProbe::EndedLocalPeers(const std::vector<int>& ranks) const {
     fds.push_back({pidfds_[r], POLLIN, 0});
     watched.push_back(r);
   }
-  if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return "";
+  if (fds.empty()) return "";
+  const bool any_exited = poll(fds.data(), fds.size(), 0) > 0;
   std::vector<int> ended;
   for (size_t i = 0; i < fds.size(); ++i) {
-    if (fds[i].revents != 0) ended.push_back(watched[i]);
+    const bool exited = any_exited && fds[i].revents != 0;
+    if (exited || MemoryGone(static_cast<pid_t>(peers_[watched[i]].pid))) ended.push_back(watched[i]);
   }
   return ended.empty() ? "" : RanksOn(ended, mine_.host);
 }
