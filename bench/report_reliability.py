@@ -45,6 +45,12 @@ def _kills(k):
               "went on to exit normally; \"ended by the watchdog\": stuck in a transfer inside MPI, which cannot "
               "be abandoned, the rank wrote the same words and ended with exit code 1 (Note [Stuck transfers]). "
               "Anything else (a signal, another error, wrong numbers, a hang) would be listed as such."]
+    if "wrong" in counts:
+        lines += ["", "Not fixed yet: \"wrong\" above is a reduce-scatter of 4 MB on the MPI path whose survivors read "
+                  "wrong numbers without an error after a rank of their host was killed (MPICH's pairwise "
+                  "reduce-scatter, its shared-memory copy from the dead rank failing with `process_vm_readv`: no such "
+                  "process), although each MPI call now checks that the host's ranks are alive (pidfd and a one-byte "
+                  "read of their memory) before its result is used."]
     if median_end is not None:
         lines += ["", f"From the kill to the end of every process of the job: median {median_end:.1f} s "
                   f"(range {ends[0]:.1f}-{ends[-1]:.1f} s)."]
