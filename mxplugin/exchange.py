@@ -16,16 +16,19 @@ def _core_module():
     return core_module
 
 
-def exchange_int64(values, name, process_set, set_id):
+def exchange_int64(values, name, process_set, set_id, group=None):
     """Blocking allgather of a small int64 vector from every rank of the set
-    (used to learn output shapes before the data moves asynchronously)."""
+    (used to learn output shapes before the data moves asynchronously).
+    group: the name of the call it is part of, negotiated with it, so that
+    a rank that calls something else under that name, or refuses the call,
+    fails this exchange too rather than leave it waiting."""
     m = _core_module()
     mine = np.ascontiguousarray(values, dtype=np.int64)
     n = len(process_set.ranks)
     out = np.empty(n * len(mine), dtype=np.int64)
     handle = basics._core().enqueue(
         [m.Op(name, m.OP_ALLGATHER, m.DTYPES["int64"], [len(mine)], mine.ctypes.data, out.ctypes.data,
-              out_shape=[len(out)])], set_id)
+              out_shape=[len(out)])], set_id, False, 0, group)
     handle.wait()
     return out.reshape(n, len(mine))
 

@@ -8,6 +8,7 @@ import numpy as np
 from mxplugin import basics
 from mxplugin.basics import global_process_set
 from mxplugin.errors import ArgumentError, PeerFailureError, values_by_rank
+from mxplugin.calls import refuse
 from mxplugin.ops import allgather, broadcast_
 
 try:
@@ -22,13 +23,31 @@ def _to_bytes(obj):
     return np.frombuffer(buf.getvalue(), dtype=np.uint8)
 
 
+def _object_name(name, default):
+    if name is None or name == "":
+        return default
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    return name
+
+
+def _pickled(obj, name, process_set):
+    """`obj` pickled; when it cannot be, the other ranks' call named `name`
+    fails too rather than wait for this rank's (calls.refuse)."""
+    try:
+        return _to_bytes(obj)
+    except Exception:
+        refuse(name + ".sz", process_set)
+        raise
+
+
 def broadcast_object(obj, root_rank=0, name=None):
     """Returns root_rank's `obj` on every rank (pickled, so any picklable
     object). Other ranks' `obj` is ignored, so `obj if rank() == 0 else None`
     works: the default name is the same on every rank whatever they pass."""
-    name = name or "broadcast_object"
+    name = _object_name(name, "broadcast_object")
     if basics.rank() == root_rank:
-        payload = _to_bytes(obj)
+        payload = _pickled(obj, name, global_process_set)
         length = mx.nd.array([len(payload)], dtype="int64")
     else:
         payload = None
@@ -53,8 +72,8 @@ def broadcast_object(obj, root_rank=0, name=None):
 def allgather_object(obj, name=None, process_set=global_process_set):
     """Returns the list of every rank's `obj`, in rank order (objects may
     differ in type between ranks)."""
-    name = name or "allgather_object"
-    payload = _to_bytes(obj)
+    name = _object_name(name, "allgather_object")
+    payload = _pickled(obj, name, process_set)
     sizes = allgather(mx.nd.array([len(payload)], dtype="int64"), name=name + ".sz",
                       process_set=process_set).asnumpy()
     data = allgather(mx.nd.array(payload, dtype="uint8"), name=name + ".t",

@@ -31,7 +31,11 @@ typedef enum {
   MXP_OP_BROADCAST = 2,
   MXP_OP_ALLTOALL = 3,
   MXP_OP_REDUCESCATTER = 4,
-  MXP_OP_BARRIER = 5
+  MXP_OP_BARRIER = 5,
+  /* A call that raised an error on this rank before it was submitted: the
+   * other ranks' call under the same name fails with it (Note [Refused
+   * calls] in src/core/message_table.cc). Carries no tensor. */
+  MXP_OP_REFUSAL = 6
 } mxp_op_type;
 
 /* What every C API function returns (0: success). */

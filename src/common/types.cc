@@ -53,6 +53,7 @@ const char* OpTypeName(OpType op) {
     case OpType::kAlltoall: return "alltoall";
     case OpType::kReducescatter: return "reducescatter";
     case OpType::kBarrier: return "barrier";
+    case OpType::kRefusal: return "refusal";
   }
   return "unknown";
 }

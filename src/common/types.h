@@ -37,6 +37,7 @@ enum class OpType : int32_t {
   kAlltoall = MXP_OP_ALLTOALL,
   kReducescatter = MXP_OP_REDUCESCATTER,
   kBarrier = MXP_OP_BARRIER,
+  kRefusal = MXP_OP_REFUSAL,
 };
 
 constexpr int kCpuDevice = MXP_CPU_DEVICE;

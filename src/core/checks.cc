@@ -20,7 +20,9 @@ Status CheckTensorOp(const TensorOp& op, int set_size, const GpuBackend& gpu) {
     if (!gpu.runtime) {
       return Status::InvalidArgument(who + ": the tensor is on " + DeviceName(m.device) + ", but " + gpu.missing);
     }
-    if (m.op == OpType::kBarrier) return Status::InvalidArgument(who + ": a barrier carries no tensor");
+    if (m.op == OpType::kBarrier || m.op == OpType::kRefusal) {
+      return Status::InvalidArgument(who + ": a " + OpTypeName(m.op) + " carries no tensor");
+    }
   }
   if (op.input.device != m.device || op.output.device != m.device) {
     return Status::InvalidArgument(who + ": input is on " + DeviceName(op.input.device) + " and output on " +

@@ -96,13 +96,25 @@ Status Controller::RunRound(bool want_shutdown, bool i_failed, std::vector<Respo
   std::string plan_bytes;
   if (table_) {
     RoundPlan plan;
+    auto invalidate = [&plan](const std::string& name) {
+      if (std::find(plan.invalidated.begin(), plan.invalidated.end(), name) == plan.invalidated.end()) {
+        plan.invalidated.push_back(name);
+      }
+    };
     for (const auto& bytes : received) {
       for (const auto& meta : ParseMetas(bytes)) {
         // A full request for a cached name means signatures changed (or a
         // rank stalled): drop the entry everywhere and negotiate it in full.
-        if (cache_.Contains(meta.name) &&
-            std::find(plan.invalidated.begin(), plan.invalidated.end(), meta.name) == plan.invalidated.end()) {
-          plan.invalidated.push_back(meta.name);
+        if (cache_.Contains(meta.name)) invalidate(meta.name);
+        // So does one of another kind (another collective or group size, a
+        // refusal) under the group of cached names: the ranks disagree on
+        // the call, or call something else under its name now. Sent in
+        // full, the cached names let the coordinator see what every rank
+        // submitted, and find a conflict within the mismatch grace (a
+        // refusal at once) rather than after the cached resend.
+        for (const auto& name : cache_.NamesInGroup(meta.group)) {
+          const RequestMeta& cached = cache_.Cached(name);
+          if (cached.op != meta.op || cached.group_size != meta.group_size) invalidate(name);
         }
         table_->Add(meta, now);
       }

@@ -117,8 +117,9 @@ class Core {
   Status UnknownSet(int id) const;  // under mutex_
   void FailEverything(const Status& status);
   std::unique_ptr<ProcessSet> MakeProcessSet(std::vector<int> ranks, Group group);
-  Status RunControl(int process_set_id, const std::string& name, std::vector<int64_t> shape,
-                    std::function<Status()> action);
+  // Runs `action` on the background thread of every rank at one point of
+  // the op order, once every rank asked for the same (Note [Control requests]).
+  Status RunControl(ControlKind kind, std::vector<int64_t> args, std::function<Status()> action);
 
   Config config_;
   WorldFactory make_world_;

@@ -261,6 +261,7 @@ Status Executor::RunOne(Request& req, const Response& resp) {
       Trace(req, "BARRIER", t0, Clock::now());
       return st;
     }
+    case OpType::kRefusal: return Status::Ok();  // every rank refused the call alike: nothing to run
   }
   return Status::Internal("unknown op type");
 }

@@ -23,10 +23,13 @@ std::string RankList(const std::vector<int>& ranks) {
 }
 
 // "float32 on ranks 0, 2; float16 on rank 1" (values[r] is rank r's, in
-// order of first appearance), or "" when all values agree.
-std::string ValuesByRank(const std::vector<std::string>& values, const std::vector<int>& global_ranks) {
+// order of first appearance; an empty value leaves its rank out); with
+// `only_if_different`, "" when all values agree.
+std::string ValuesByRank(const std::vector<std::string>& values, const std::vector<int>& global_ranks,
+                         bool only_if_different = true) {
   std::vector<std::pair<std::string, std::vector<int>>> by_value;
   for (size_t r = 0; r < values.size(); ++r) {
+    if (values[r].empty()) continue;
     auto it = std::find_if(by_value.begin(), by_value.end(), [&](const auto& g) { return g.first == values[r]; });
     if (it == by_value.end()) {
       by_value.push_back({values[r], {global_ranks[r]}});
@@ -34,7 +37,7 @@ std::string ValuesByRank(const std::vector<std::string>& values, const std::vect
       it->second.push_back(global_ranks[r]);
     }
   }
-  if (by_value.size() <= 1) return "";
+  if (by_value.size() <= (only_if_different ? 1u : 0u)) return "";
   std::ostringstream s;
   for (size_t i = 0; i < by_value.size(); ++i) {
     s << (i ? "; " : "") << by_value[i].first << " on " << RankList(by_value[i].second);
@@ -137,7 +140,14 @@ Response MessageTable::Validate(const std::string& name, const Entry& entry) con
   if (op == OpType::kAllgather || op == OpType::kAlltoall) {
     if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return Trailing(m.shape); })).empty())
       return fail("shape", d);
-  } else {  // barriers compare their (empty) shape; control requests carry their arguments in it
+  } else if (op == OpType::kBarrier) {  // a user's barrier has an empty shape; a control request, its call
+    if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return ControlText(m.shape); })).empty()) {
+      resp.kind = Response::Kind::kError;
+      resp.error = "Mismatched control calls for '" + name + "': " + d +
+                   ". Every rank must add and remove the same process sets, in the same order.";
+      return resp;
+    }
+  } else {
     if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return ShapeText(m.shape); })).empty())
       return fail("shape", d);
   }
@@ -166,17 +176,30 @@ MessageTable::Entries::iterator MessageTable::Erase(Entries::iterator it) {
   return entries_.erase(it);
 }
 
+// Note [Refused calls]: a call that raises on one rank before it is
+// submitted (a bad argument that only this rank passed: a wrong type, a bad
+// root or splits, an unpicklable object) would leave the other ranks
+// waiting for it until the stall shutdown. So the Python API submits a
+// refusal in its place: an op of kind kRefusal under the call's group name,
+// carrying no tensor. Once every rank has submitted something under that
+// name, the refusal fails the others' call at once, naming the refusing
+// ranks (no grace: a refusing rank never submits the call). When every rank
+// refused, the refusals meet like any collective and complete, doing nothing.
 std::vector<std::pair<std::string, std::string>> MessageTable::FindConflicts(Clock::time_point now) const {
   std::vector<std::pair<std::string, std::string>> found;
   for (const auto& kv : groups_) {
-    // Only a group with an entry waiting past the grace can be in conflict
-    // (this runs every round, so the cheap test comes first).
+    // Only a group with an entry waiting past the grace, or with a refusal,
+    // can be in conflict (this runs every round, so the cheap test comes first).
     bool aged = false;
+    const Entry* refusal = nullptr;
     for (const auto& name : kv.second) {
-      aged = aged || std::chrono::duration<double>(now - entries_.at(name).first_seen).count() >
-                         config_.mismatch_grace_seconds;
+      const Entry& e = entries_.at(name);
+      aged = aged || std::chrono::duration<double>(now - e.first_seen).count() > config_.mismatch_grace_seconds;
+      for (const auto& m : e.metas) {
+        if (!m.name.empty() && m.op == OpType::kRefusal && e.count < size_) refusal = &e;
+      }
     }
-    if (!aged) continue;
+    if (!aged && refusal == nullptr) continue;
     // What each rank submitted under this group name, and whether an aged
     // entry waits for a rank that submitted something else instead.
     std::vector<std::set<std::string>> submitted(size_);
@@ -186,28 +209,48 @@ std::vector<std::pair<std::string, std::string>> MessageTable::FindConflicts(Clo
         if (!e.metas[r].name.empty()) submitted[r].insert(Submission(e.metas[r]));
       }
     }
+    // Not before every rank has submitted something under the name: a rank
+    // still to come would find the call it is part of failed and gone, and
+    // wait for the others forever.
+    if (std::any_of(submitted.begin(), submitted.end(), [](const auto& s) { return s.empty(); })) continue;
+    if (refusal != nullptr) {
+      std::vector<int> refusing;
+      std::vector<std::string> others(size_);
+      for (int r = 0; r < size_; ++r) {
+        if (!refusal->metas[r].name.empty()) {
+          refusing.push_back(world_ranks_[r]);
+          continue;
+        }
+        for (const auto& s : submitted[r]) others[r] += (others[r].empty() ? "" : " and ") + s;
+      }
+      found.emplace_back(kv.first, "The call named '" + kv.first + "' raised an error on " + RankList(refusing) +
+                                       " before it was submitted there (see the error on that rank), so it fails "
+                                       "on every rank: " + ValuesByRank(others, world_ranks_, false) +
+                                       " fails with it.");
+      continue;
+    }
+    // An entry past the grace that waits for a rank: that rank submitted
+    // something else under the name instead (every rank has submitted).
     bool conflict = false;
     for (const auto& name : kv.second) {
       const Entry& e = entries_.at(name);
-      if (std::chrono::duration<double>(now - e.first_seen).count() <= config_.mismatch_grace_seconds) continue;
-      std::string mine;
-      for (const auto& m : e.metas) {
-        if (!m.name.empty()) mine = Submission(m);
-      }
-      for (int r = 0; r < size_ && !conflict; ++r) {
-        conflict = e.metas[r].name.empty() && !submitted[r].empty() && submitted[r].count(mine) == 0;
-      }
-      if (conflict) break;
+      conflict = conflict || (std::chrono::duration<double>(now - e.first_seen).count() >
+                                  config_.mismatch_grace_seconds && e.count < size_);
     }
     if (!conflict) continue;
-    std::vector<std::string> per_rank;
-    for (const auto& mine : submitted) {
-      std::string v;
-      for (const auto& s : mine) v += (v.empty() ? "" : " and ") + s;
-      per_rank.push_back(v.empty() ? "nothing yet" : v);
+    // Each rank's submissions by kind; by name where the kinds look alike
+    // (allgather's and alltoall's first steps are both an allgather of sizes).
+    std::vector<std::string> per_rank(size_), named(size_);
+    for (int r = 0; r < size_; ++r) {
+      for (const auto& s : submitted[r]) per_rank[r] += (per_rank[r].empty() ? "" : " and ") + s;
+      for (const auto& name : kv.second) {
+        const RequestMeta& m = entries_.at(name).metas[r];
+        if (!m.name.empty()) named[r] += (named[r].empty() ? "" : " and ") + Submission(m) + " '" + m.name + "'";
+      }
     }
-    found.emplace_back(kv.first, "Mismatched collectives under the name '" + kv.first + "': " +
-                                     ValuesByRank(per_rank, world_ranks_) +
+    std::string detail = ValuesByRank(per_rank, world_ranks_);
+    if (detail.empty()) detail = ValuesByRank(named, world_ranks_);
+    found.emplace_back(kv.first, "Mismatched collectives under the name '" + kv.first + "': " + detail +
                                      ". Every rank must submit the same collective, with the same number of "
                                      "tensors, under one name.");
   }

@@ -44,8 +44,10 @@ class MessageTable {
   std::string MissingRanks(const Entry& entry) const;
   // Fails every waiting entry of a group whose ranks submitted different
   // things under it (another collective, another number of tensors) for
-  // longer than the mismatch grace: those ranks will never submit what the
-  // others wait for, so this is a mismatch now, not a stall later.
+  // longer than the mismatch grace, or where some rank refused the call
+  // (Note [Refused calls]), once every rank has submitted something under it:
+  // those ranks will never submit what the others wait for, so this is a
+  // mismatch now, not a stall later.
   void TakeConflicts(Clock::time_point now, std::vector<std::pair<uint64_t, Response>>* ready);
   // Every waiting entry of `group` becomes an error response with `error`.
   void FailGroup(const std::string& group, const std::string& error,

@@ -1,5 +1,6 @@
 // Control requests of the Core (process sets, the benchmark reference): run by
-// every rank at the same point of the op order (see "Process sets" in docs/architecture.md).
+// every rank at the same point of the op order (Note [Control requests] in
+// core/request.h; "Process sets" in docs/architecture.md).
 #include <algorithm>
 #include <future>
 
@@ -8,23 +9,23 @@
 
 namespace mxplugin {
 
-Status Core::RunControl(int process_set_id, const std::string& name, std::vector<int64_t> shape,
-                        std::function<Status()> action) {
+Status Core::RunControl(ControlKind kind, std::vector<int64_t> args, std::function<Status()> action) {
   auto promise = std::make_shared<std::promise<Status>>();
   auto future = promise->get_future();
   Request r;
-  r.meta.name = name;
   r.meta.op = OpType::kBarrier;
-  r.meta.shape = std::move(shape);
-  r.process_set_id = process_set_id;
+  r.meta.shape = {static_cast<int64_t>(kind)};
+  r.meta.shape.insert(r.meta.shape.end(), args.begin(), args.end());
+  r.process_set_id = 0;
   r.enqueue_time = Clock::now();
   r.control = std::move(action);
   r.completion = std::make_shared<Completion>(1, [promise](const Status& s) { promise->set_value(s); });
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopped_) return stop_status_;
+    r.meta.name = "mxplugin.control." + std::to_string(control_counter_++);
     r.meta.rank = topology_.rank;
-    in_flight_[process_set_id].insert(name);
+    in_flight_[0].insert(r.meta.name);
     queue_.push_back(std::move(r));
   }
   WakeLoops();
@@ -40,14 +41,9 @@ int Core::AddProcessSet(std::vector<int> ranks) {
                                           std::to_string(topology_.size) + ")"));
     }
   }
-  std::string name;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    name = "mxplugin.add_process_set." + std::to_string(control_counter_++);
-  }
   auto id = std::make_shared<int>(-1);
-  std::vector<int64_t> shape(ranks.begin(), ranks.end());
-  Status st = RunControl(0, name, shape, [this, ranks, id]() -> Status {
+  Status st = RunControl(ControlKind::kAddProcessSet, std::vector<int64_t>(ranks.begin(), ranks.end()),
+                         [this, ranks, id]() -> Status {
     for (const auto& kv : sets_) {
       if (kv.second->ranks == ranks) {
         return Status::InvalidArgument("a process set with ranks " + RanksText(ranks) +
@@ -68,13 +64,8 @@ int Core::AddProcessSet(std::vector<int> ranks) {
 
 bool Core::RemoveProcessSet(int id) {
   if (id == 0) return false;
-  std::string name;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    name = "mxplugin.remove_process_set." + std::to_string(control_counter_++);
-  }
   auto removed = std::make_shared<bool>(false);
-  Status st = RunControl(0, name, {id}, [this, id, removed]() -> Status {
+  Status st = RunControl(ControlKind::kRemoveProcessSet, {id}, [this, id, removed]() -> Status {
     auto it = sets_.find(id);
     if (it == sets_.end()) return Status::Ok();
     std::unique_ptr<ProcessSet> set;
@@ -124,13 +115,8 @@ std::vector<int> Core::ProcessSetIds() const {
 }
 
 double Core::ReferenceAllreduce(void* data, int64_t count, DataType dtype) {
-  std::string name;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    name = "mxplugin.reference_allreduce." + std::to_string(control_counter_++);
-  }
   auto seconds = std::make_shared<double>(0.0);
-  Status st = RunControl(0, name, {count}, [this, data, count, dtype, seconds]() -> Status {
+  Status st = RunControl(ControlKind::kReferenceAllreduce, {count}, [this, data, count, dtype, seconds]() -> Status {
     auto t0 = Clock::now();
     Status s = sets_.at(0)->group.data->Allreduce(data, data, count, dtype, ReduceOp::kSum);
     *seconds = std::chrono::duration<double>(Clock::now() - t0).count();

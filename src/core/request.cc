@@ -11,6 +11,18 @@ bool RequestMeta::SameSignature(const RequestMeta& o) const {
          requested_op == o.requested_op && group == o.group && group_size == o.group_size;
 }
 
+std::string ControlText(const std::vector<int64_t>& shape) {
+  if (shape.empty()) return "";
+  std::string args;
+  for (size_t i = 1; i < shape.size(); ++i) args += (i > 1 ? ", " : "") + std::to_string(shape[i]);
+  switch (static_cast<ControlKind>(shape[0])) {
+    case ControlKind::kAddProcessSet: return "add_process_set(ranks [" + args + "])";
+    case ControlKind::kRemoveProcessSet: return "remove_process_set(id " + args + ")";
+    case ControlKind::kReferenceAllreduce: return "reference_allreduce(" + args + " elements)";
+  }
+  return "control call " + std::to_string(shape[0]) + "(" + args + ")";
+}
+
 void Completion::Finish(const Status& status) {
   if (!status.ok() && !failed_.exchange(true)) first_error_ = status;
   if (remaining_.fetch_sub(1) == 1) done_(failed_ ? first_error_ : Status::Ok());

@@ -74,6 +74,18 @@ struct Request {
   std::function<Status()> control;
 };
 
+// Note [Control requests]: calls every rank makes together that change the
+// core itself (process sets) or run on its thread (the benchmark
+// reference), negotiated on the global set as barriers named
+// "mxplugin.control.<n>" (n counts them, alike on every rank) whose shape
+// carries the call: its kind, then its arguments. Ranks that make different
+// such calls get a mismatch naming them, with their arguments.
+enum class ControlKind : int64_t { kAddProcessSet = 1, kRemoveProcessSet = 2, kReferenceAllreduce = 3 };
+
+// The call a control request's shape carries: "add_process_set(ranks [0, 2])";
+// "" for a shape that carries none (a user's barrier).
+std::string ControlText(const std::vector<int64_t>& shape);
+
 struct Response {
   enum class Kind : int32_t { kOk = 0, kError = 1 };
   Kind kind = Kind::kOk;

@@ -25,11 +25,23 @@ void ResponseCache::Put(const RequestMeta& meta, int32_t priority) {
   }
   entries_[bit] = Entry{true, meta, priority};
   bits_[meta.name] = bit;
+  by_group_[meta.group].insert(meta.name);
+}
+
+const std::set<std::string>& ResponseCache::NamesInGroup(const std::string& group) const {
+  static const std::set<std::string> kNone;
+  auto it = by_group_.find(group);
+  return it == by_group_.end() ? kNone : it->second;
 }
 
 void ResponseCache::Erase(const std::string& name) {
   auto it = bits_.find(name);
   if (it == bits_.end()) return;
+  auto group = by_group_.find(entries_[it->second].meta.group);
+  if (group != by_group_.end()) {
+    group->second.erase(name);
+    if (group->second.empty()) by_group_.erase(group);
+  }
   entries_[it->second] = Entry{};
   free_bits_.push_back(it->second);
   std::sort(free_bits_.begin(), free_bits_.end(), std::greater<int>());

@@ -7,6 +7,7 @@
 // bit indices agree everywhere.
 #pragma once
 
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -25,6 +26,10 @@ class ResponseCache {
   // Bit of `meta.name` if cached with the same signature, else -1.
   int Lookup(const RequestMeta& meta) const;
   bool Contains(const std::string& name) const { return bits_.count(name) != 0; }
+  // The cached names negotiated under `group` (RequestMeta::group), in order.
+  const std::set<std::string>& NamesInGroup(const std::string& group) const;
+  // The signature cached under `name`, which must be cached.
+  const RequestMeta& Cached(const std::string& name) const { return entries_[bits_.at(name)].meta; }
   // No-op when full or already present.
   void Put(const RequestMeta& meta, int32_t priority);
   void Erase(const std::string& name);
@@ -42,6 +47,7 @@ class ResponseCache {
   std::vector<Entry> entries_;
   std::vector<int> free_bits_;  // kept sorted descending: smallest free bit at the back
   std::unordered_map<std::string, int> bits_;
+  std::unordered_map<std::string, std::set<std::string>> by_group_;
 };
 
 }  // namespace mxplugin
