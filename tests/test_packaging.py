@@ -11,13 +11,13 @@ import glob
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
 import tarfile
 import textwrap
 
 import pytest
 
+import prebuild
 from mpi_harness import REPO
 
 # Modules run by path as scripts (they import their siblings as top-level
@@ -66,7 +66,7 @@ print(f"elastic rank {hvd.rank()} of {hvd.size()} steps {train(state)}", flush=T
 
 
 def run(cmd, cwd, env, timeout, what):
-    result = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    result = prebuild.run(cmd, cwd=cwd, env=env, timeout=timeout)
     assert result.returncode == 0, f"{what}: exit {result.returncode}\n--- stdout\n{result.stdout}\n" \
                                    f"--- stderr\n{result.stderr}"
     return result.stdout + result.stderr
@@ -85,15 +85,14 @@ def outside_env(venv):
     return env
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory):
-    """A fresh venv holding mxplugin installed from a wheel built from an sdist."""
+def make_installed(work):
+    """A fresh venv holding mxplugin installed from a wheel built from an
+    sdist, under `work`. Built ahead of the tests (tests/prebuild.py)."""
     for module in ("build", "Cython"):
         if importlib.util.find_spec(module) is None:
             pytest.fail(f"building the package needs '{module}': the test extra installs it "
                         "(pip install -e '.[test]')")
-    work = tmp_path_factory.mktemp("packaging")
-    dist = str(work / "dist")
+    dist = os.path.join(work, "dist")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     # --no-isolation: the build's requirements are this venv's own (the test
     # extra holds Cython); an isolated build would fetch and install MXNet again.
@@ -101,14 +100,23 @@ def installed(tmp_path_factory):
         "building the sdist")
     sdist, = glob.glob(os.path.join(dist, "mxplugin-*.tar.gz"))
     run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", dist, sdist],
-        str(work), env, 900, "building a wheel from the sdist")
+        work, env, 900, "building a wheel from the sdist")
     wheel, = glob.glob(os.path.join(dist, "mxplugin-*.whl"))
-    venv = str(work / "venv")
-    run([sys.executable, "-m", "venv", venv], str(work), env, 120, "creating a fresh venv")
+    venv = os.path.join(work, "venv")
+    run([sys.executable, "-m", "venv", venv], work, env, 120, "creating a fresh venv")
     user_env = outside_env(venv)
-    run([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q", wheel], str(work), user_env, 900,
+    run([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "-q", wheel], work, user_env, 900,
         "installing the wheel into the fresh venv")
-    return {"venv": venv, "env": user_env, "sdist": sdist, "wheel": wheel, "cwd": str(work)}
+    return {"venv": venv, "env": user_env, "sdist": sdist, "wheel": wheel, "cwd": work}
+
+
+INSTALLED = prebuild.Build("packaging", __file__, "installed", make_installed)
+
+
+@pytest.fixture(scope="module")
+def installed():
+    """A fresh venv holding mxplugin installed from a wheel built from an sdist."""
+    return INSTALLED.result()
 
 
 def test_sdist_holds_what_the_build_needs(installed):
