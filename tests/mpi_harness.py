@@ -7,6 +7,8 @@ import re
 import signal
 import subprocess
 import sys
+import threading
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPMD_DIR = os.path.join(REPO, "tests", "spmd")
@@ -81,3 +83,48 @@ def assert_spmd_ok(script, np, args=(), env=None, timeout=240, launch=()):
     assert rc == 0 and passed == list(range(np)), (
         f"{script} on {np} ranks: exit {rc}, passed ranks {passed}\n--- stdout\n{out}\n--- stderr\n{err}")
     return out, err
+
+
+class Launch:
+    """A run of tests/spmd/<script> on `np` ranks started now and collected
+    later (result()), so that runs that mostly wait (for a mismatch's grace,
+    a peer timeout, a stall's warning) wait at the same time. Its own
+    process session, as run_command's, its output read as it comes (a
+    thread); result() past `timeout` kills the session and fails, as
+    run_command does. `seconds` is how long it ran."""
+
+    def __init__(self, script, np, args=(), env=None, auto_cleanup=True):
+        cmd = [mpiexec_path(), "-n", str(np)]
+        if not auto_cleanup:
+            cmd.append("-disable-auto-cleanup")
+        self.what = f"{script} on {np} ranks"
+        self.seconds = None
+        start = time.monotonic()
+        self.proc = subprocess.Popen(cmd + [sys.executable, os.path.join(SPMD_DIR, script), *map(str, args)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=rank_env(env),
+                                     cwd=REPO, start_new_session=True)
+
+        def collect():
+            self._output = self.proc.communicate()
+            self.seconds = time.monotonic() - start
+
+        self._reader = threading.Thread(target=collect, daemon=True)
+        self._reader.start()
+
+    def result(self, timeout=240):
+        """(returncode, stdout, stderr) once it has ended."""
+        self._reader.join(timeout)
+        if self._reader.is_alive():
+            self.stop()
+            self._reader.join()
+            out, err = self._output
+            raise AssertionError(f"{self.what} timed out after {timeout}s\n--- stdout\n{out}\n--- stderr\n{err}")
+        return (self.proc.returncode, *self._output)
+
+    def stop(self):
+        """Kills the run's session while its launcher runs (a run no test collected)."""
+        if self._reader.is_alive():
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
