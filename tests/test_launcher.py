@@ -412,14 +412,16 @@ Please see the FAQ page for debugging suggestions
 
 def test_the_banner_is_read_and_a_users_rules_pass():
     """RankDeaths on its own: the banner's pid is not the rank that died
-    (Note [Naming the rank that died]); the first relay line is. Blank lines
+    (Note [Naming the rank that died]); the relay line seen first is. Blank lines
     and rules of the ranks' own output still come through, in order."""
     from mxplugin.launch.rank_deaths import RankDeaths
 
     deaths = RankDeaths()
     out = []
-    for text in ["step 1\n", "\n", "=====\n", "step 2\n", "mxplugin-relay-ended 3 812 node2\n",
-                 "mxplugin-relay-ended 0 700 node1\n", *[line + "\n" for line in BANNER.splitlines()], "=====\n"]:
+    # Rank 0's line arrives first, but rank 3's relay saw its command end first.
+    relays = ["mxplugin-relay-ended 0 700 node1 20.5\n", "mxplugin-relay-ended 3 812 node2 20.25\n"]
+    for text in ["step 1\n", "\n", "=====\n", "step 2\n", *relays,
+                 *[line + "\n" for line in BANNER.splitlines()], "=====\n"]:
         out += deaths.lines("out", text)
     out += deaths.flush("out")
     assert out == ["step 1\n", "\n", "=====\n", "step 2\n", "=====\n"]

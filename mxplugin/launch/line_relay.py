@@ -38,6 +38,7 @@ import select
 import signal
 import socket
 import sys
+import time
 
 # The line a relay writes to stderr when its command has ended, with its
 # rank, pid and host: the launcher keeps it out of the output and names a
@@ -115,7 +116,9 @@ def watch_command(pid):
 
 
 def say_ended(pid):
-    os.write(2, f"{RANK_MARKER} {rank_from_environment()} {pid} {socket.gethostname()}\n".encode())
+    # With the time it was seen: lines of several relays may reach the
+    # launcher in another order than their commands ended.
+    os.write(2, f"{RANK_MARKER} {rank_from_environment()} {pid} {socket.gethostname()} {time.time():.6f}\n".encode())
 
 
 def relay(sources, command_pid):

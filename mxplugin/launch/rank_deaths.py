@@ -22,7 +22,9 @@ rank, pid and host, to stderr. The launcher keeps those lines out of the
 job's output, notes their order, drops the banner and, after mpiexec ends,
 says "rank 1 (pid 29530 on node3) ended first: the job was killed by
 signal 9 (SIGKILL) ...": the rank that ended first is the one that died
-(the others end only once mpiexec has learnt of it and stops them), unless
+(the others end only once mpiexec has learnt of it and stops them; each
+relay says when it saw its command end, since the lines may arrive in
+another order), unless
 ranks had already finished normally, which the relay cannot tell from a
 death (the line then names the first of them; the signal is still right).
 The exit code is the shell's 128 + the signal, as after Ctrl-C (MPICH's own
@@ -33,7 +35,7 @@ import threading
 
 from mxplugin.launch.line_relay import RANK_MARKER
 
-_MARKER_LINE = re.compile(re.escape(RANK_MARKER) + r" (\S+) (\d+) (\S+)")
+_MARKER_LINE = re.compile(re.escape(RANK_MARKER) + r" (\S+) (\d+) (\S+)(?: ([\d.]+))?")
 _RULE = re.compile(r"^=+\s*$")
 _BANNER_START = "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
 _BANNER_PID = re.compile(r"^=\s+(?:RANK \d+ )?PID (\d+) RUNNING AT (\S+)")
@@ -56,7 +58,7 @@ class RankDeaths:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.ended = []  # [(rank, pid, host)] in the order the relays said so
+        self.ended = []  # [(when seen, arrival, rank, pid, host)] as the relays said so
         self.deaths = []  # [{pid, host, code, signal}] from each banner
         self.held = {}  # stream -> lines that may open a banner (a blank line, a rule)
         self.in_banner = {}  # stream -> what the banner being read said so far
@@ -71,7 +73,8 @@ class RankDeaths:
         marker = _MARKER_LINE.search(text)
         if marker:
             with self.lock:
-                self.ended.append((marker.group(1), int(marker.group(2)), marker.group(3)))
+                seen = float(marker.group(4)) if marker.group(4) else float("inf")
+                self.ended.append((seen, len(self.ended), marker.group(1), int(marker.group(2)), marker.group(3)))
             return []
         bare = text.rstrip("\r\n")
         banner = self.in_banner.get(stream)
@@ -126,7 +129,7 @@ class RankDeaths:
         how = (f"the job was killed by signal {sig} ({signal_name(sig)})" if sig is not None else
                f"the job ended with exit code {death.get('code', '?')} before finishing MPI")
         if ended:
-            rank, pid, host = ended[0]
+            _, _, rank, pid, host = min(ended)  # the first seen, by each relay's clock
             who = f"rank {rank} (pid {pid} on {host}) ended first"
         else:
             who = f"a rank on {death.get('host', '?')} ended"
