@@ -429,3 +429,30 @@ def test_the_banner_is_read_and_a_users_rules_pass():
     assert code == 139 and said == ["rank 3 (pid 812 on node2) ended first: the job was killed by signal 11 "
                                     "(SIGSEGV); mpiexec stopped the other ranks"], said
     assert RankDeaths().summary() == (None, None)  # no banner: nothing to say
+
+
+# The stop signal is delivered to a thread other than the main one (the
+# kernel's choice when the main thread has a signal pending already).
+STOP_ON_ANOTHER_THREAD = """
+import signal, sys, threading, time
+from mxplugin.launch.job import Job
+job = Job([sys.executable, "-c", "import time; time.sleep(3600)"], None, "mxplugin-run", 1)
+
+def interrupt_from_another_thread():
+    while getattr(signal.getsignal(signal.SIGINT), "__func__", None) is not Job._interrupt:
+        time.sleep(0.01)  # until the job's handler is in place
+    signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+
+threading.Thread(target=interrupt_from_another_thread, daemon=True).start()
+sys.exit(job.run())
+"""
+
+
+def test_a_stop_taken_by_another_thread_stops_the_job():
+    """Note [Signals on other threads] (mxplugin/launch/signal_wait.py): the
+    main thread blocked in waitpid() ran the handler only when the job ended
+    by itself (here after an hour)."""
+    done = subprocess.run([sys.executable, "-c", STOP_ON_ANOTHER_THREAD], capture_output=True, text=True,
+                          timeout=HANG_S, env=launcher_env())
+    assert done.returncode == 130, done.stderr
+    assert "mxplugin-run: interrupted (Ctrl-C): stopping all 1 ranks" in done.stderr, done.stderr

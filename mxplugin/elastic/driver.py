@@ -33,6 +33,7 @@ from mxplugin.elastic.discovery import DiscoveryError, DiscoveryScript, FixedHos
 from mxplugin.elastic.service import DriverService
 from mxplugin.elastic.world_end import SETTLE_QUIET_S, SETTLE_S, WorldEnd, left_behind
 from mxplugin.launch.hosts import UsageError, is_local_host, unreachable_hosts
+from mxplugin.launch import signal_wait
 from mxplugin.launch.job import Job
 
 SIOCGIFADDR = 0x8915
@@ -129,7 +130,7 @@ class ElasticDriver:
                 raise ElasticError(f"--min-np {self.min_np} not reached within --elastic-timeout "
                                    f"{self.args.elastic_timeout:g} s: {have} slot{'s' if have != 1 else ''} "
                                    f"usable on {self.discovery.describe()}{why}{left_out}")
-            time.sleep(self.args.discovery_interval)
+            signal_wait.sleep(self.args.discovery_interval)  # Note [Signals on other threads]
 
     def watch(self, service):
         """While a world runs: tells its ranks when the usable hosts change,

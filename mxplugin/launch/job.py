@@ -29,6 +29,7 @@ from mxplugin.launch.line_relay import RANK_MARKER
 from mxplugin.launch.lost_hosts import MARKER, LostHostsWatch, reported_hosts
 from mxplugin.launch.rank_deaths import RankDeaths
 from mxplugin.launch.remote_shells import end, remote_shells
+from mxplugin.launch.signal_wait import wait_for_exit
 
 # Signals that stop the job: SIGHUP too, since in its own session the job
 # would outlive a closed terminal.
@@ -257,7 +258,7 @@ class Job:
                 pump.start()
             if plain:
                 LostHostsWatch(self).start()
-            returncode = child.wait()
+            returncode = wait_for_exit(child)  # Note [Signals on other threads]
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
