@@ -17,6 +17,7 @@ cdef extern from "common/codes.h":
     int MXP_CPU_DEVICE
     int MXP_DTYPE_OF_ARRAY
     int MXP_FUSION_ALIGNMENT_BYTES
+    const char* MXP_FENCE_PREFIX
 
 
 cdef extern from "c_api.h" nogil:

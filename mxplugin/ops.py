@@ -367,3 +367,16 @@ def barrier(process_set=global_process_set):
     handle.wait()
 
 
+def fence(call, process_set=global_process_set):
+    """Blocks until every rank of the set has reached `call` (a description,
+    "DistributedTrainer.save_states()"), which every rank must make at the
+    same point of its program: a rank that goes on to other collectives
+    without it fails them and this at once, naming both (Note [Fences] in
+    src/core/message_table.cc). This rank's pending work comes first, so
+    that nothing this rank submits after the fence was pushed before it."""
+    mx.nd.waitall()
+    m = calls.core_module()
+    op = m.Op(m.FENCE_PREFIX + call, m.OP_BARRIER, m.DTYPES["float32"], [], 0, 0)
+    basics._core().enqueue([op], calls.set_id(process_set)).wait()
+
+

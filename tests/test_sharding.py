@@ -28,3 +28,11 @@ def test_sharded_checkpoint_resumes_at_any_size_sharded_or_not(tmp_path):
     assert_spmd_ok("check_sharded_checkpoint.py", 2, args=["save", tmp_path])
     for np_, mode in ((3, "sharded"), (1, "sharded"), (2, "unsharded"), (3, "unsharded")):
         assert_spmd_ok("check_sharded_checkpoint.py", np_, args=["resume", tmp_path, mode])
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_save_states_on_one_rank_fails_at_once_on_every_rank(tmp_path, np_):
+    """Sharded and PowerSGD trainers gather their states in save_states():
+    called on rank 0 only, it stalled until the stall shutdown."""
+    out, _ = assert_spmd_ok("check_sharded_checkpoint.py", np_, args=["save_on_rank_0_only", tmp_path])
+    assert out.count("raised in") == 2 * np_, out

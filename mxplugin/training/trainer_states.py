@@ -3,6 +3,7 @@ checkpoints of them as bytes or files that gluon.Trainer can read too
 (sharded states gathered, PowerSGD's errors summed)."""
 import pickle
 
+from mxplugin.ops import fence
 from mxplugin.training import sharding
 from mxplugin.training.powersgd import STATE_KEY as POWERSGD_KEY
 
@@ -59,6 +60,9 @@ class TrainerStates:
     def states_bytes(self):
         """What save_states writes, without a file (elastic commits take it in memory)."""
         self._prepare()
+        if self.states_bytes_collective():  # Note [Fences] in src/core/message_table.cc
+            fence("DistributedTrainer.save_states() (it gathers the sharded or PowerSGD states of every rank)",
+                  self._process_set)
         states = dict(self._updaters[0].states)
         states.update(self._param_states())
         if self._powersgd is not None:

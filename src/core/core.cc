@@ -255,7 +255,11 @@ namespace {
 // their fresh memory held. So a failed request's host output of a floating
 // type, when it is not its input (in place, the caller's data stays as it
 // was), is filled with NaN: never plausible numbers. Integers have no NaN
-// and keep their contents; GPU outputs are left to the device.
+// and keep their contents; GPU outputs are left to the device. (A second
+// engine op per output, failing with the error, was tried so that every
+// output would raise at its first read: an op that starts on a variable
+// holding an error adopts that shared error, so one read still cleared it
+// for all, or not, depending on timing.)
 void FillFailedOutput(const Request& req) {
   const TensorRef& out = req.output;
   if (out.data == nullptr || out.data == req.input.data || out.device != kCpuDevice || req.control) return;

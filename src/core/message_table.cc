@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "common/codes.h"
+
 namespace mxplugin {
 namespace {
 
@@ -79,6 +81,7 @@ void MessageTable::Add(const RequestMeta& meta, Clock::time_point now) {
     e.group = meta.group.empty() ? meta.name : meta.group;
     groups_[e.group].insert(meta.name);
     it = entries_.emplace(meta.name, std::move(e)).first;
+    if (meta.op == OpType::kBarrier && meta.name.rfind(MXP_FENCE_PREFIX, 0) == 0) fences_.insert(meta.name);
   }
   Entry& e = it->second;
   if (meta.rank < 0 || meta.rank >= size_ || !e.metas[meta.rank].name.empty()) return;
@@ -168,6 +171,7 @@ Response MessageTable::Validate(const std::string& name, const Entry& entry) con
 }
 
 MessageTable::Entries::iterator MessageTable::Erase(Entries::iterator it) {
+  fences_.erase(it->first);
   auto g = groups_.find(it->second.group);
   if (g != groups_.end()) {
     g->second.erase(it->first);
@@ -187,6 +191,7 @@ MessageTable::Entries::iterator MessageTable::Erase(Entries::iterator it) {
 // refused, the refusals meet like any collective and complete, doing nothing.
 std::vector<std::pair<std::string, std::string>> MessageTable::FindConflicts(Clock::time_point now) const {
   std::vector<std::pair<std::string, std::string>> found;
+  if (!fences_.empty()) FindFenceConflicts(&found);
   for (const auto& kv : groups_) {
     // Only a group with an entry waiting past the grace, or with a refusal,
     // can be in conflict (this runs every round, so the cheap test comes first).
@@ -255,6 +260,54 @@ std::vector<std::pair<std::string, std::string>> MessageTable::FindConflicts(Clo
                                      "tensors, under one name.");
   }
   return found;
+}
+
+// Note [Fences]: some calls are made by every rank at the same point of its
+// program and block it there: DistributedTrainer.save_states() with sharded
+// or PowerSGD states gathers them from every rank. Called on rank 0 alone
+// (the usual `if rank == 0: save`), rank 0 waits in it while the others
+// train on, and their next collectives wait for rank 0: a stall until the
+// stall shutdown. So such a call first submits a fence (a barrier named
+// MXP_FENCE_PREFIX + the call) after waiting for its rank's pending work. A
+// rank in a fence submits nothing else until every rank has reached it, so
+// a waiting entry that lacks a rank in the fence but was submitted by
+// another rank means that rank went on without the fence: once every rank is
+// either in the fence or has gone on, the fence and what the others
+// submitted instead fail at once, on every rank, naming both. (Ranks that
+// call it in another order than the others, before a collective the others
+// make after it, are told the same: the point of a fence is one order.)
+void MessageTable::FindFenceConflicts(std::vector<std::pair<std::string, std::string>>* found) const {
+  for (const auto& fence_name : fences_) {
+    const Entry& fence = entries_.at(fence_name);
+    std::vector<int> in_fence;
+    std::vector<std::string> instead(size_);
+    std::set<std::string> other_groups;
+    for (const auto& kv : entries_) {
+      const Entry& e = kv.second;
+      bool lacks_fenced = false;
+      for (int r = 0; r < size_ && kv.first != fence_name; ++r) {
+        lacks_fenced = lacks_fenced || (!fence.metas[r].name.empty() && e.metas[r].name.empty());
+      }
+      if (!lacks_fenced) continue;
+      for (int r = 0; r < size_; ++r) {
+        if (!fence.metas[r].name.empty() || e.metas[r].name.empty()) continue;
+        if (instead[r].empty()) instead[r] = Submission(e.metas[r]) + " '" + kv.first + "'";
+        other_groups.insert(e.group);
+      }
+    }
+    bool accounted = true;
+    for (int r = 0; r < size_; ++r) {
+      if (!fence.metas[r].name.empty()) in_fence.push_back(world_ranks_[r]);
+      accounted = accounted && (!fence.metas[r].name.empty() || !instead[r].empty());
+    }
+    if (!accounted || other_groups.empty()) continue;
+    const std::string call = fence_name.substr(std::string(MXP_FENCE_PREFIX).size());
+    const std::string error = call + " must be called by every rank at the same point: " + RankList(in_fence) +
+                              (in_fence.size() == 1 ? " is" : " are") + " in it, while " +
+                              ValuesByRank(instead, world_ranks_, false) + " went on without it; both fail.";
+    found->emplace_back(fence.group, error);
+    for (const auto& g : other_groups) found->emplace_back(g, error);
+  }
 }
 
 void MessageTable::FailGroup(const std::string& group, const std::string& error,

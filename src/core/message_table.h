@@ -54,6 +54,9 @@ class MessageTable {
                  std::vector<std::pair<uint64_t, Response>>* ready);
   // (group name, error message) of every group in conflict now.
   std::vector<std::pair<std::string, std::string>> FindConflicts(Clock::time_point now) const;
+  // Adds to `found` the fences some rank went on without, with what it
+  // submitted instead (Note [Fences]).
+  void FindFenceConflicts(std::vector<std::pair<std::string, std::string>>* found) const;
   Entries::iterator Erase(Entries::iterator it);
 
   int size_;
@@ -62,6 +65,7 @@ class MessageTable {
   std::vector<int> world_ranks_;
   Entries entries_;
   std::map<std::string, std::set<std::string>> groups_;  // group name -> names of its waiting entries
+  std::set<std::string> fences_;  // names of the waiting entries that are fences
   uint64_t next_arrival_ = 0;
 };
 

@@ -57,6 +57,14 @@ for k, o in enumerate(outs):
     assert np.isnan(o.asnumpy()).all(), f"rank {r}: output {k} of a failed grouped call: {o.asnumpy()}"
 still_works("groups")
 
+# -- integer and in-place outputs of a failed single call raise when read ---------------
+int_in_place = mx.nd.arange(6, dtype="int64")
+hvd.allreduce_(int_in_place, op=hvd.Sum if r == ODD else hvd.Max, name="int in place")
+expect_error([int_in_place], ["int in place'", "Mismatched reduce op"], "integer in place, Sum against Max")
+ints = hvd.allreduce(mx.nd.ones((4,), dtype="int32"), op=hvd.Sum if r == ODD else hvd.Min, name="int out")
+expect_error([ints], ["int out'", "Mismatched reduce op"], "integer output, Sum against Min")
+still_works("integers and in place")
+
 # -- one name, allreduce on some ranks and broadcast on the odd one ---------------------
 x = mx.nd.ones((5,))
 out = hvd.broadcast(x, root_rank=0, name="weights") if r == ODD else hvd.allreduce(x, name="weights")

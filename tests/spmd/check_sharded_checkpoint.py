@@ -1,5 +1,6 @@
 """Checkpoints of sharded trainers (Note [Sharded optimizer states] in
-mxplugin/training/sharding.py). argv: save DIR, or resume DIR sharded|unsharded.
+mxplugin/training/sharding.py). argv: save DIR, resume DIR sharded|unsharded,
+or save_on_rank_0_only DIR.
 
 save (any size): a sharded trainer's states_bytes() equals an unsharded
 one's after the same steps; rank 0 writes the parameters and save_states'
@@ -19,6 +20,7 @@ PARAMS = {"learning_rate": 0.05, "wd": 0.01}
 BUCKET_BYTES = 44  # 11 float32 elements: slices of uneven sizes
 SAVED_AT = 3
 STEPS = 6
+LIMIT_S = 30  # a mistake's error comes in seconds, not at the stall shutdown
 
 
 def train(net, trainer, first, last, rank, size, shard=True):
@@ -81,10 +83,53 @@ def resume(directory, shard, rank, size):
                      what=f"resumed at {size} ranks ({'sharded' if shard else 'unsharded'}): {name}")
 
 
+def save_on_rank_0_only(directory, rank, size):
+    """Note [Fences] (src/core/message_table.cc): save_states() of a trainer
+    whose states are gathered, called on rank 0 only while the others train
+    on, fails there and in the others' step at once, naming both, instead of
+    stalling; afterwards the library works."""
+    import time
+
+    from mxnet.base import MXNetError
+
+    from mxplugin import MismatchError
+
+    trainers = {"sharded": dict(shard_optimizer_states=True),
+                "powersgd": dict(compression=hvd.Compression.powersgd(rank=1, min_compression_rate=0,
+                                                                       warmup_steps=0))}
+    for mode, options in trainers.items():
+        net = check_trainer.build_net(1)
+        trainer = hvd.DistributedTrainer(net.collect_params(), "adam", dict(PARAMS), bucket_bytes=BUCKET_BYTES,
+                                         **options)
+        train(net, trainer, 0, 2, rank, size)
+        t0 = time.time()
+        try:
+            if rank == 0:
+                trainer.save_states(os.path.join(directory, f"{mode}.states"))
+            else:
+                train(net, trainer, 2, 3, rank, size)
+                mx.nd.waitall()
+        except (MismatchError, MXNetError) as e:  # this rank's fence; the others' step
+            message = str(e)
+        else:
+            raise AssertionError(f"rank {rank}: {mode}: save_states on rank 0 only raised nothing")
+        took = time.time() - t0
+        for part in ("DistributedTrainer.save_states()", "must be called by every rank", "rank 0 is in it",
+                     "went on without it", "on ranks 1" if size > 2 else "on rank 1"):
+            assert part in message, f"rank {rank}: {mode}: expected {part!r} in:\n{message}"
+        assert took < LIMIT_S, f"rank {rank}: {mode}: the error took {took:.1f} s"
+        assert not os.path.exists(os.path.join(directory, f"{mode}.states")), f"{mode}: a file was written"
+        out = hvd.allreduce(mx.nd.ones((2,)), op=hvd.Sum, name=f"after.{mode}")
+        assert (out.asnumpy() == size).all(), f"rank {rank}: after {mode}: {out.asnumpy()}"
+        print(f"rank {rank}: {mode}: raised in {took:.1f} s", flush=True)
+
+
 def main():
     rank, size = start()
     if sys.argv[1] == "save":
         save(sys.argv[2], rank, size)
+    elif sys.argv[1] == "save_on_rank_0_only":
+        save_on_rank_0_only(sys.argv[2], rank, size)
     else:
         resume(sys.argv[2], sys.argv[3] == "sharded", rank, size)
     finish()
