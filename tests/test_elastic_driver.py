@@ -119,6 +119,27 @@ def test_verdicts(service):
         driver.judge(service, never_started, 1)
 
 
+def test_ranks_stuck_in_mpis_start_are_not_waited_for_nor_taken_for_errors(service):
+    """Note [Ranks that never started]: rank 2 killed before any rank
+    registered leaves the others inside MPI's start for good; once the
+    world is broken they are given up on after the grace, and their ends
+    when mpiexec is abandoned (MPICH exits them, code 255), whether before
+    or after that, are not errors of the training script. A world that is
+    not broken waits for its ranks to start, however long."""
+    driver = driver_with(service)
+    healthy = service.new_world(0, [("a", 1), ("b", 1), ("c", 1)])
+    assert service.give_up_on_unstarted(0.1) == [] and not healthy.left
+    world = service.new_world(1, [("a", 1), ("b", 1), ("c", 1)])
+    service.handle("POST", "/exit", {"world": "1", "rank": "2", "how": "signal 9"}, b"")
+    service.handle("POST", "/exit", {"world": "1", "rank": "1", "how": "code 255"}, b"")
+    assert service.give_up_on_unstarted(0.1) == [0]
+    assert service.only_out_of_reach_run() and service.unaccounted() == []
+    service.handle("POST", "/exit", {"world": "1", "rank": "0", "how": "code 255"}, b"")
+    verdict = driver.judge(service, world, 1)
+    assert verdict == "world 1: lost rank 2 on c (signal 9); left out: c for 30 s", verdict
+    assert driver.left_out.now() == {"c": "rank 2 was lost there (signal 9)"}
+
+
 def test_a_crash_after_a_peer_was_lost_keeps_its_host(service):
     """Note [Collateral crashes]: rank 2 killed, then rank 1's MPI crashes:
     only rank 2's host is left out. A host whose rank crashes first is."""

@@ -22,6 +22,20 @@ from mxplugin.elastic.protocol import COMMIT_HEADER, STOP_HEADER, TOKEN_HEADER
 from mxplugin.launch.placement import host_of_rank, slot_count
 
 
+# Note [Ranks that never started]: MPI's start (MPI_Init, and the core's
+# set-up after it) waits for every rank of the world. A rank lost before
+# it gets there (killed while MXNet loads, say) leaves the others waiting
+# inside it for good: they never register, so no watcher of theirs hears
+# that the world is broken, and mpiexec, which keeps them, never ends (a
+# chaos run hung so, issue 38). So once the world is broken, a rank that
+# has not registered within START_GRACE_S is not waited for: it counts as
+# having left, NOT_STARTED (not lost: its host did nothing wrong), and the
+# world's end abandons mpiexec (Note [Partitions] in world_end.py), whose
+# proxies' going ends those ranks' MPI start (MPICH exits them, code 255).
+# Their ends, whenever they come, are not errors of the training script.
+NOT_STARTED = "not started"
+
+
 class WorldRecord:
     """What the ranks of one world said."""
 
@@ -29,7 +43,7 @@ class WorldRecord:
         self.number = number
         self.hosts = list(hosts)  # [(host, slots)] in rank order
         self.registered = {}      # rank -> pid
-        self.left = {}            # rank -> reason ("failure", "hosts", "done")
+        self.left = {}            # rank -> reason ("failure", "hosts", "done", NOT_STARTED)
         self.exits = {}           # rank -> "code N" | "signal N", from the supervisors
         self.hosts_updated = False
         # Why the world cannot go on (a rank ended without leaving, a rank
@@ -172,6 +186,28 @@ class DriverService:
                     return False
             return True
 
+    def give_up_on_unstarted(self, grace):
+        """Once the current world is broken: waits up to `grace` seconds for
+        its ranks to register, leave or end, then counts the others as
+        NOT_STARTED (Note [Ranks that never started]); returns them."""
+        deadline = time.monotonic() + grace
+        with self.lock:
+            world = self.world
+
+            def unstarted():
+                return [r for r in world.unaccounted() if r not in world.registered]
+
+            while unstarted() and world.broken is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not self.changed.wait(left):
+                    break
+            given_up = unstarted() if world.broken is not None else []
+            for r in given_up:
+                world.left[r] = NOT_STARTED
+            if given_up:
+                self.changed.notify_all()
+            return given_up
+
     def break_if_silent(self, after_s):
         """Breaks the current world when a rank still in it has made no
         request for `after_s` seconds (its watcher polls every LONG_POLL_S:
@@ -253,6 +289,8 @@ class DriverService:
                 self.changed.notify_all()
                 return 200, {}, b""
             if path == "/exit" and method == "POST":
+                if world.broken is not None and rank not in world.registered:
+                    world.left.setdefault(rank, NOT_STARTED)  # Note [Ranks that never started]
                 how = world.exits[rank] = query.get("how", "?")
                 if how != "code 0" and rank not in world.left and self.judging:
                     self._break(world, f"rank {rank} on {world.host_of(rank)} ended ({how})")

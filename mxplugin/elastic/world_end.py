@@ -38,6 +38,7 @@ its proxy there, which can never say that it ended. So:
 From the cut to the new world's first step: the discovery interval, the
 grace and a world's start (seconds) when discovery drops the host; else
 RANK_SILENT_S (or the peer timeout, if less) more."""
+import sys
 import threading
 
 from mxplugin.elastic.protocol import RANK_SILENT_S
@@ -51,6 +52,11 @@ MPIEXEC_GRACE_S = 2.0
 # the wait sooner (ranks cut off never say anything).
 SETTLE_S = 30
 SETTLE_QUIET_S = 3
+# How long ranks that have not registered when their world is broken get
+# to do so before they are taken for stuck in MPI's start (Note [Ranks that
+# never started] in service.py). One given up on too soon still leaves at
+# once when it registers: its watcher hears that the world is over.
+START_GRACE_S = 5
 # MXPLUGIN_PEER_TIMEOUT_SECONDS for the ranks of an elastic job unless the
 # user sets it: a collective that times out costs only the steps since the
 # last commit, and a partition between ranks' hosts that the launcher does
@@ -75,6 +81,13 @@ class WorldEnd(threading.Thread):
         else:
             return
         self.service.wait_settled(SETTLE_S, SETTLE_QUIET_S)
+        unstarted = self.service.give_up_on_unstarted(START_GRACE_S)
+        if unstarted:
+            sys.stderr.write(f"{self.job.prog}: elastic: world {self.number}: rank{'s' if len(unstarted) > 1 else ''} "
+                             f"{', '.join(map(str, unstarted))} never started (MPI's start waits for every rank, "
+                             "and one was lost): not waited for\n")
+            sys.stderr.flush()
+            self.service.wait_settled(SETTLE_S, SETTLE_QUIET_S)  # those that registered meanwhile leave
         # A rank whose training function returned may still work (an
         # export, say): mpiexec is never given up on before it has ended.
         while not self.service.only_out_of_reach_run():
