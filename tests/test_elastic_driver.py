@@ -12,6 +12,7 @@ import pytest
 
 from mpi_harness import HANG_S, REPO, assert_spmd_ok, rank_env
 from mxplugin.elastic import client as elastic_client
+from mxplugin.elastic import segments
 from mxplugin.elastic.cooldown import LeftOutHosts, cooldown_for
 from mxplugin.elastic.discovery import DiscoveryError, parse_discovered, usable
 from mxplugin.elastic.driver import ElasticDriver, ElasticError
@@ -138,6 +139,35 @@ def test_ranks_stuck_in_mpis_start_are_not_waited_for_nor_taken_for_errors(servi
     verdict = driver.judge(service, world, 1)
     assert verdict == "world 1: lost rank 2 on c (signal 9); left out: c for 30 s", verdict
     assert driver.left_out.now() == {"c": "rank 2 was lost there (signal 9)"}
+
+
+def test_a_ranks_mpich_segments_are_found_and_removed_but_not_the_scripts_own():
+    """Note [Segments of a rank that ended]: what a rank maps of MPICH's
+    names in /dev/shm is found from its maps and removed; a segment of
+    another name (a dataset the script shares) is not the job's."""
+    names = [f"mpich_shm_test{os.getpid()}_0", f"dataset{os.getpid()}"]
+    rank = ("import mmap, os, sys\n"
+            "maps = []\n"
+            f"for name in {names!r}:\n"
+            "    fd = os.open('/dev/shm/' + name, os.O_CREAT | os.O_RDWR, 0o600)\n"
+            "    os.ftruncate(fd, 4096)\n"
+            "    maps.append(mmap.mmap(fd, 4096))\n"
+            "print('mapped', flush=True)\n"
+            "sys.stdin.read()\n")
+    proc = subprocess.Popen([sys.executable, "-c", rank], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "mapped\n"
+        found = segments.mapped(proc.pid)
+    finally:
+        proc.stdin.close()
+        proc.wait(timeout=HANG_S)
+    try:
+        assert found == {names[0]}
+        assert segments.mapped(proc.pid) == set()  # ended: nothing to read
+        segments.remove(found)
+        assert [os.path.exists(segments.SHM_DIR + name) for name in names] == [False, True]
+    finally:
+        segments.remove(names)
 
 
 def test_a_crash_after_a_peer_was_lost_keeps_its_host(service):

@@ -33,6 +33,7 @@ import time
 import mxplugin as hvd
 from mxplugin import basics as _basics
 from mxplugin.elastic import client as _client
+from mxplugin.elastic import segments as _segments
 from mxplugin.elastic.protocol import EXIT_RESET, LAUNCHER_GONE_S, LONG_POLL_S
 from mxplugin.elastic.state import HostsUpdatedInterrupt, read_checkpoint
 from mxplugin.errors import LOST_CONTACT, PeerFailureError
@@ -102,11 +103,13 @@ def _bounded(action):
 
 def _end(code, text=None):
     """Ends this process now, without MPI's clean-up (a peer is gone: it
-    could wait forever)."""
+    could wait forever), removing what MPI_Finalize would have (Note
+    [Segments of a rank that ended] in segments.py)."""
     if text:
         _bounded(lambda: _log(text))
     for stream in (sys.stdout, sys.stderr):
         _bounded(lambda stream=stream: _flush(stream))
+    _segments.remove(_segments.mapped())
     os._exit(code)
 
 
