@@ -170,6 +170,24 @@ def test_a_ranks_mpich_segments_are_found_and_removed_but_not_the_scripts_own():
         segments.remove(names)
 
 
+def test_a_frozen_rank_hears_that_its_world_is_over_on_the_connection_it_kept(service):
+    """Note [Frozen ranks] in mxplugin/elastic/runner.py: the probe's one
+    connection answers whether the world is over, before and after the
+    launcher moved on, with no new connection."""
+    service.start()
+    try:
+        service.new_world(0, [("a", 1), ("b", 1)])
+        probe = elastic_client.WorldProbe(elastic_client.DriverClient(f"127.0.0.1:{service.port}", service.token, 0,
+                                                                      rank=1))
+        assert probe.world_over() is False
+        connection = probe.connection
+        service.new_world(1, [("a", 1)])
+        assert probe.world_over() is True and probe.connection is connection
+        probe.close()
+    finally:
+        service.stop()
+
+
 def test_a_crash_after_a_peer_was_lost_keeps_its_host(service):
     """Note [Collateral crashes]: rank 2 killed, then rank 1's MPI crashes:
     only rank 2's host is left out. A host whose rank crashes first is."""
