@@ -33,7 +33,6 @@ import time
 import mxplugin as hvd
 from mxplugin import basics as _basics
 from mxplugin.elastic import client as _client
-from mxplugin.elastic import segments as _segments
 from mxplugin.elastic.protocol import EXIT_RESET, LAUNCHER_GONE_S, LONG_POLL_S
 from mxplugin.elastic.state import HostsUpdatedInterrupt, read_checkpoint
 from mxplugin.errors import LOST_CONTACT, PeerFailureError
@@ -103,13 +102,11 @@ def _bounded(action):
 
 def _end(code, text=None):
     """Ends this process now, without MPI's clean-up (a peer is gone: it
-    could wait forever), removing what MPI_Finalize would have (Note
-    [Segments of a rank that ended] in segments.py)."""
+    could wait forever)."""
     if text:
         _bounded(lambda: _log(text))
     for stream in (sys.stdout, sys.stderr):
         _bounded(lambda stream=stream: _flush(stream))
-    _segments.remove(_segments.mapped())
     os._exit(code)
 
 
@@ -215,7 +212,6 @@ def _guard_freezes(client):
         if now - last > FROZEN_GAP_S:
             try:
                 if probe.world_over():
-                    _segments.remove(_segments.mapped())
                     os._exit(EXIT_RESET)
             except OSError:  # out of reach: the watcher's to judge (LAUNCHER_GONE_S)
                 pass

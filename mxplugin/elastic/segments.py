@@ -7,17 +7,24 @@ per rank in /dev/shm (mpich_shm_<job>_<rank>, 1-3 MB), removed only by
 MPI_Finalize. An elastic rank never gets there when its world ends (it
 leaves with os._exit: a peer is gone, Note [Worlds] in runner.py) or when
 it is killed, so every reset left one per rank behind (the chaos run of
-issue 38: 48 segments after 14 resets), until /dev/shm fills. So a rank
-that leaves removes those it maps as it ends, and its supervisor, which
-notes them while the rank runs, removes what is left once the rank has
-ended (a rank killed, or crashed): no rank of a later world attaches to
-them (a world's names are its own), and a peer of the same world that
-still maps one keeps its memory. Only MPICH's names: a segment the training
-script shares (a dataset in /dev/shm) is not the job's to remove."""
+issue 38: 48 segments after 14 resets), until /dev/shm fills. So the
+rank's supervisor starts a keeper beside it (clean_up_after), which notes
+the segments the rank maps while it runs and removes those still there
+once it has ended, however it ended (left, killed, crashed, or stuck in
+MPI's start until mpiexec was abandoned): no rank of a later world attaches
+to them (a world's names are its own), and a peer of the same world that
+still maps one keeps its memory. The keeper is a process of its own, in a
+session of its own: MPICH's proxy SIGKILLs the supervisor, its child, when
+mpiexec is abandoned, and the rank may end after that. Only MPICH's names:
+a segment the training script shares (a dataset in /dev/shm) is not the
+job's to remove."""
 import os
+import select
+import signal
 
 SHM_DIR = "/dev/shm/"
 JOB_SEGMENT_PREFIXES = ("mpich_shm_",)
+SCAN_S = 0.25  # how often the keeper looks at the rank's mappings
 
 
 def mapped(pid="self"):
@@ -37,3 +44,38 @@ def remove(names):
             os.unlink(SHM_DIR + name)
         except OSError:  # removed already (MPI_Finalize, a peer), or not ours to remove
             pass
+
+
+def clean_up_after(pid):
+    """Starts the keeper of process `pid`'s segments (a grandchild, so that
+    none is left to reap) and returns."""
+    child = os.fork()
+    if child:
+        os.waitpid(child, 0)
+        return
+    try:
+        os.setsid()
+        if os.fork() == 0:
+            _keep(pid)
+    finally:
+        os._exit(0)
+
+
+def _keep(pid):
+    # It holds none of the rank's descriptors: MPICH's proxy sees a rank
+    # end by its PMI descriptor closing (Note [The relay holds only the
+    # output] in mxplugin/launch/line_relay.py).
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+    noted = set()
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # ended already
+        return
+    while not select.select([pidfd], [], [], SCAN_S)[0]:
+        noted |= mapped(pid)
+    remove(noted)

@@ -8,15 +8,15 @@ child's end to the launcher's service ("signal 9", "code 1"), which tells
 the other ranks at once, and exits with a plain code (128 + the signal),
 which leaves them running.
 
-It also removes the rank's MPICH shared-memory segments once the rank
-has ended (Note [Segments of a rank that ended] in segments.py).
+It also starts the keeper that removes the rank's MPICH shared-memory
+segments once the rank has ended (Note [Segments of a rank that ended] in
+segments.py).
 
 Run by path, not as a module: importing mxplugin's package would load
 MXNet, seconds per rank at every world's start; this needs only the
 protocol and segments.py (found beside it: a script's directory comes
 first on sys.path)."""
 import os
-import select
 import signal
 import subprocess
 import sys
@@ -24,29 +24,10 @@ import urllib.parse
 import urllib.request
 
 import protocol
-import segments as segments_of_rank
+import segments
 
 # Passed on to the rank: the launcher's stop.
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-# How often the rank's segments are looked for while it runs (Note
-# [Segments of a rank that ended] in segments.py).
-SEGMENT_SCAN_S = 0.25
-
-
-def wait_noting_segments(child):
-    """Waits for `child` to end, noting the segments it maps (Note
-    [Segments of a rank that ended] in segments.py); (its return code, the
-    segments)."""
-    segments = set()
-    pidfd = os.pidfd_open(child.pid)
-    try:
-        while not select.select([pidfd], [], [], SEGMENT_SCAN_S)[0]:
-            segments |= segments_of_rank.mapped(child.pid)
-    finally:
-        os.close(pidfd)
-    return child.wait(), segments
-
 
 def rank_from_environment():
     for name in ("PMI_RANK", "OMPI_COMM_WORLD_RANK"):
@@ -106,8 +87,8 @@ def main(argv):
     children.append(child)
     for signum in stops:
         child.send_signal(signum)
-    returncode, segments = wait_noting_segments(child)
-    segments_of_rank.remove(segments)
+    segments.clean_up_after(child.pid)  # Note [Segments of a rank that ended] in segments.py
+    returncode = child.wait()
     report_exit(f"signal {-returncode}" if returncode < 0 else f"code {returncode}")
     return 128 - returncode if returncode < 0 else returncode
 
