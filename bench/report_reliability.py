@@ -8,10 +8,10 @@ INTRO = """# Reliability in numbers
 
 What mxplugin does when things go wrong, measured by tests anyone can rerun.
 The normal suite runs shortened versions (`tests/test_reliability.py`,
-`tests/test_elastic_driver.py`, `tests/test_fuzz.py`, `tests/test_launcher.py`);
-`python bench/soak.py` runs the full ones and writes
-`bench/results/reliability.json`, which `python bench/report_reliability.py`
-renders here. Machine: {machine}.
+`tests/test_elastic_driver.py`, `tests/test_fuzz.py`, `tests/test_launcher.py`,
+`tests/test_chaos.py`); `python bench/soak.py` and `python bench/chaos.py` run
+the full ones and write `bench/results/reliability.json`, which
+`python bench/report_reliability.py` renders here. Machine: {machine}.
 """
 
 
@@ -121,6 +121,104 @@ def _fuzz(service, api):
     return lines
 
 
+# What each fault kind of tests/chaos_faults.py does, as the report says it.
+CHAOS_KINDS = {
+    "kill_rank": "a rank SIGKILLed",
+    "freeze_rank": "a rank SIGSTOPped past the peer timeout, then SIGCONT",
+    "cut_link": "a host's link cut, restored once a world runs without it",
+    "kill_host": "every process of a host SIGKILLed",
+    "readd_host": "a host dropped from discovery, added back once a world trains without it",
+    "kill_in_commit": "a rank SIGKILLed as rank 0 says it is committing",
+    "kill_in_reset": "a rank SIGKILLed as a new world starts",
+}
+
+
+def _median(values):
+    values = sorted(v for v in values if v is not None)
+    return values[len(values) // 2] if values else None
+
+
+def _seconds(value):
+    return "-" if value is None else f"{value:.1f} s"
+
+
+def _chaos(c):
+    title = "## Many faults, one job (`tests/chaos.py`)"
+    if not c:
+        return [title, "", "Not measured yet: `python bench/chaos.py --faults 12`.", ""]
+    faults, machine = c["faults"], c.get("machine", {})
+    low, high = c["cooldown_range_s"]
+    lines = [title, "",
+             f"One elastic job (`examples/mxnet_elastic_digits.py`, a commit every 3 steps) on {c['hosts']} fake "
+             f"hosts, `--min-np 2 --max-np {c['hosts']}`, hosts from a discovery script, a cool-down of "
+             f"{low:g}-{high:g} s, `MXPLUGIN_PEER_TIMEOUT_SECONDS={c['peer_timeout_s']}`, went through "
+             f"{len(faults)} faults (seed {c['seed']}; `MXPLUGIN_CHAOS_SEED` replays the schedule) in "
+             f"{c['duration_s']:.0f} s (commit {str(machine.get('git_commit'))[:7]}, {machine.get('date', '?')}, "
+             f"load average {machine.get('load_average', ['?'])[0]} at the end). Each fault was injected once the "
+             "world running had at least 3 ranks and a commit of its own; \"resumed\" is the time from the fault "
+             "to the first step of the next world, \"back\" to the first step of a world on the host hit again.", "",
+             "| fault | count | resumed after (median, range) | back on its host (median) |", "|---|---|---|---|"]
+    for kind, what in CHAOS_KINDS.items():
+        mine = [f for f in faults if f["kind"] == kind]
+        if not mine:
+            continue
+        resumed = sorted(f["recovered_s"] for f in mine if f["recovered_s"] is not None)
+        spread = f" ({resumed[0]:.1f}-{resumed[-1]:.1f} s)" if len(resumed) > 1 else ""
+        lines.append(f"| {what} | {len(mine)} | {_seconds(_median(resumed))}{spread} | "
+                     f"{_seconds(_median(f['back_s'] for f in mine))} |")
+    trained = [w for w in c["worlds"] if w.get("trained")]
+    lost = [w["steps_lost"] for w in trained if w.get("steps_lost") is not None]
+    lines += ["", f"{c['resets']} resets ({len(c['worlds']) + 1} worlds, {len(c['worlds']) - len(trained)} of "
+              f"them ended before training, by a fault as they started); {c['steps']} steps and {c['commits']} "
+              "commits in all; every world that trained resumed from the newest commit at its step (Note [Resumes "
+              f"in a chaos run] in `tests/chaos_checks.py`), losing {_median(lost)} steps in the median (at most "
+              f"{max(lost, default=0)}). Final test accuracy {c['final_accuracy']}."]
+    lines += _chaos_moments(faults)
+    ends = ", ".join(f"{n} {how}" for how, n in sorted(c["rank_ends"].items(), key=lambda kv: -kv[1]))
+    lines += ["", f"How the {sum(c['rank_ends'].values())} rank processes ended, by the kernel's process events: "
+              f"{ends} (code 75: a rank leaving its world for the next; code 255: a rank that waited inside MPI's "
+              "start for a rank killed as the world started, ended by MPICH once mpiexec was abandoned)."]
+    if c["problems"]:
+        lines[-1] += " The run FAILED: " + "; ".join(c["problems"]) + "."
+    else:
+        lines[-1] += (" Every signal was one the run sent. Once the launcher had exited nothing of the job was left "
+                      f"(the last of it gone {c['leftovers_gone_after_s']:.1f} s later): no process and no socket in "
+                      "the hosts' namespaces, no MPICH segment the ranks had mapped in `/dev/shm` (the "
+                      f"{c['segments_left_by_hosts_killed_whole']} of ranks killed with their whole host aside: a "
+                      "real host's memory goes with it, the fake hosts share this machine's).")
+    return lines + ["", CHAOS_FOUND, ""]
+
+
+def _chaos_moments(faults):
+    """Where the faults that are about a moment landed, and how frozen ranks left."""
+    said = []
+    commits = [f for f in faults if f["kind"] == "kill_in_commit"]
+    if commits:
+        during = sum(not f["commit_printed"] for f in commits)
+        said.append(f"Of the kills at a commit, {during} of {len(commits)} landed before rank 0 could say the "
+                    "commit was made")
+    resets = [f for f in faults if f["kind"] == "kill_in_reset"]
+    if resets:
+        starting = sum(f["moment"] == "starting" for f in resets)
+        said.append(f"of those at a world's start, {starting} of {len(resets)} hit a rank as its process started "
+                    "(the others once the ranks had the state, before the first step)")
+    frozen = [f for f in faults if f["kind"] == "freeze_rank"]
+    if frozen:
+        said.append("frozen ranks let go after their world ended left by themselves "
+                    + ", ".join(f"{f['left_after_s'] * 1000:.0f} ms later ({f['left_how'].replace('code', 'exit code')})"
+                                for f in frozen) + ", handing nothing over")
+    return ["", "; ".join(said) + "."] if said else []
+
+
+CHAOS_FOUND = """What the chaos run found, fixed: a rank killed as its world started hung the job for good (the
+others waited inside MPI's start and never registered: Note [Ranks that never started] in
+`mxplugin/elastic/service.py`); a frozen rank let go after its world ended crashed inside MPI (SIGSEGV, SIGABRT)
+3 times in 5 before it heard that its world was over (Note [Frozen ranks] in `mxplugin/elastic/runner.py`: 6 of 6
+since, though only the core, by making no MPI call after a negotiation round it gave up on, can close that
+window); every reset left one MPICH shared-memory segment per rank in `/dev/shm` (Note [Segments of a rank that
+ended] in `mxplugin/elastic/segments.py`)."""
+
+
 FIXED = """## Faults the suite checks each run
 
 - **A rank killed in a plain job** is named in one line (`tests/test_launcher.py`): `mxplugin-run: rank 1 (pid
@@ -134,8 +232,6 @@ FIXED = """## Faults the suite checks each run
 
 ## Not yet measured
 
-- A chaos run of 12+ mixed faults (SIGSTOP past the peer timeout, cut and restored links, faults during a
-  commit and during a reset) in one elastic job on 4 fake hosts.
 - Outputs of a failed collective that are integers or in place keep their old contents (floats read as NaN:
   Note [Failed outputs read as NaN]); reading them does not raise yet.
 - `save_states()` of PowerSGD or sharded states called on some ranks only stalls until the stall timeout
@@ -155,6 +251,7 @@ def render(result, docs):
     lines += _kills_before(result.get("kills_before_fix"))
     lines += _resources(result.get("resources"), result.get("resets"))
     lines += _fuzz(result.get("service"), result.get("api"))
+    lines += _chaos(result.get("chaos"))
     lines.append(FIXED)
     path = os.path.join(docs, "reliability.md")
     with open(path, "w") as f:

@@ -59,7 +59,7 @@ def freeze_rank(job, rng):
     let_go = time.monotonic()
     if not job.ranks.wait_for(lambda: rank.how is not None, FROZEN_LEAVES_S):
         raise ChaosError(f"the frozen rank {rank.pid} still runs {FROZEN_LEAVES_S} s after SIGCONT")
-    record["left_after_s"], record["left_how"] = round(rank.ended - let_go, 1), rank.how
+    record["left_after_s"], record["left_how"] = round(rank.ended - let_go, 3), rank.how
     return record
 
 
