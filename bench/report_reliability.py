@@ -212,8 +212,8 @@ def _chaos_moments(faults):
 
 CHAOS_FOUND = """What the chaos run found, fixed: a rank killed as its world started hung the job for good (the
 others waited inside MPI's start and never registered: Note [Ranks that never started] in
-`mxplugin/elastic/service.py`); a frozen rank let go after its world ended crashed inside MPI (SIGSEGV, SIGABRT)
-3 times in 5 before it heard that its world was over (Note [Frozen ranks] in `mxplugin/elastic/runner.py`: 6 of 6
+`mxplugin/elastic/service.py`); a frozen rank let go after its world ended died inside MPI (SIGSEGV, SIGABRT,
+exit 255) 3 times in 5 before it heard that its world was over (Note [Frozen ranks] in `mxplugin/elastic/runner.py`: 6 of 6
 since, though only the core, by making no MPI call after a negotiation round it gave up on, can close that
 window); every reset left one MPICH shared-memory segment per rank in `/dev/shm` (Note [Segments of a rank that
 ended] in `mxplugin/elastic/segments.py`)."""
