@@ -193,8 +193,11 @@ def _watch(state, client):
 # over, Note [Partitions]). A world still running (the whole job was
 # paused) goes on as the watcher decides. Frozen for 15 s past a 10 s peer
 # timeout, 6 of 6 ranks so left (exit 75, 2-11 ms after SIGCONT), against
-# 2 of 5 without it. This narrows the window; only the core, by making no
-# MPI call after a round it gave up on, can close it.
+# 2 of 5 without it. The core closes the window itself: its thread makes no
+# MPI call after such a gap until it knows no peer ended (Note [A rank that
+# was stopped] in src/backend/mpi/mpi_control_plane.cc; with this thread
+# switched off, 12 of 12 so left, 6-82 ms after SIGCONT); this thread stays
+# for what the core cannot see (a world over while every old peer lives on).
 FROZEN_GAP_S = 2.0
 FREEZE_TICK_S = 0.05
 

@@ -5,11 +5,60 @@
 namespace mxplugin {
 namespace {
 
+// Longer than any wait of a running thread between two polls (Note [A rank
+// that was stopped]).
+constexpr auto kNotRunning = std::chrono::seconds(1);
+// How long the probe of peers that ended may take: a refusal is one round trip.
+constexpr double kEndedProbeSeconds = 0.3;
+
+}  // namespace
+
+// Note [A rank that was stopped]: a process stopped (SIGSTOP, a frozen
+// container, a suspended job) for longer than the peer timeout has been
+// given up on: its peers' waits ran out and, in an elastic job, they left
+// and a new world went on without it. When it is let go, this thread
+// resumes where it was: about to start a round, or polling one. An MPI call
+// against peers that ended crashes in MPICH within milliseconds (SIGSEGV in
+// MPI_Iallreduce, SIGABRT; the chaos run of issue 38, 1 frozen rank in 7 on
+// a CI machine, with Note [Frozen ranks] in mxplugin/elastic/runner.py only
+// narrowing the window). So before each MPI call this plane looks at how
+// long its thread has not run (CLOCK_MONOTONIC runs on while a process is
+// stopped): a round about to start after a gap of a whole wait first asks
+// the peer probe (no MPI) which peers ended, and fails naming them rather
+// than call MPI; a wait whose deadline passed while its thread did not run
+// fails as timed out without another poll. A job paused as a whole goes on
+// when its rounds start after the pause (every peer answers); one paused
+// in the middle of a round for longer than the peer timeout fails, as it
+// did before (raise MXPLUGIN_PEER_TIMEOUT_SECONDS for jobs that are suspended).
+// A thread stopped inside an MPI call resumes there: only that narrow window
+// is left.
+Status MpiControlPlane::CheckStopped(Clock::time_point now, Clock::duration budget, const char* what) {
+  const Clock::duration idle = now - last_run_;
+  last_run_ = now;
+  if (idle < budget || idle < kNotRunning || !peers_) return Status::Ok();
+  std::string ended = peers_->EndedLocalPeers(comm_->global_ranks());
+  if (ended.empty()) ended = peers_->Ended(comm_->global_ranks(), kEndedProbeSeconds);
+  if (ended.empty()) return Status::Ok();
+  const double seconds = std::chrono::duration<double>(idle).count();
+  return Status::Aborted(std::string(what) + " not started: this rank did not run for " +
+                         std::to_string(static_cast<int>(seconds)) + " s (stopped?), and meanwhile " + ended +
+                         (ended.rfind("rank ", 0) == 0 && ended.find(';') == std::string::npos ? " has" : " have") +
+                         " ended");
+}
+
 // Polls a nonblocking request until it completes or the deadline passes.
 // Spins briefly first (negotiation rounds are usually short), then yields.
-Status WaitUntil(MPI_Request* request, Clock::time_point deadline, const char* what) {
+Status MpiControlPlane::WaitUntil(MPI_Request* request, Clock::time_point deadline, const char* what) {
   int done = 0;
   for (int spins = 0;; ++spins) {
+    const Clock::time_point now = Clock::now();
+    // Note [A rank that was stopped]: its wait ran out while it did not run.
+    if (now > deadline && now - last_run_ >= kNotRunning) {
+      const double seconds = std::chrono::duration<double>(now - last_run_).count();
+      return Status::Aborted(std::string(what) + " timed out while this rank did not run for " +
+                             std::to_string(static_cast<int>(seconds)) + " s (stopped?)");
+    }
+    last_run_ = now;
     int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return MpiStatus(rc, what);
     if (done) return Status::Ok();
@@ -22,11 +71,12 @@ Status WaitUntil(MPI_Request* request, Clock::time_point deadline, const char* w
   }
 }
 
-}  // namespace
-
 Status MpiControlPlane::AllreduceBitwiseAnd(std::vector<uint64_t>* bits, Clock::time_point deadline) {
+  const Clock::time_point now = Clock::now();
+  Status st = CheckStopped(now, deadline - now, "negotiation (bit allreduce)");
+  if (!st.ok()) return st;
   MPI_Request request;
-  Status st = MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, bits->data(), static_cast<int>(bits->size()),
+  st = MpiStatus(MPI_Iallreduce(MPI_IN_PLACE, bits->data(), static_cast<int>(bits->size()),
                                    MPI_UINT64_T, MPI_BAND, comm_->get(), &request),
                     "MPI_Iallreduce");
   return st.ok() ? WaitUntil(&request, deadline, "negotiation (bit allreduce)") : st;
@@ -34,10 +84,13 @@ Status MpiControlPlane::AllreduceBitwiseAnd(std::vector<uint64_t>* bits, Clock::
 
 Status MpiControlPlane::GatherBytes(const std::string& mine, std::vector<std::string>* gathered,
                                     Clock::time_point deadline) {
+  const Clock::time_point now = Clock::now();
+  Status st = CheckStopped(now, deadline - now, "negotiation (gather sizes)");
+  if (!st.ok()) return st;
   int my_size = static_cast<int>(mine.size());
   std::vector<int> sizes(comm_->rank() == 0 ? comm_->size() : 0);
   MPI_Request request;
-  Status st = MpiStatus(MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm_->get(), &request),
+  st = MpiStatus(MPI_Igather(&my_size, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, comm_->get(), &request),
                     "MPI_Igather");
   if (st.ok()) st = WaitUntil(&request, deadline, "negotiation (gather sizes)");
   if (!st.ok()) return st;
@@ -55,9 +108,12 @@ Status MpiControlPlane::GatherBytes(const std::string& mine, std::vector<std::st
 }
 
 Status MpiControlPlane::BroadcastBytes(std::string* bytes, Clock::time_point deadline) {
+  const Clock::time_point now = Clock::now();
+  Status st = CheckStopped(now, deadline - now, "negotiation (broadcast size)");
+  if (!st.ok()) return st;
   int64_t n = static_cast<int64_t>(bytes->size());
   MPI_Request request;
-  Status st = MpiStatus(MPI_Ibcast(&n, 1, MPI_INT64_T, 0, comm_->get(), &request), "MPI_Ibcast");
+  st = MpiStatus(MPI_Ibcast(&n, 1, MPI_INT64_T, 0, comm_->get(), &request), "MPI_Ibcast");
   if (st.ok()) st = WaitUntil(&request, deadline, "negotiation (broadcast size)");
   if (!st.ok()) return st;
   bytes->resize(static_cast<size_t>(n));
@@ -66,8 +122,11 @@ Status MpiControlPlane::BroadcastBytes(std::string* bytes, Clock::time_point dea
 }
 
 Status MpiControlPlane::Barrier(Clock::time_point deadline) {
+  const Clock::time_point now = Clock::now();
+  Status st = CheckStopped(now, deadline - now, "barrier");
+  if (!st.ok()) return st;
   MPI_Request request;
-  Status st = MpiStatus(MPI_Ibarrier(comm_->get(), &request), "MPI_Ibarrier");
+  st = MpiStatus(MPI_Ibarrier(comm_->get(), &request), "MPI_Ibarrier");
   return st.ok() ? WaitUntil(&request, deadline, "barrier") : st;
 }
 

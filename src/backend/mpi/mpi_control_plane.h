@@ -8,12 +8,16 @@
 
 #include "backend/control_plane.h"
 #include "backend/mpi/mpi_comm.h"
+#include "backend/mpi/peer_probe.h"
 
 namespace mxplugin {
 
 class MpiControlPlane : public ControlPlane {
  public:
-  explicit MpiControlPlane(std::shared_ptr<const MpiComm> comm) : comm_(std::move(comm)) {}
+  // `peers`, when given, is asked which peers ended after this thread did
+  // not run for a whole wait (Note [A rank that was stopped] in the .cc).
+  explicit MpiControlPlane(std::shared_ptr<const MpiComm> comm, std::shared_ptr<const PeerProbe> peers = nullptr)
+      : comm_(std::move(comm)), peers_(std::move(peers)) {}
 
   int rank() const override { return comm_->rank(); }
   int size() const override { return comm_->size(); }
@@ -26,7 +30,15 @@ class MpiControlPlane : public ControlPlane {
   Status Barrier(Clock::time_point deadline) override;
 
  private:
+  // Polls `request` until it completes or `deadline` passes.
+  Status WaitUntil(MPI_Request* request, Clock::time_point deadline, const char* what);
+  // Before an MPI call: an error naming the peers that ended while this
+  // thread did not run for `budget` or longer; OK otherwise.
+  Status CheckStopped(Clock::time_point now, Clock::duration budget, const char* what);
+
   std::shared_ptr<const MpiComm> comm_;
+  std::shared_ptr<const PeerProbe> peers_;
+  Clock::time_point last_run_ = Clock::now();  // the end of this plane's last call; MPI's thread only
 };
 
 }  // namespace mxplugin

@@ -104,9 +104,9 @@ MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_
   MakeDoorbell(local);
   CheckSetup(MPI_Comm_free(&local), "MPI_Comm_free");
   CheckSetup(MPI_Comm_free(&cross), "MPI_Comm_free");
-  control_ = std::make_unique<MpiControlPlane>(std::make_shared<MpiComm>(MPI_COMM_WORLD));
   probe_ = std::make_shared<PeerProbe>();
   probe_->Exchange(MPI_COMM_WORLD, t.rank);
+  control_ = std::make_unique<MpiControlPlane>(std::make_shared<MpiComm>(MPI_COMM_WORLD), probe_);
 }
 
 // Note [Doorbell]: every rank has one or none does (a rank without one would
@@ -179,7 +179,7 @@ Status MpiWorld::CreateGroup(const std::vector<int>& members, Group* out) {
     out->data = std::make_unique<MpiCommunicator>(comm, half_ops_, probe_);
     out->how = "flat MPI allreduce (" + why_not + ")";
   }
-  out->control = std::make_unique<MpiControlPlane>(comm);
+  out->control = std::make_unique<MpiControlPlane>(comm, probe_);
   return Status::Ok();
 }
 
