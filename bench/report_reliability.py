@@ -213,9 +213,11 @@ def _chaos_moments(faults):
 CHAOS_FOUND = """What the chaos run found, fixed: a rank killed as its world started hung the job for good (the
 others waited inside MPI's start and never registered: Note [Ranks that never started] in
 `mxplugin/elastic/service.py`); a frozen rank let go after its world ended died inside MPI (SIGSEGV, SIGABRT,
-exit 255) 3 times in 5 before it heard that its world was over (Note [Frozen ranks] in `mxplugin/elastic/runner.py`: 6 of 6
-since, though only the core, by making no MPI call after a negotiation round it gave up on, can close that
-window); every reset left one MPICH shared-memory segment per rank in `/dev/shm` (Note [Segments of a rank that
+exit 255) 3 times in 5 before it heard that its world was over (Note [Frozen ranks] in `mxplugin/elastic/runner.py`
+asks the launcher at once: 6 of 6 left, but a CI run still saw 1 SIGSEGV 44 ms after SIGCONT, the core's thread
+first; since Note [A rank that was stopped] in `src/backend/mpi/mpi_control_plane.cc` the core makes no MPI call
+after such a gap until the peer probe says no peer ended: 12 of 12 left with exit 75, 6-82 ms after SIGCONT, with
+the Python probe switched off); every reset left one MPICH shared-memory segment per rank in `/dev/shm` (Note [Segments of a rank that
 ended] in `mxplugin/elastic/segments.py`)."""
 
 
@@ -229,13 +231,21 @@ FIXED = """## Faults the suite checks each run
   4.7 s later, the host left out for its cool-down (10 s in the test; 30 s by default, doubling per further fault
   up to 600 s: `--blacklist-cooldown-range`), then tried again: 3 ranks 14.9 s after the kill, from the last
   commit (Note [Cool-downs] in `mxplugin/elastic/cooldown.py`).
+- **`save_states()` on some ranks only** (sharded or PowerSGD states; `tests/test_sharding.py`, 3 ranks) fails
+  on every rank in 10.1 s, naming the call every rank must make and the collective that went on without it
+  (Note [Fences] in `src/core/message_table.cc`), instead of stalling until the stall shutdown.
 
 ## Not yet measured
 
-- Outputs of a failed collective that are integers or in place keep their old contents (floats read as NaN:
-  Note [Failed outputs read as NaN]); reading them does not raise yet.
-- `save_states()` of PowerSGD or sharded states called on some ranks only stalls until the stall timeout
-  instead of raising at once.
+- Outputs of a failed *grouped* collective: MXNet keeps one error per engine op, and a group is one op, so the
+  first output read raises and the others then read as NaN (floats) or keep their old contents (integers, and
+  outputs written in place). Outputs of a failed single call, of every dtype and in place, raise
+  (`tests/check_mistakes.py`; Note [Failed outputs read as NaN]).
+- A rank killed in the middle of a 4 MB reduce-scatter or allgather on the flat MPI path: the survivors' MPICH
+  fails its single-copy read from the dead rank (`process_vm_readv`, errno 3) and 3 of 80 survivors read wrong
+  numbers (40 kills, seed 12, on a build with an exit guard since dropped); with MPICH's single copy off
+  (`MPIR_CVAR_CH4_CMA_ENABLE=0`) 80 of 80 were clear. Its cost to large transfers on one host is not yet
+  measured, so it is not the default.
 """
 
 
