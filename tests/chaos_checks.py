@@ -129,11 +129,36 @@ def nothing_running(cluster):
         if time.monotonic() - start > LEFTOVERS_WAIT_S:
             break
         time.sleep(0.5)
-    problems = [f"{ns}: processes still running {LEFTOVERS_WAIT_S} s after the launcher: {pids}"
+    problems = [f"{ns}: processes still running {LEFTOVERS_WAIT_S} s after the launcher: {pids}: "
+                + "; ".join(where_stuck(pid) for pid in pids)
                 for ns, pids in processes.items() if pids]
     problems += [f"{ns}: sockets left: {'; '.join(' '.join(s.split()) for s in left)}"
                  for ns, left in sockets.items() if left]
     return problems, time.monotonic() - start
+
+
+def where_stuck(pid):
+    """What a process left running is doing: its command, and each
+    thread's name and kernel wait, and its native stack where gdb is there
+    (the report of a failed run is all there is to go on afterwards)."""
+    def read(path):
+        try:
+            with open(path) as f:
+                return f.read().replace("\0", " ").strip()
+        except OSError:
+            return "?"
+    threads = []
+    for tid in sorted(os.listdir(f"/proc/{pid}/task")) if os.path.isdir(f"/proc/{pid}/task") else []:
+        threads.append(f"{read(f'/proc/{pid}/task/{tid}/comm')}:{read(f'/proc/{pid}/task/{tid}/wchan')}")
+    text = f"pid {pid} ({read(f'/proc/{pid}/cmdline')[:160]}) threads [{', '.join(threads)}]"
+    try:
+        done = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt 12"],
+                              capture_output=True, text=True, timeout=30)
+        frames = [line for line in done.stdout.splitlines() if line.startswith(("Thread ", "#"))]
+        text += " stacks: " + " | ".join(frames)[:6000]
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    return text
 
 
 def segments_left(names):

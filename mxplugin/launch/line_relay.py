@@ -121,17 +121,41 @@ def say_ended(pid):
     os.write(2, f"{RANK_MARKER} {rank_from_environment()} {pid} {socket.gethostname()} {time.time():.6f}\n".encode())
 
 
-def relay(sources, command_pid):
+# Note [Seeing a rank end]: the launcher names the rank that ended first by
+# the times the relays saw their commands end (rank_deaths.py), and mpiexec
+# stops the others within milliseconds of the first end. The reader of the
+# output saw it late whenever the end came right after output, as a crash
+# often does: busy writing the last lines, it took the time only after
+# mpiexec had stopped another rank and that rank's relay had taken its own
+# (with 3 busy loops on 2 cores, rank 0 was named for rank 1's end 2 times
+# in 24, its time 12 us and 0.8 ms ahead; twice in a CI run). So a process
+# of its own, doing nothing else, waits for the end and says it.
+def watch_end(command_pid):
+    """Starts the process that says when the command ends; whether it
+    could (no pidfd: the reader says it when the output ends)."""
+    pidfd = watch_command(command_pid)
+    if pidfd is None:
+        return False
+    if os.fork() == 0:
+        keep_only({2, pidfd})
+        waiting = select.poll()
+        waiting.register(pidfd, select.POLLIN)
+        while not waiting.poll():
+            pass
+        say_ended(command_pid)
+        os._exit(0)
+    os.close(pidfd)
+    return True
+
+
+def relay(sources, command_pid, end_watched):
     """Copies each source pipe to its Sink as whole lines until every source
     is closed (the command and whatever inherited its output have ended);
-    says when the command ends."""
+    says then that the command ended, unless `end_watched` (watch_end)."""
     pending = {fd: b"" for fd in sources}
     poller = select.poll()
     for fd in sources:
         poller.register(fd, select.POLLIN)
-    ended = watch_command(command_pid)
-    if ended is not None:
-        poller.register(ended, select.POLLIN)
     while sources:
         partial = any(pending[fd] for fd in sources)
         events = poller.poll(int(PARTIAL_AFTER_SECONDS * 1000) if partial else None)
@@ -141,12 +165,6 @@ def relay(sources, command_pid):
                 pending[fd] = b""
             continue
         for fd, _ in events:
-            if fd == ended:
-                say_ended(command_pid)
-                poller.unregister(ended)
-                os.close(ended)
-                ended = None
-                continue
             try:
                 chunk = os.read(fd, READ_BYTES)
             except OSError:
@@ -160,7 +178,7 @@ def relay(sources, command_pid):
             if len(pending[fd]) >= PIPE_BUF:  # a line this long is cut anyway
                 done, pending[fd] = done + pending[fd], b""
             sources[fd].write(done)
-    if ended is not None:  # the output ended first (or no pidfd): the command has, or soon will
+    if not end_watched:  # the command has ended, or soon will
         say_ended(command_pid)
 
 
@@ -197,7 +215,8 @@ def start_relay(prefix):
             keep_only({1, 2, out_read, err_read})  # Note [The relay holds only the output]
             rank = rank_from_environment()
             tag = (lambda stream: f"[{rank}]<{stream}>:".encode()) if prefix else (lambda stream: b"")
-            relay({out_read: Sink(1, tag("stdout")), err_read: Sink(2, tag("stderr"))}, command_pid)
+            end_watched = watch_end(command_pid)  # Note [Seeing a rank end]
+            relay({out_read: Sink(1, tag("stdout")), err_read: Sink(2, tag("stderr"))}, command_pid, end_watched)
             os._exit(0)
         os._exit(0)
     os.waitpid(child, 0)
