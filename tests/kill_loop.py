@@ -9,6 +9,7 @@ import json
 import os
 import random
 import re
+import runpy
 import signal
 import subprocess
 import sys
@@ -18,6 +19,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from mpi_harness import HANG_S, REPO, SPMD_DIR, mpiexec_path, rank_env  # noqa: E402
+
+# What the elastic launcher sets for its ranks, whose survivors live on as
+# here (Note [Single copy in elastic jobs]); read by path, since the
+# package would load MXNet.
+SURVIVOR_MPI_ENV = runpy.run_path(os.path.join(REPO, "mxplugin", "elastic", "protocol.py"))["SURVIVOR_MPI_ENV"]
 
 KINDS = ("allreduce", "grouped", "allgather", "broadcast", "reducescatter")
 # The shared-memory path (ranks of one host) and the MPI path.
@@ -55,7 +61,7 @@ def kill_once(kind, path, victim, offset_s, seed):
     """One job of RANKS ranks running `kind`; `victim` SIGKILLed `offset_s`
     after every rank's first call worked. Returns {"survivors": {rank:
     outcome}, "calls": ..., ...}."""
-    env = rank_env({"MXPLUGIN_PEER_TIMEOUT_SECONDS": PEER_TIMEOUT_S, **PATHS[path]})
+    env = rank_env({"MXPLUGIN_PEER_TIMEOUT_SECONDS": PEER_TIMEOUT_S, **SURVIVOR_MPI_ENV, **PATHS[path]})
     cmd = [mpiexec_path(), "-n", str(RANKS), "-disable-auto-cleanup", sys.executable,
            os.path.join(SPMD_DIR, "kill_target.py"), kind, str(seed)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO,
@@ -141,8 +147,8 @@ def main():
               f"{rec.get('error') or rec['survivors']}", flush=True)
         if args.out:  # after every kill: a long soak stopped early still has its figures
             with open(args.out, "w") as f:
-                json.dump({"seed": args.seed, "planned": args.kills, "kills": records,
-                           "survivors": summary(records)}, f, indent=1)
+                json.dump({"seed": args.seed, "planned": args.kills, "survivor_mpi_env": SURVIVOR_MPI_ENV,
+                           "kills": records, "survivors": summary(records)}, f, indent=1)
     counts = summary(records)
     print(f"kill loop: {len(records)} kills, survivors ended: {counts}", flush=True)
     sys.exit(0 if set(counts) <= CLEAN else 1)

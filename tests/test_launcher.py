@@ -142,6 +142,16 @@ def test_host_list_runs_ranks_and_keeps_user_settings():
     assert f"-hosts {hosts} " in result.stderr
 
 
+@pytest.mark.parametrize("users", [None, "1"])
+def test_elastic_ranks_run_without_mpichs_single_copy_unless_the_user_set_it(users):
+    """Note [Single copy in elastic jobs] in mxplugin/elastic/protocol.py."""
+    show = "import os; print('single copy', os.environ.get('MPIR_CVAR_CH4_CMA_ENABLE'))"
+    result = run_launcher("--min-np", "1", "--max-np", "1", sys.executable, "-c", show,
+                          env=launcher_env(MPIR_CVAR_CH4_CMA_ENABLE=users))
+    assert result.returncode == 0, result.stderr
+    assert f"single copy {users or '0'}" in result.stdout.splitlines(), result.stdout
+
+
 def test_bad_host_list_exits_2_with_one_line():
     result = run_launcher("-np", "1", "-H", "a:x", sys.executable, "-c", "pass")
     assert result.returncode == 2

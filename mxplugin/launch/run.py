@@ -245,6 +245,11 @@ def launch_elastic(args, hosts):
         from mxplugin.elastic.world_end import ELASTIC_PEER_TIMEOUT_S
 
         env["MXPLUGIN_PEER_TIMEOUT_SECONDS"] = added["MXPLUGIN_PEER_TIMEOUT_SECONDS"] = str(ELASTIC_PEER_TIMEOUT_S)
+    from mxplugin.elastic.protocol import SURVIVOR_MPI_ENV  # Note [Single copy in elastic jobs]
+
+    for name, value in SURVIVOR_MPI_ENV.items():
+        if name not in env:
+            env[name] = added[name] = value
     check_program(args.command, env)
     mpiexec = find_mpiexec()
     if mpi_flavour(mpiexec) != "mpich":
