@@ -5,7 +5,7 @@ MemoryJob and Core here; the op records in _core_ops.pxi, the fused
 optimizer updates in _core_optim.pxi, the CUDA kernels in _core_cuda.pxi."""
 from libc.stdint cimport int32_t, int64_t, uintptr_t
 from libc.stdlib cimport malloc, free
-from libc.string cimport memset
+from libc.string cimport memcpy, memset
 
 from mxplugin.errors import (ArgumentError, MXPluginError, MismatchError, PeerFailureError,
                              NotInitializedError)
@@ -85,6 +85,54 @@ def exit_at_end(int status):
         return False
     _status_at_end = status
     return True
+
+
+cdef extern from "stdlib.h" nogil:
+    int on_exit(void (*function)(int, void*) noexcept nogil, void* arg)
+cdef extern from "stdio.h" nogil:
+    int snprintf(char* out, size_t size, const char* form, ...)
+cdef extern from "unistd.h" nogil:
+    int getpid()
+    ssize_t write(int fd, const void* data, size_t size)
+cdef extern from "time.h" nogil:
+    struct timespec:
+        long tv_sec
+        long tv_nsec
+    int clock_gettime(int clock, timespec* now)
+    int CLOCK_REALTIME
+
+cdef char _exit_marker[64]  # a C copy: the handler runs after the interpreter has finalised
+cdef int _exit_said_by = -1  # the pid that registered: a forked child that exits says nothing
+
+
+cdef void _say_exit_code(int code, void* unused) noexcept nogil:
+    cdef char line[160]
+    cdef timespec now
+    cdef int length
+    if getpid() != _exit_said_by:
+        return
+    clock_gettime(CLOCK_REALTIME, &now)
+    length = snprintf(line, sizeof(line), b"%s %d %ld.%06ld %d\n", _exit_marker, getpid(), now.tv_sec,
+                      now.tv_nsec // 1000, code & 0xFF)  # as the parent sees it: exit(-1) is 255
+    if 0 < length < <int>sizeof(line):
+        write(2, line, length)
+
+
+def say_exit_code(marker):
+    """Makes this process write "MARKER PID TIME CODE" to stderr when it
+    calls exit(CODE) (a C exit handler: after the interpreter has finalised,
+    as late as an exit can be seen); not when a signal or _exit() ends it.
+    Note [Exits and kills] in mxplugin/launch/rank_deaths.py. False if the C
+    library had no slot for it."""
+    global _exit_said_by
+    cdef bytes text = marker.encode()
+    if len(text) >= sizeof(_exit_marker):
+        raise ValueError(f"exit marker too long: {marker!r}")
+    if _exit_said_by >= 0:
+        return True
+    memcpy(_exit_marker, <const char*>text, len(text) + 1)
+    _exit_said_by = getpid()
+    return on_exit(_say_exit_code, NULL) == 0
 
 
 include "_core_ops.pxi"

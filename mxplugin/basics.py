@@ -6,6 +6,7 @@ import sys
 import threading
 
 from mxplugin.errors import ArgumentError, MXPluginError, NotInitializedError
+from mxplugin.launch.line_relay import EXIT_MARKER, RELAYED
 
 
 class _State:
@@ -117,6 +118,8 @@ def init(comm=None, process_sets=None):
         global_process_set.ranks = list(range(topo["size"]))
     atexit.register(_shutdown_at_exit)
     _notice_interrupts()
+    if os.environ.get(RELAYED):  # behind mxplugin-run's line relay: Note [Exits and kills]
+        _core_module().say_exit_code(EXIT_MARKER)
     if process_sets is not None and not isinstance(process_sets, str):
         for ps in process_sets:
             add_process_set(ps)

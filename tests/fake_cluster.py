@@ -12,6 +12,7 @@ TCP (UCX_TLS=tcp,self; UCX would use shared memory between namespaces of one
 machine), so ENV must be in the ranks' environment; interface byte counters
 (`tx_bytes`) prove where traffic went."""
 import fcntl
+import itertools
 import os
 import shutil
 import signal
@@ -42,6 +43,9 @@ exec unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" "$(dirname "$0")/n
 """
 
 
+_cluster_numbers = itertools.count()
+
+
 def _ip(*args, check=True):
     return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
 
@@ -62,10 +66,8 @@ class FakeCluster:
         return None
 
     def __init__(self, num_hosts, rate_mbit=None):
-        self.id = f"{os.getpid() % 100000}{int(time.time() * 1000) % 100}"[-7:]
-        self.hosts = [f"mxh{self.id}h{i + 1}" for i in range(num_hosts)]
-        self.bridge = f"mxb{self.id}"
-        self.links = [f"mxv{self.id}h{i + 1}" for i in range(num_hosts)]
+        self.num_hosts = num_hosts
+        self._name(next(_cluster_numbers))
         self.subnet = None  # chosen by build(), with the bridge's address
         self.rate_mbit = rate_mbit
         self.dir = tempfile.mkdtemp(prefix=f"mxcluster{self.id}.")
@@ -73,6 +75,17 @@ class FakeCluster:
         self.rsh_own_hostname = os.path.join(self.dir, "nsrsh-hostname")  # NSRSH_OWN_HOSTNAME
         self._made_bridge = False
         self._made_hosts = []
+
+    def _name(self, number):
+        # pid and a count of this process's clusters, 7 digits at most: an
+        # interface's name holds 15 characters (mxv<id>h<i>). A CI run had two
+        # clusters of one process named alike when the id held the clock's
+        # milliseconds; the count cannot repeat, and build() moves on to the
+        # next number if an earlier process of the same pid left one behind.
+        self.id = f"{os.getpid() % 100000}{number % 100:02d}"
+        self.hosts = [f"mxh{self.id}h{i + 1}" for i in range(self.num_hosts)]
+        self.bridge = f"mxb{self.id}"
+        self.links = [f"mxv{self.id}h{i + 1}" for i in range(self.num_hosts)]
 
     def _free_subnet(self):
         used = _ip("-4", "addr", "show").stdout
@@ -100,7 +113,13 @@ class FakeCluster:
             with open(path, "w") as f:
                 f.write(text)
             os.chmod(path, 0o755)
-        _ip("link", "add", self.bridge, "type", "bridge")
+        for _ in range(100):
+            made = _ip("link", "add", self.bridge, "type", "bridge", check=False)
+            if made.returncode == 0 or "exists" not in made.stderr:
+                break
+            self._name(next(_cluster_numbers))
+        if made.returncode != 0:
+            raise RuntimeError(f"cannot make the bridge {self.bridge}: {made.stderr.strip()}")
         self._made_bridge = True
         # Clusters built at the same time (a benchmark beside the tests) would
         # otherwise both see a subnet free and take it: chosen and taken under

@@ -37,6 +37,7 @@ def test_fuzzed_calls_work_or_fail_on_every_rank(np):
     summary = re.search(r"fuzz: seed (\d+), (\d+) cases: (\d+) worked, (\d+) refused on every rank, "
                         r"(\d+) refused on the outsider only", out)
     assert summary, out[-3000:]
+    print(f"fuzz: {np} ranks: {summary.group(0).replace('fuzz: ', '', 1)}")  # bench/soak.py --parts api reads it
     seed, cases, worked, refused, outsider = map(int, summary.groups())
     assert cases == CASES and worked + refused + outsider == cases, summary.group(0)
     assert worked > cases // 5 and refused > cases // 5, f"too few of each kind: {summary.group(0)}"

@@ -1,5 +1,6 @@
 """End-to-end tests of mxplugin-run: each one starts the real launcher and mpiexec."""
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -439,6 +440,66 @@ def test_the_banner_is_read_and_a_users_rules_pass():
     assert code == 139 and said == ["rank 3 (pid 812 on node2) ended first: the job was killed by signal 11 "
                                     "(SIGSEGV); mpiexec stopped the other ranks"], said
     assert RankDeaths().summary() == (None, None)  # no banner: nothing to say
+
+
+def summary_of(lines):
+    from mxplugin.launch.rank_deaths import RankDeaths
+
+    deaths = RankDeaths()
+    out = []
+    for text in [*lines, *[line + "\n" for line in BANNER.replace("Segmentation fault (signal 11)",
+                                                                  "Killed (signal 9)").splitlines()]]:
+        out += deaths.lines("err", text)
+    assert out + deaths.flush("err") == []  # every marker line is kept out of the output
+    return deaths.summary()
+
+
+def test_a_rank_that_exited_is_told_from_the_ranks_mpiexec_killed():
+    """Note [Exits and kills] in rank_deaths.py: the banner says SIGKILL (an
+    exit code 1 ORed with the 9 of a rank mpiexec killed) and the killed
+    rank's relay saw its end first; rank 0 said it called exit(1) before."""
+    said, code = summary_of(["mxplugin-rank-exit 700 20.1 1\n",
+                             "mxplugin-relay-ended 1 812 node1 20.15 9\n",
+                             "mxplugin-relay-ended 0 700 node1 20.2 ?\n"])
+    assert code == 1 and said == ["rank 0 (pid 700 on node1) ended first: it exited with code 1 without finishing "
+                                  "MPI; mpiexec stopped the other ranks"], said
+    # A rank that finished (exit 0) ended nothing; the one killed after it is named by its own status.
+    said, code = summary_of(["mxplugin-rank-exit 700 20.1 0\n",
+                             "mxplugin-relay-ended 0 700 node1 20.2 0\n",
+                             "mxplugin-relay-ended 1 812 node1 20.3 139\n"])
+    assert code == 128 + 11 and said[0].startswith("rank 1 (pid 812 on node1) ended first: the job was killed by "
+                                                   "signal 11 (SIGSEGV)"), said
+    # Nothing known of the ends: the first seen, with the banner's signal, as before.
+    said, code = summary_of(["mxplugin-relay-ended 0 700 node1 20.2\n", "mxplugin-relay-ended 1 812 node1 20.1\n"])
+    assert code == 137 and said[0].startswith("rank 1 (pid 812 on node1) ended first: the job was killed by "
+                                              "signal 9"), said
+
+
+# Rank 2 stops itself; ranks 0 and 1 fail on the peer timeout and exit(1)
+# without finishing MPI, so mpiexec kills the others (rank 2, and a rank
+# still in its exit): the banner says SIGKILL.
+PEER_STOPPED = ("import os, signal, sys, mxnet as mx, mxplugin as hvd\n"
+                "hvd.init()\n"
+                "if hvd.rank() == 2:\n"
+                "    os.kill(os.getpid(), signal.SIGSTOP)\n"
+                "try:\n"
+                "    hvd.allreduce(mx.nd.ones((4,)), name='x').wait_to_read()\n"
+                "except mx.base.MXNetError as exc:\n"
+                "    print(f'rank {hvd.rank()} failed', flush=True)\n"
+                "    sys.exit(1)\n")
+
+
+def test_ranks_that_fail_and_exit_are_not_reported_as_killed():
+    """A CI run's job whose ranks failed (exit 1) ended 137, "rank 1 ...
+    killed by signal 9": Note [Exits and kills]."""
+    result = run_launcher("-np", "3", sys.executable, "-c", PEER_STOPPED,
+                          env=launcher_env(MXPLUGIN_PEER_TIMEOUT_SECONDS="2"))
+    report = f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode == 1, report
+    assert re.search(r"^mxplugin-run: rank [01] \(pid \d+ on \S+\) ended first: it exited with code 1 without "
+                     r"finishing MPI; mpiexec stopped the other ranks$", result.stderr, re.M), report
+    for noise in ("mxplugin-rank-exit", "mxplugin-relay-ended", "BAD TERMINATION"):
+        assert noise not in result.stdout + result.stderr, report
 
 
 # The stop signal is delivered to a thread other than the main one (the

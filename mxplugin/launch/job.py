@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 
-from mxplugin.launch.line_relay import RANK_MARKER
+from mxplugin.launch.line_relay import EXIT_MARKER, RANK_MARKER
 from mxplugin.launch.lost_hosts import MARKER, LostHostsWatch, reported_hosts
 from mxplugin.launch.rank_deaths import RankDeaths
 from mxplugin.launch.remote_shells import end, remote_shells
@@ -39,7 +39,7 @@ _LAUNCHER_NOISE = ("[mpiexec@", "[proxy:", "=====", "=   ", "YOUR APPLICATION TE
                    "Please see the FAQ", "Ctrl-C caught")
 
 
-_RELAY_MARKER = RANK_MARKER.encode()
+_RELAY_MARKERS = (RANK_MARKER.encode(), EXIT_MARKER.encode())
 # The tag --prefix-output puts before each line of a rank.
 _RANK_TAG = re.compile(r"^\[[0-9?]+\]<std(out|err)>:")
 
@@ -74,9 +74,9 @@ class _Pump(threading.Thread):
             self.write_line(text)
 
     def _may_hold_a_report(self, chunk):
-        """Whether `chunk` must be read line by line: a relay's rank line or
-        a banner may be in it (most output passes as it comes)."""
-        return (_RELAY_MARKER in chunk or chunk.startswith(b"=") or b"\n=" in chunk
+        """Whether `chunk` must be read line by line: a relay's or a rank's
+        end line (rank_deaths.py) or a banner may be in it (most output passes as it comes)."""
+        return (any(marker in chunk for marker in _RELAY_MARKERS) or chunk.startswith(b"=") or b"\n=" in chunk
                 or self.deaths.reading(self.stream))
 
     def write(self, data):

@@ -44,6 +44,13 @@ import time
 # rank, pid and host: the launcher keeps it out of the output and names a
 # killed rank by it (Note [Naming the rank that died] in rank_deaths.py).
 RANK_MARKER = "mxplugin-relay-ended"
+# The line a rank writes to stderr from its C exit handler, with its pid,
+# the time and the code it passed to exit() (mxplugin/_core.pyx
+# say_exit_code), where the relay set RELAYED in its environment: a rank
+# that exits by itself is told from one mpiexec killed (Note [Exits and
+# kills] in rank_deaths.py).
+EXIT_MARKER = "mxplugin-rank-exit"
+RELAYED = "MXPLUGIN_RELAYED"
 PARTIAL_AFTER_SECONDS = 0.2
 PIPE_BUF = 4096  # POSIX's least guarantee: writes up to this size are never split
 READ_BYTES = 65536
@@ -115,10 +122,27 @@ def watch_command(pid):
         return None
 
 
+def wait_status(pid):
+    """The raw wait status of process `pid` if it has ended and its parent
+    (mpiexec's proxy) has not reaped it yet (field 52 of /proc/PID/stat),
+    else None: known for a rank killed by a signal, often not for one that
+    exits, which the proxy reaps within microseconds."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return None
+    if fields[0] != b"Z" or len(fields) < 50:  # fields[0] is field 3 (the state)
+        return None
+    return int(fields[49])
+
+
 def say_ended(pid):
     # With the time it was seen: lines of several relays may reach the
     # launcher in another order than their commands ended.
-    os.write(2, f"{RANK_MARKER} {rank_from_environment()} {pid} {socket.gethostname()} {time.time():.6f}\n".encode())
+    status = wait_status(pid)
+    os.write(2, f"{RANK_MARKER} {rank_from_environment()} {pid} {socket.gethostname()} {time.time():.6f} "
+                f"{'?' if status is None else status}\n".encode())
 
 
 # Note [Seeing a rank end]: the launcher names the rank that ended first by
@@ -239,6 +263,7 @@ def main(argv):
     os.dup2(err_write, 2)
     os.close(out_write)
     os.close(err_write)
+    os.environ[RELAYED] = "1"
     for name in _PYTHON_IGNORES:
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_DFL)

@@ -28,14 +28,33 @@ another order), unless
 ranks had already finished normally, which the relay cannot tell from a
 death (the line then names the first of them; the signal is still right).
 The exit code is the shell's 128 + the signal, as after Ctrl-C (MPICH's own
-is the bare signal number, which reads like a rank's exit code)."""
+is the bare signal number, which reads like a rank's exit code).
+
+Note [Exits and kills]: the banner's signal is that of the ranks' raw wait
+statuses ORed, not the first end's. A rank that fails (its peers' host cut
+off, an uncaught exception after a collective failed) exits without
+finalising MPI, and MPICH's proxy SIGKILLs its other ranks as after a
+crash: a rank still in its own exit then makes the banner say "Killed
+(signal 9)" (1 | 9), and the killed rank's relay may even see its end
+first (a CI run said "rank 1 ... was killed by signal 9", exit 137, for a
+job whose ranks 0 and 1 had both failed naming the host cut off; mpiexec
+alone exits 1 there and prints no banner). So each end is told by what is
+known of it: a rank that calls exit() writes its code and the time from a C
+exit handler (EXIT_MARKER, from _core.say_exit_code, before the kernel
+tears the process down, so before the proxy hears of the end), and the
+relay reads the raw wait status of a rank not yet reaped (known for a
+kill, rarely for an exit). The first end not known to be a clean exit 0 is
+the job's: an exit with its code ("... ended first: it exited with code 1
+without finishing MPI"), a signal with its signal; of an end known in
+neither way, the banner's signal, as before."""
 import re
 import signal
 import threading
 
-from mxplugin.launch.line_relay import RANK_MARKER
+from mxplugin.launch.line_relay import EXIT_MARKER, RANK_MARKER
 
-_MARKER_LINE = re.compile(re.escape(RANK_MARKER) + r" (\S+) (\d+) (\S+)(?: ([\d.]+))?")
+_MARKER_LINE = re.compile(re.escape(RANK_MARKER) + r" (\S+) (\d+) (\S+)(?: ([\d.]+))?(?: (\d+|\?))?")
+_EXIT_LINE = re.compile(re.escape(EXIT_MARKER) + r" (\d+) ([\d.]+) (-?\d+)")
 _RULE = re.compile(r"^=+\s*$")
 _BANNER_START = "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
 _BANNER_PID = re.compile(r"^=\s+(?:RANK \d+ )?PID (\d+) RUNNING AT (\S+)")
@@ -58,7 +77,8 @@ class RankDeaths:
 
     def __init__(self):
         self.lock = threading.Lock()
-        self.ended = []  # [(when seen, arrival, rank, pid, host)] as the relays said so
+        self.ended = []  # [(when seen, arrival, rank, pid, host, raw wait status or None)] as the relays said so
+        self.exits = {}  # pid -> (when, code) as ranks said when they called exit() (Note [Exits and kills])
         self.deaths = []  # [{pid, host, code, signal}] from each banner
         self.held = {}  # stream -> lines that may open a banner (a blank line, a rule)
         self.in_banner = {}  # stream -> what the banner being read said so far
@@ -74,7 +94,14 @@ class RankDeaths:
         if marker:
             with self.lock:
                 seen = float(marker.group(4)) if marker.group(4) else float("inf")
-                self.ended.append((seen, len(self.ended), marker.group(1), int(marker.group(2)), marker.group(3)))
+                status = int(marker.group(5)) if marker.group(5) not in (None, "?") else None
+                self.ended.append((seen, len(self.ended), marker.group(1), int(marker.group(2)), marker.group(3),
+                                   status))
+            return []
+        exited = _EXIT_LINE.search(text)
+        if exited:
+            with self.lock:
+                self.exits[int(exited.group(1))] = (float(exited.group(2)), int(exited.group(3)))
             return []
         bare = text.rstrip("\r\n")
         banner = self.in_banner.get(stream)
@@ -121,17 +148,32 @@ class RankDeaths:
         """(one line, the exit code for the shell: 128 + the signal, else
         the code) or (None, None) when there was no banner."""
         with self.lock:
-            deaths, ended = list(self.deaths), list(self.ended)
+            deaths, ended, exits = list(self.deaths), list(self.ended), dict(self.exits)
         if not deaths:
             return None, None
         death = deaths[0]
-        sig = death.get("signal")
-        how = (f"the job was killed by signal {sig} ({signal_name(sig)})" if sig is not None else
-               f"the job ended with exit code {death.get('code', '?')} before finishing MPI")
-        if ended:
-            _, _, rank, pid, host = min(ended)  # the first seen, by each relay's clock
+        sig, code = death.get("signal"), None
+        ends = []  # (when, arrival, rank, pid, host, (signal, exit code) or None): Note [Exits and kills]
+        for seen, arrival, rank, pid, host, status in ended:
+            if pid in exits:
+                ends.append((exits[pid][0], arrival, rank, pid, host, (None, exits[pid][1])))
+            elif status is not None:
+                ends.append((seen, arrival, rank, pid, host, (status & 0x7F or None, status >> 8)))
+            else:
+                ends.append((seen, arrival, rank, pid, host, None))
+        causes = [end for end in ends if end[5] != (None, 0)] or ends  # a clean exit 0 ended nothing
+        if causes:
+            _, _, rank, pid, host, known = min(causes)  # the first, by each rank's or relay's clock
             who = f"rank {rank} (pid {pid} on {host}) ended first"
+            if known is not None:
+                sig, code = known
         else:
             who = f"a rank on {death.get('host', '?')} ended"
-        code = 128 + sig if sig is not None else death.get("code", 1)
-        return [f"{who}: {how}; mpiexec stopped the other ranks"], code
+        if sig is not None:
+            how = f"the job was killed by signal {sig} ({signal_name(sig)})"
+        elif code is not None:
+            how = f"it exited with code {code} without finishing MPI"
+        else:
+            code = death.get("code", 1)
+            how = f"the job ended with exit code {code} before finishing MPI"
+        return [f"{who}: {how}; mpiexec stopped the other ranks"], 128 + sig if sig is not None else code

@@ -4,6 +4,14 @@ averages as objects) and grouped ones; after a warm-up, resident memory,
 open descriptors and threads stay within 5 % (threads and descriptors:
 equal) at every look.
 
+Memory is the anonymous resident set (RssAnon), what a leak grows. The
+whole resident set also counts the pages of libmxnet.so and the other
+mapped files, which the kernel reads in as code first runs and drops under
+memory pressure: 247-273 MB here from run to run, and a CI run's rose by
+14 MB (5.3 %) between two looks with no anonymous growth behind it.
+The response cache fills over the first 4096 unnamed calls
+(MXPLUGIN_CACHE_CAPACITY), about 3 MB, then stays.
+
 argv: [small collectives] [grouped collectives]; each rank prints the
 figures as "resources: ..." for the test's report."""
 import os
@@ -20,14 +28,14 @@ SLACK = 0.05
 
 def resources():
     with open("/proc/self/status") as f:
-        rss_kb = next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
-    return {"rss_mb": rss_kb / 1024, "fds": len(os.listdir("/proc/self/fd")),
+        kb = {line.split(":")[0]: int(line.split()[1]) for line in f if line.startswith("Rss")}
+    return {"anon_mb": kb["RssAnon"] / 1024, "file_mb": kb["RssFile"] / 1024, "fds": len(os.listdir("/proc/self/fd")),
             "threads": len(os.listdir("/proc/self/task"))}
 
 
 def check(base, now, where):
-    grew = now["rss_mb"] / base["rss_mb"] - 1
-    assert grew <= SLACK, f"rank {r}: resident memory grew {grew:.1%} by {where}: {base} -> {now}"
+    grew = now["anon_mb"] / base["anon_mb"] - 1
+    assert grew <= SLACK, f"rank {r}: anonymous resident memory grew {grew:.1%} by {where}: {base} -> {now}"
     assert now["fds"] <= base["fds"] and now["threads"] <= base["threads"], \
         f"rank {r}: descriptors or threads grew by {where}: {base} -> {now}"
 
