@@ -5,6 +5,7 @@ executor, mismatch detection, stalls, a rank that stops and process sets run
 exactly as under mpiexec, in seconds. The mpiexec suite (tests/spmd) still
 covers MPI itself, MXNet and the launcher."""
 import re
+import threading
 import time
 
 import numpy as np
@@ -105,7 +106,8 @@ def test_cached_rounds_skip_the_coordinator_and_a_new_shape_invalidates():
     """A repeated call is negotiated from the response cache: rounds with no
     gather at the coordinator. The same name with a new shape is negotiated
     in full again, and gives the right numbers."""
-    counts = {}
+    counts = []
+    together = threading.Barrier(3, timeout=HANG_S)  # a rank that failed breaks it: no hang
 
     def body(core, rank, size, job):
         def allreduce(n):
@@ -113,24 +115,31 @@ def test_cached_rounds_skip_the_coordinator_and_a_new_shape_invalidates():
             run(core, [op("w", m.OP_ALLREDUCE, x, x)])
             np.testing.assert_allclose(x, np.full(n, size * (size + 1) / 2))
 
+        def look():
+            # The counters are the job's, and any rank's request starts a
+            # round on all: no rank may submit the next call while rank 0
+            # reads (a CI run saw rank 1's allreduce(12) counted among the
+            # cached calls: full rounds 2 -> 3).
+            together.wait()
+            if rank == 0:
+                counts.append(job.negotiation_counts())
+            together.wait()
+
         allreduce(10)
         run(core, [m.Op("b1", m.OP_BARRIER, DT["float32"], [], 0, 0)])
-        counts.setdefault(rank, []).append(job.negotiation_counts())
+        look()
         for _ in range(20):
             allreduce(10)
-        counts[rank].append(job.negotiation_counts())
+        look()
         allreduce(12)  # new shape: invalidated everywhere, negotiated in full
         run(core, [m.Op("b2", m.OP_BARRIER, DT["float32"], [], 0, 0)])
-        counts[rank].append(job.negotiation_counts())
+        look()
         for _ in range(5):
             allreduce(12)
-        counts[rank].append(job.negotiation_counts())
+        look()
 
     run_ranks(3, body)
-    # Rank 0 reads the counters at points every rank passes together (the
-    # barriers, the last allreduce), but other ranks may still be negotiating
-    # while it reads; compare the full rounds only, which need every rank.
-    (r0, f0), (r1, f1), (r2, f2), (r3, f3) = counts[0]
+    (r0, f0), (r1, f1), (r2, f2), (r3, f3) = counts
     assert r1 >= r0 + 20 and f1 == f0, f"20 cached calls: rounds {r0} -> {r1}, full rounds {f0} -> {f1}"
     assert f2 > f1, f"a new shape must be negotiated in full: full rounds {f1} -> {f2}"
     assert f3 == f2, f"the new shape is cached again: full rounds {f2} -> {f3}"

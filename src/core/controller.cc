@@ -120,12 +120,17 @@ Status Controller::RunRound(bool want_shutdown, bool i_failed, std::vector<Respo
       }
     }
     table_->TakeReady(now, &plan.responses);
+    plan.fence_waiting = table_->HasFences();
     plan_bytes = SerializePlan(plan);
   }
   st = comm_->BroadcastBytes(&plan_bytes, deadline);
   if (!st.ok()) return st;
   RoundPlan plan = ParsePlan(plan_bytes);
 
+  if (plan.fence_waiting) {  // Note [Fences] in message_table.cc: the coordinator must see them
+    for (auto& kv : cached_pending_) outbox_.push_back(kv.second.meta);
+    cached_pending_.clear();
+  }
   for (const auto& name : plan.invalidated) {
     for (auto it = cached_pending_.begin(); it != cached_pending_.end();) {
       if (it->second.meta.name == name) {

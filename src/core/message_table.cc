@@ -276,6 +276,11 @@ std::vector<std::pair<std::string, std::string>> MessageTable::FindConflicts(Clo
 // submitted instead fail at once, on every rank, naming both. (Ranks that
 // call it in another order than the others, before a collective the others
 // make after it, are told the same: the point of a fence is one order.)
+// What the others went on with is often a repeated call, which the response
+// cache negotiates by a bit, unseen here (a save_states() on rank 0 alone
+// failed only when the cached requests were sent in full after 10 s). So
+// while a fence waits, every round is a full one and its plan says so
+// (RoundPlan::fence_waiting); ranks then send their cached requests in full.
 void MessageTable::FindFenceConflicts(std::vector<std::pair<std::string, std::string>>* found) const {
   for (const auto& fence_name : fences_) {
     const Entry& fence = entries_.at(fence_name);
@@ -388,6 +393,7 @@ void MessageTable::WarnStalls(Clock::time_point now) {
 }
 
 bool MessageTable::NeedsBroadcast(Clock::time_point now) const {
+  if (!fences_.empty()) return true;  // Note [Fences]: rounds in full until the others' requests are seen
   if (!FindConflicts(now).empty()) return true;
   if (config_.stall_shutdown_seconds <= 0) return false;
   for (const auto& kv : entries_) {

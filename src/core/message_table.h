@@ -29,6 +29,7 @@ class MessageTable {
   // is in conflict, i.e. the coordinator has an error to broadcast even if
   // nobody sent anything new.
   bool NeedsBroadcast(Clock::time_point now) const;
+  bool HasFences() const { return !fences_.empty(); }
 
  private:
   struct Entry {

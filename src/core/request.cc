@@ -150,6 +150,7 @@ std::string SerializePlan(const RoundPlan& plan) {
   }
   w.Put<uint32_t>(static_cast<uint32_t>(plan.invalidated.size()));
   for (const auto& name : plan.invalidated) w.PutString(name);
+  w.Put<int32_t>(plan.fence_waiting ? 1 : 0);
   return w.Take();
 }
 
@@ -167,6 +168,7 @@ RoundPlan ParsePlan(const std::string& bytes) {
   }
   plan.invalidated.resize(r.Get<uint32_t>());
   for (auto& name : plan.invalidated) name = r.GetString();
+  plan.fence_waiting = r.Get<int32_t>() != 0;
   return plan;
 }
 

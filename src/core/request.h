@@ -101,6 +101,8 @@ struct Response {
 struct RoundPlan {
   std::vector<Response> responses;
   std::vector<std::string> invalidated;  // names to drop from the response cache
+  // A fence waits: cached requests are sent in full (Note [Fences] in message_table.cc)
+  bool fence_waiting = false;
 };
 
 std::string SerializeMetas(const std::vector<RequestMeta>& metas);
