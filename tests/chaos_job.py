@@ -8,6 +8,7 @@ world running now, waits on its output, its rank processes (through the
 kernel's process events, tests/rank_processes.py) and signals sent to them,
 recorded."""
 import os
+import re
 import subprocess
 import sys
 import time
@@ -23,6 +24,11 @@ COMMIT_EVERY = 3
 # eighth at 4 ranks (lr 0.2; 0.92 has been seen in an early epoch), with no
 # fault: the target is what such a run always reaches.
 MIN_ACCURACY = 0.93
+# So the job is released only once it has trained this many epochs (a CI
+# run released after its 4th, its faults all done early: 0.944 after the
+# 3rd, 0.925 after the 4th). Epochs take a fraction of a second here.
+SETTLED_EPOCHS = 8
+EPOCH_DONE = re.compile(r"^epoch (\d+): test accuracy ")
 MIN_NP = 2
 # A host left out after a fault is tried again this soon (doubling per
 # further fault of that host, up to the second figure).
@@ -150,7 +156,9 @@ class ChaosJob:
 
     # -- its end --------------------------------------------------------------------------------
     def finish(self, timeout=WAIT_S):
-        """Lets the training end; the launcher's exit code."""
+        """Lets the training end once past SETTLED_EPOCHS; the launcher's exit code."""
+        self.wait_line(lambda t: (m := EPOCH_DONE.match(t)) is not None and int(m.group(1)) >= SETTLED_EPOCHS, 0,
+                       f"epoch {SETTLED_EPOCHS}", timeout)
         open(self.release_file, "w").close()
         try:
             self.proc.wait(timeout=timeout)
