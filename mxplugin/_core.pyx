@@ -87,19 +87,12 @@ def exit_at_end(int status):
     return True
 
 
+from libc.stdio cimport snprintf
+from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
+from posix.unistd cimport getpid, write
+
 cdef extern from "stdlib.h" nogil:
-    int on_exit(void (*function)(int, void*) noexcept nogil, void* arg)
-cdef extern from "stdio.h" nogil:
-    int snprintf(char* out, size_t size, const char* form, ...)
-cdef extern from "unistd.h" nogil:
-    int getpid()
-    ssize_t write(int fd, const void* data, size_t size)
-cdef extern from "time.h" nogil:
-    struct timespec:
-        long tv_sec
-        long tv_nsec
-    int clock_gettime(int clock, timespec* now)
-    int CLOCK_REALTIME
+    int on_exit(void (*function)(int, void*) noexcept nogil, void* arg)  # glibc's; Cython declares no binding
 
 cdef char _exit_marker[64]  # a C copy: the handler runs after the interpreter has finalised
 cdef int _exit_said_by = -1  # the pid that registered: a forked child that exits says nothing

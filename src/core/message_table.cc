@@ -276,11 +276,8 @@ std::vector<std::pair<std::string, std::string>> MessageTable::FindConflicts(Clo
 // submitted instead fail at once, on every rank, naming both. (Ranks that
 // call it in another order than the others, before a collective the others
 // make after it, are told the same: the point of a fence is one order.)
-// What the others went on with is often a repeated call, which the response
-// cache negotiates by a bit, unseen here (a save_states() on rank 0 alone
-// failed only when the cached requests were sent in full after 10 s). So
-// while a fence waits, every round is a full one and its plan says so
-// (RoundPlan::fence_waiting); ranks then send their cached requests in full.
+// Cached calls are unseen here, so while a fence waits every round is a full
+// one and its plan has ranks send them in full (RoundPlan::fence_waiting).
 void MessageTable::FindFenceConflicts(std::vector<std::pair<std::string, std::string>>* found) const {
   for (const auto& fence_name : fences_) {
     const Entry& fence = entries_.at(fence_name);
