@@ -47,6 +47,8 @@ def allgather_signature(dtype, shape):
 
 
 def check_allgather_rows(rows, name, process_set):
+    if (rows[:, 1:] == rows[0, 1:]).all():  # the usual case, cheaply (this runs for every allgather)
+        return
     ranks = process_set.ranks if process_set.ranks is not None else list(range(len(rows)))
     names = {code: dtype for dtype, code in _core_module().DTYPES.items()}
 

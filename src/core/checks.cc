@@ -5,6 +5,8 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <unordered_set>
 
 #include "core/core.h"
 #include "core/ranks_text.h"
@@ -15,45 +17,46 @@ namespace {
 // `gpu` runs GPU tensors (or says why nothing can).
 Status CheckTensorOp(const TensorOp& op, int set_size, const GpuBackend& gpu) {
   const RequestMeta& m = op.meta;
-  const std::string who = std::string(OpTypeName(m.op)) + " '" + m.name + "'";
+  // Built only for a message: this runs for every tensor of every call.
+  auto who = [&m] { return std::string(OpTypeName(m.op)) + " '" + m.name + "'"; };
   if (m.device != kCpuDevice) {
     if (!gpu.runtime) {
-      return Status::InvalidArgument(who + ": the tensor is on " + DeviceName(m.device) + ", but " + gpu.missing);
+      return Status::InvalidArgument(who() + ": the tensor is on " + DeviceName(m.device) + ", but " + gpu.missing);
     }
     if (m.op == OpType::kBarrier || m.op == OpType::kRefusal) {
-      return Status::InvalidArgument(who + ": a " + OpTypeName(m.op) + " carries no tensor");
+      return Status::InvalidArgument(who() + ": a " + OpTypeName(m.op) + " carries no tensor");
     }
   }
   if (op.input.device != m.device || op.output.device != m.device) {
-    return Status::InvalidArgument(who + ": input is on " + DeviceName(op.input.device) + " and output on " +
+    return Status::InvalidArgument(who() + ": input is on " + DeviceName(op.input.device) + " and output on " +
                                    DeviceName(op.output.device) + "; both must be on " + DeviceName(m.device));
   }
   if (m.op == OpType::kAllreduce && op.output.num_elements() != op.input.num_elements()) {
-    return Status::InvalidArgument(who + ": output and input sizes differ");
+    return Status::InvalidArgument(who() + ": output and input sizes differ");
   }
   if (m.op == OpType::kAlltoall) {
     if (static_cast<int>(m.splits.size()) != set_size) {
-      return Status::InvalidArgument(who + ": splits must have one entry per rank of the process set (" +
+      return Status::InvalidArgument(who() + ": splits must have one entry per rank of the process set (" +
                                      std::to_string(set_size) + "), got " + std::to_string(m.splits.size()));
     }
     int64_t total = 0;
     for (int64_t s : m.splits) {
-      if (s < 0) return Status::InvalidArgument(who + ": splits must be non-negative");
+      if (s < 0) return Status::InvalidArgument(who() + ": splits must be non-negative");
       total += s;
     }
     int64_t rows = m.shape.empty() ? 1 : m.shape[0];
     if (total != rows) {
-      return Status::InvalidArgument(who + ": splits sum to " + std::to_string(total) +
+      return Status::InvalidArgument(who() + ": splits sum to " + std::to_string(total) +
                                      " but the first dimension is " + std::to_string(rows));
     }
   }
   if ((m.op == OpType::kReducescatter || m.op == OpType::kAllgather || m.op == OpType::kAlltoall) &&
       m.shape.empty()) {
-    return Status::InvalidArgument(who + ": needs a tensor with at least one dimension");
+    return Status::InvalidArgument(who() + ": needs a tensor with at least one dimension");
   }
   if ((m.op == OpType::kReducescatter || m.op == OpType::kAllreduce) && m.reduce_op != ReduceOp::kSum &&
       m.reduce_op != ReduceOp::kAverage && m.op == OpType::kReducescatter) {
-    return Status::InvalidArgument(who + ": reducescatter supports Sum and Average only");
+    return Status::InvalidArgument(who() + ": reducescatter supports Sum and Average only");
   }
   return Status::Ok();
 }
@@ -114,7 +117,8 @@ const Core::ProcessSet& Core::CheckLocked(int process_set_id, const std::vector<
                                         ") is not a member of process set " + std::to_string(process_set_id) +
                                         " " + RanksText(set.ranks)));
   }
-  std::set<std::string> names;
+  std::unordered_set<std::string_view> names;  // views of the ops' own names
+  names.reserve(ops.size());
   for (const auto& op : ops) {
     if (!names.insert(op.meta.name).second) {
       throw Error(Status::InvalidArgument("the name '" + op.meta.name + "' appears twice in one grouped call"));

@@ -81,6 +81,7 @@ Status Controller::RunRound(bool want_shutdown, bool i_failed, std::vector<Respo
     r.name = m.name;
     r.op = m.op;
     r.priority = pb.first;
+    r.sizes = cache_.sizes(pb.second);
     responses->push_back(std::move(r));
     cached_pending_.erase(pb.second);
   }
@@ -148,7 +149,7 @@ Status Controller::RunRound(bool want_shutdown, bool i_failed, std::vector<Respo
       // Every member holds this name's request, validated equal to everyone
       // else's, so every rank inserts the same signature at the same bit.
       if (resp.kind == Response::Kind::kOk && ResponseCache::Cacheable(resp.op)) {
-        cache_.Put(sent->second, resp.priority);
+        cache_.Put(sent->second, resp.priority, resp.sizes);
       }
       sent_.erase(sent);
     }

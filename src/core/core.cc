@@ -282,8 +282,9 @@ void Core::Finish(Request& req, const Status& status) {
   bool requeued = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto key = std::make_pair(req.process_set_id, req.meta.name);
-    auto waiting = deferred_.find(key);
+    // Usually nothing waits: no key (a copy of the name) to build then.
+    auto waiting = deferred_.empty() ? deferred_.end()
+                                     : deferred_.find(std::make_pair(req.process_set_id, req.meta.name));
     if (waiting != deferred_.end()) {
       // The next op of this name starts negotiating now; the name stays in flight.
       queue_.push_back(std::move(waiting->second.front()));

@@ -11,7 +11,7 @@ int ResponseCache::Lookup(const RequestMeta& meta) const {
   return entries_[it->second].meta.SameSignature(meta) ? it->second : -1;
 }
 
-void ResponseCache::Put(const RequestMeta& meta, int32_t priority) {
+void ResponseCache::Put(const RequestMeta& meta, int32_t priority, const std::vector<int64_t>& sizes) {
   if (bits_.count(meta.name)) return;
   int bit;
   if (!free_bits_.empty()) {
@@ -23,7 +23,7 @@ void ResponseCache::Put(const RequestMeta& meta, int32_t priority) {
   } else {
     return;
   }
-  entries_[bit] = Entry{true, meta, priority};
+  entries_[bit] = Entry{true, meta, priority, sizes};
   bits_[meta.name] = bit;
   by_group_[meta.group].insert(meta.name);
 }

@@ -20,8 +20,12 @@ class ResponseCache {
  public:
   explicit ResponseCache(int capacity) : capacity_(capacity) {}
 
+  // allgather and alltoall too: a bit set on every rank means every rank's
+  // signature (its shape, its splits) equals the cached one, so the sizes
+  // negotiated then are the sizes now, and the entry keeps them.
   static bool Cacheable(OpType op) {
-    return op == OpType::kAllreduce || op == OpType::kBroadcast || op == OpType::kReducescatter;
+    return op == OpType::kAllreduce || op == OpType::kBroadcast || op == OpType::kReducescatter ||
+           op == OpType::kAllgather || op == OpType::kAlltoall;
   }
   // Bit of `meta.name` if cached with the same signature, else -1.
   int Lookup(const RequestMeta& meta) const;
@@ -30,11 +34,12 @@ class ResponseCache {
   const std::set<std::string>& NamesInGroup(const std::string& group) const;
   // The signature cached under `name`, which must be cached.
   const RequestMeta& Cached(const std::string& name) const { return entries_[bits_.at(name)].meta; }
-  // No-op when full or already present.
-  void Put(const RequestMeta& meta, int32_t priority);
+  // No-op when full or already present. `sizes`: the response's (allgather, alltoall).
+  void Put(const RequestMeta& meta, int32_t priority, const std::vector<int64_t>& sizes);
   void Erase(const std::string& name);
   const RequestMeta& meta(int bit) const { return entries_[bit].meta; }
   int32_t priority(int bit) const { return entries_[bit].priority; }
+  const std::vector<int64_t>& sizes(int bit) const { return entries_[bit].sizes; }
   int num_bits() const { return static_cast<int>(entries_.size()); }
 
  private:
@@ -42,6 +47,7 @@ class ResponseCache {
     bool used = false;
     RequestMeta meta;
     int32_t priority = 0;
+    std::vector<int64_t> sizes;
   };
   int capacity_;
   std::vector<Entry> entries_;

@@ -164,7 +164,8 @@ void Run(void* run_context, void* on_complete_ptr, void* param) {
       *static_cast<::mxnet::engine::CallbackOnComplete*>(on_complete_ptr);
   auto* op = static_cast<EngineOp*>(param);
   try {
-    std::vector<TensorOp> ops = op->ops;
+    // Run runs once per engine op: its records move out.
+    std::vector<TensorOp> ops = std::move(op->ops);
     if (op->device == kCpuDevice) {
       ResolveCpu(op, &ops);
     } else {
@@ -221,6 +222,10 @@ void PushCollective(Core* core, int process_set_id, std::vector<TensorOp> ops,
   op->process_set_id = process_set_id;
   std::vector<NDArrayHandle> reads, writes;
   std::vector<::mxnet::Engine::VarHandle> write_vars;
+  for (auto* v : {&reads, &writes}) v->reserve(ops.size());
+  write_vars.reserve(ops.size());
+  op->inputs.reserve(ops.size());
+  op->outputs.reserve(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
     auto* out = static_cast<::mxnet::NDArray*>(outputs[i]);
     op->outputs.push_back(*out);

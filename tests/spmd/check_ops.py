@@ -395,6 +395,24 @@ later("alltoall 1-D", out, np.array([tensors[src][rank] for src in RANKS], dtype
 run_checks()
 
 # ---------------------------------------------------------------------------
+section("repeated allgather and alltoall under one name, sizes changing on one rank")
+# Cached responses keep the sizes negotiated with them (src/core/response_cache.h):
+# a repeat whose sizes are unchanged everywhere reuses them; one rank changing
+# its rows (the others repeating theirs) must be negotiated afresh, every time.
+for step, changed in enumerate([None, None, 0, 0, size - 1, None]):
+    rows = [r + 1 + (step if r == changed else 0) for r in RANKS]
+    per = [data((rows[r], 3), r, "float32", seed=430 + step) for r in RANKS]
+    out = hvd.allgather(mx.nd.array(per[rank]), name="ag.repeated")
+    later(f"repeated allgather, step {step}", out, np.concatenate(per, axis=0))
+    S = [[(src + dst + (step if src == changed else 0)) % 3 for dst in RANKS] for src in RANKS]
+    tensors = [alltoall_rows(src, sum(S[src]), "float32") for src in RANKS]
+    got, received = hvd.alltoall(mx.nd.array(tensors[rank]), splits=S[rank], name="a2a.repeated")
+    expected = np.concatenate([tensors[src][sum(S[src][:rank]):sum(S[src][:rank + 1])] for src in RANKS], axis=0)
+    later(f"repeated alltoall, step {step}", got, expected)
+    later(f"repeated alltoall, step {step}: received splits", received, np.array([S[src][rank] for src in RANKS]))
+    run_checks()  # each step's results read before the next call under the name
+
+# ---------------------------------------------------------------------------
 section("reducescatter / grouped_reducescatter")
 
 
