@@ -93,7 +93,13 @@ def first_parameter_difference(signature, name, missing, process_set=global_proc
     may differ harmlessly). (position, "'w' of shape (2,) and dtype float32
     on rank 0; ..." with `missing` for a rank that has fewer), or None when
     every rank has the same."""
-    everyone = allgather_object(signature, name=name, process_set=process_set)
+    return parameter_difference(allgather_object(signature, name=name, process_set=process_set), missing,
+                                process_set)
+
+
+def parameter_difference(everyone, missing, process_set=global_process_set):
+    """first_parameter_difference of signatures already gathered (every
+    rank's, in the process set's order)."""
     ranks = process_set.ranks or list(range(len(everyone)))
     for i in range(max(len(theirs) for theirs in everyone)):
         entries = [theirs[i] if i < len(theirs) else None for theirs in everyone]

@@ -37,6 +37,26 @@ def test_clipping_between_allreduce_grads_and_update_matches_one_process(np_):
     assert_spmd_ok("check_trainer_features.py", np_, args=["clipping"])
 
 
+@pytest.mark.parametrize("np_", [2, 3])
+def test_autotune_agrees_logs_and_leaves_the_weights_as_untuned(np_, tmp_path):
+    """Note [Autotune]: plain SGD-momentum, Adam hybridized with
+    static_shape, sharded Adam; each tries at least 3 bucket cuts, every
+    rank keeps the same, the weights equal an untuned trainer's on the same
+    batches, and rank 0 logs every candidate with one chosen."""
+    log = tmp_path / "autotune.csv"
+    out, err = assert_spmd_ok("check_autotune.py", np_, env={
+        "MXPLUGIN_AUTOTUNE_WARMUP_STEPS": "1", "MXPLUGIN_AUTOTUNE_STEPS_PER_SAMPLE": "2",
+        "MXPLUGIN_AUTOTUNE_LOG": str(log)})
+    assert out.count("weights equal untuned") == 3 * np_, out
+    # the line a user reads, once per tuned trainer (rank 0)
+    assert (out + err).count("mxplugin autotune (") == 3, out + err
+
+
+def test_ranks_asking_for_different_tuning_fail_at_the_first_step():
+    out, _ = assert_spmd_ok("check_autotune.py", 2, args=["mismatch"])
+    assert out.count("mismatch raised") == 2, out
+
+
 def test_save_and_load_states_across_restart(tmp_path):
     assert_spmd_ok("check_trainer_features.py", 2, args=["save", tmp_path])
     assert os.path.exists(tmp_path / "trainer.states")
@@ -65,3 +85,22 @@ def test_local_sgd_converges_with_k_times_fewer_reductions():
 @pytest.mark.parametrize("np_", [1, 2])
 def test_review_regressions(np_):
     assert_spmd_ok("check_regressions.py", np_)
+
+
+def test_autotune_settings_come_from_the_environment_unless_given(monkeypatch):
+    from mxplugin.errors import ArgumentError
+    from mxplugin.training.autotune import Settings, cut_runs
+
+    monkeypatch.setenv("MXPLUGIN_AUTOTUNE", "1")
+    monkeypatch.setenv("HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", "3")  # Horovod's name is an alias
+    on = Settings(None)
+    assert (on.enabled, on.warmup, on.steps) == (True, 5, 3)
+    assert not Settings(False).enabled  # the argument wins
+    monkeypatch.setenv("MXPLUGIN_AUTOTUNE_WARMUP_STEPS", "many")
+    with pytest.raises(ArgumentError, match="MXPLUGIN_AUTOTUNE_WARMUP_STEPS must be an integer"):
+        Settings(None)
+    with pytest.raises(TypeError):
+        Settings("yes")
+    # Layout's cut: runs of members within the bytes, a larger member alone
+    assert cut_runs([4, 4, 4, 16, 4], 8) == [2, 1, 1, 1]
+    assert cut_runs([4, 4, 4], 1 << 20) == [3]

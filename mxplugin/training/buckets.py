@@ -179,6 +179,7 @@ class Layout:
             key = group_key(p) + (bool(compressed and compressed(p)),)
             groups.setdefault(key, []).append((index, p))
         self.buckets = []
+        self.group_sizes = []  # each group's members' gradient bytes, in bucket order (autotune.py)
         for key, members in groups.items():
             cut = self._cut(members, bucket_bytes, num_buckets)
             for b in cut:
@@ -199,24 +200,19 @@ class Layout:
             _log.debug("gradient buckets replaced the gradients of blocks hybridized with static_shape=True; "
                        "released their cached graphs so the next call binds the buckets: %s", ", ".join(released))
 
-    @staticmethod
-    def _cut(members, bucket_bytes, num_buckets):
+    def _cut(self, members, bucket_bytes, num_buckets):
         dtype = members[0][1].dtype
         ctx = members[0][1].list_ctx()[0]
         itemsize = mx.nd.empty((1,), dtype=dtype).asnumpy().itemsize
         sizes = [itemsize * max(1, int(_numel(p.shape))) for _, p in members]
+        self.group_sizes.append(sizes)
         if num_buckets > 0:
             bucket_bytes = max(1, sum(sizes) // num_buckets + 1)
-        runs, current, used = [], [], 0
-        for member, size in zip(members, sizes):
-            if current and used + size > bucket_bytes:
-                runs.append(current)
-                current, used = [], 0
-            current.append(member)
-            used += size
-        if current:
-            runs.append(current)
-        return [Bucket(run, dtype, ctx) for run in runs]
+        buckets, start = [], 0
+        for count in cut_runs(sizes, bucket_bytes):
+            buckets.append(Bucket(members[start:start + count], dtype, ctx))
+            start += count
+        return buckets
 
     def intact(self):
         return all(b.intact() for b in self.buckets)
@@ -259,6 +255,22 @@ class Layout:
         for index, dst in targets.items():
             if index in states:
                 copy_state(dst, states[index])
+
+
+def cut_runs(sizes, bucket_bytes):
+    """How a group whose members take `sizes` bytes is cut into buckets of at
+    most `bucket_bytes` (a member larger than that gets one of its own): the
+    number of members of each bucket, in order."""
+    runs, count, used = [], 0, 0
+    for size in sizes:
+        if count and used + size > bucket_bytes:
+            runs.append(count)
+            count, used = 0, 0
+        count += 1
+        used += size
+    if count:
+        runs.append(count)
+    return runs
 
 
 def release_cached_graphs(params, static_shape_only):

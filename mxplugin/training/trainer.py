@@ -12,8 +12,9 @@ import mxnet as mx
 
 from mxplugin import basics
 from mxplugin.errors import ArgumentError, MismatchError
-from mxplugin.functions import first_parameter_difference
+from mxplugin.functions import allgather_object, parameter_difference
 from mxplugin.ops import Average, Sum, allreduce_, grouped_allreduce_by_context_
+from mxplugin.training import autotune as autotune_module
 from mxplugin.training import native_update, sharding
 from mxplugin.training.buckets import Layout
 from mxplugin.training.compression import Compression, PowerSGD
@@ -50,6 +51,9 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         each rank updates on its own gradients and every K steps the
         parameters (and, with local_sgd_average_states, the optimizer
         states) are averaged in one fused reduction of the flat buffers.
+      autotune: measure the first steps under several bucket_bytes and keep
+        the fastest (Note [Autotune] in autotune.py); None (default): as
+        MXPLUGIN_AUTOTUNE says (off unless it is 1).
 
     gradient_predivide_factor f: gradients are scaled by 1/f before the sum
     and by f/size after it; the latter is folded into the optimizer's
@@ -70,7 +74,7 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
                  gradient_predivide_factor=1.0, prefix=None, num_groups=0,
                  process_set=basics.global_process_set, bucket_bytes=25 << 20, fused_update=True,
                  mesh=None, local_sgd_steps=0, local_sgd_warmup_steps=0, local_sgd_average_states=False,
-                 shard_optimizer_states=False):
+                 shard_optimizer_states=False, autotune=None):
         if prefix is not None and not isinstance(prefix, str):
             raise TypeError("prefix must be a str or None")
         if not gradient_predivide_factor > 0:
@@ -116,6 +120,13 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
                                     "compression=Compression.none (or local_sgd_steps=0).")
             self._powersgd = PowerSGDReducer(compression, self._prefix)
         self._shards = None  # sharding.ShardedStates of the layout, when sharded
+        self._tune_settings = autotune_module.Settings(autotune)
+        self._tuner = autotune_module.BucketTuner(self._tune_settings, self._prefix)
+        if self._local_sgd_steps:
+            self._tuner.stop("local SGD steps reduce no gradients")
+        elif self._num_groups > 0:
+            self._tuner.stop("num_groups cuts the buckets, not bucket_bytes")
+        self._relayout = False  # the tuner changed bucket_bytes: build the layout again
         self._steps = 0
         self._grads_summed = False  # allreduce_grads() left sums that the next update() scales
         self._local_rescale = None
@@ -125,8 +136,9 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
 
     # -- layout -----------------------------------------------------------------
     def _ensure_layout(self):
-        if self._layout is not None and self._layout.intact():
+        if self._layout is not None and self._layout.intact() and not self._relayout:
             return self._layout
+        self._relayout = False
         old_states = self._param_states() if self._layout is not None else None
         self._layout = Layout(self._params, self._optimizer, self._bucket_bytes, self._num_groups,
                               include_distributed=self._mesh is not None, bucket_states=not self._shard,
@@ -175,6 +187,12 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         if not self._layout_agreed:
             self._check_layout_agrees(layout)
         self._layout_agreed = True
+        if not self._tuner.done:
+            bucket_bytes = self._tuner.tick(self)
+            if bucket_bytes is not None and bucket_bytes != self._bucket_bytes:
+                self._bucket_bytes = bucket_bytes
+                self._relayout = True
+                layout = self._prepare()  # this step's gradients move into the new buckets
         self.num_reductions += 1
         if scatter:
             self._shards.reduce_scatter(self._predivide)
@@ -202,7 +220,15 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         whose parameters differ would get a mismatch naming a bucket; name
         the first parameter that differs instead, on every rank."""
         mine = [(p.name, tuple(p.shape), str(p.dtype)) for b in layout.buckets for _, p in b.entries]
-        difference = first_parameter_difference(mine, f"{self._prefix}layout", "nothing", self._process_set)
+        ps = self._process_set
+        # The tuning settings too (Note [Autotune]), in the same exchange.
+        everyone = allgather_object((mine, self._tune_settings.signature()), name=f"{self._prefix}layout",
+                                    process_set=ps)
+        difference = parameter_difference([theirs for theirs, _ in everyone], "nothing", ps)
+        if not difference:
+            error = autotune_module.disagreement([tuning for _, tuning in everyone], ps)
+            if error:
+                raise error
         if difference:
             i, detail = difference
             raise MismatchError(f"DistributedTrainer '{self._prefix}': the trainable parameters differ across "
