@@ -97,8 +97,23 @@ def run_chaos(faults, seed, peer_timeout_s=PEER_TIMEOUT_S, say=print, log_path=N
         record["leftovers_gone_after_s"] = None if waited is None else round(waited, 1)
     if record["problems"]:
         record["output"] = [t for _, t in lines if not STEP.match(t) and not COMMIT.match(t)][-200:]
+        record["output_near_signal_ends"] = _near_signal_ends(job, lines)
     say(f"chaos: {summary(record)}")
     return record
+
+
+def _near_signal_ends(job, lines):
+    """For each rank that a signal it was not sent ended: every line of the
+    job's output from 3 s before its end to 1 s after (what it or MPICH said
+    as it went, e.g. an abort's message), timed from its end; the record's
+    "output" keeps only the job's last lines."""
+    near = {}
+    for rank in job.ranks.all_ranks:
+        how = rank.how or ""
+        if how.startswith("signal ") and int(how.split()[1]) not in job.injected.get(rank.pid, ()):
+            near[f"{rank.pid} on host {rank.host} ({how})"] = [
+                f"{when - rank.ended:+.2f} {text}" for when, text in lines if -3.0 <= when - rank.ended <= 1.0]
+    return near
 
 
 def _inject(job, planned, rng, say):
