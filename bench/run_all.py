@@ -26,6 +26,7 @@ from report_multi_host import multi_host_section
 from gluonts_report import gluonts_section, gluonts_target
 from latency import report_section as latency_section
 from tp_small import report_section as tp_small_section
+from autotune import report_section as autotune_section
 from module_horovod import report_section as module_horovod_section
 from steadiness import report_section as steadiness_section
 from sharding_report import sharding_section
@@ -93,6 +94,7 @@ def run_all():
     run(1, [os.path.join(HERE, "tensor_parallel.py")])  # starts its own 1- and 2-rank runs
     run(1, [os.path.join(HERE, "latency.py")])  # starts its own jobs and the plain MPI program
     run(1, [os.path.join(HERE, "tp_small.py")])  # starts its own jobs
+    run(1, [os.path.join(HERE, "autotune.py")])  # starts its own jobs (and fake hosts, where it can)
     run(1, [os.path.join(HERE, "steadiness.py")])  # starts its own jobs, spread over minutes
     horovod = os.environ.get("MXPLUGIN_BENCH_HOROVOD_PYTHON")  # a venv's python holding horovod 0.28.1
     if horovod:
@@ -349,6 +351,7 @@ def report():
                   f"**{ex['vs_one_process_all_cores']:.3f}**.", ""]
     lines += latency_section(read_result("latency.json"))
     lines += tp_small_section(read_result("tp_small.json"))
+    lines += autotune_section(read_result("autotune.json"))
     lines += steadiness_section(read_result("steadiness.json"))
     lines += module_horovod_section(read_result("module_horovod.json"))
     lines += tensor_parallel_section(read_result("tensor_parallel.json"))
