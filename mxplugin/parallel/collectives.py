@@ -28,10 +28,21 @@ corrupted sums in the broadcast backward of non-root ranks). So every backward
 returns something computed from each collective it starts: a rank that
 contributes but needs nothing back returns zeros_like(result).
 
-Every call takes a fresh collective name from a counter per process set (plus
-the caller's `name` prefix, for timelines and error messages); the backward
-uses that name with ".grad". Collectives pair up by name, so the ranks of a
-set must make these calls in the same order, which SPMD code does.
+Note [Ring names]
+Collectives pair up by name, so every call takes its name from a counter per
+process set, kind and label (the caller's `name`): the n-th such call is
+"parallel.<label>.<kind>.<n mod NAME_RING>" ("parallel.<kind>.<n mod
+NAME_RING>" without a label) on every rank of the set, which SPMD code makes
+in the same order; the backward adds ".grad". The kind is part of the name
+because the core negotiates calls by name across kinds: two kinds sharing a
+name could meet there as a mismatch while a rank lags. Names come
+round again every NAME_RING calls of a label so that the core's response
+cache knows them: a layer's collective is negotiated in full NAME_RING times,
+then a cached round each step (fresh names every call were never cached: a
+full round each, and a cache filled with names never seen again). A name
+still in flight when it comes round waits behind its earlier call (Note
+[Reused names] in src/core/core.cc); a label whose calls change shape is
+negotiated again for each change, correctly.
 """
 import itertools
 
@@ -41,7 +52,8 @@ from mxplugin import basics, ops
 from mxplugin.basics import global_process_set
 from mxplugin.errors import ArgumentError
 
-_name_counters = {}
+_name_counters = {}  # (process set id, label, kind) -> calls made
+NAME_RING = 8
 
 
 def _check_set(process_set):
@@ -53,11 +65,12 @@ def _check_set(process_set):
 
 
 def next_name(process_set, kind, name=None):
-    """A collective name unique within `process_set` and equal on all its ranks."""
+    """The name of this call of `kind` labelled `name` on `process_set`,
+    equal on all its ranks (Note [Ring names])."""
     if name is not None and not isinstance(name, str):
         raise TypeError(f"name must be a str or None, got {type(name).__name__}")
-    counter = _name_counters.setdefault(process_set.process_set_id, itertools.count())
-    return f"parallel.{name or kind}.{next(counter)}"
+    counter = _name_counters.setdefault((process_set.process_set_id, name, kind), itertools.count())
+    return f"parallel.{name + '.' if name else ''}{kind}.{next(counter) % NAME_RING}"
 
 
 def _check_array(x):

@@ -23,8 +23,8 @@ count the blocks each process has created, so a rank that built one more
 block (an evaluation copy, a model to save) names every later layer
 differently. The layers therefore name their collectives by a label that is
 the same on every rank: the child path when parallelize() made the layer
-("encoder.ffn.0"), else the class name, followed by the counter per process
-set that next_name() adds.
+("encoder.ffn.0"), else the class name, followed by the kind and the counter
+that next_name() adds (Note [Ring names] in collectives.py).
 """
 import mxnet as mx
 import numpy as np
