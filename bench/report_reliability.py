@@ -243,7 +243,7 @@ FIXED = """## Faults the suite checks each run
   commit (Note [Cool-downs] in `mxplugin/elastic/cooldown.py`).
 - **`save_states()` on some ranks only** (sharded or PowerSGD states; `tests/test_sharding.py`, 3 ranks) fails
   on every rank in 10.1 s, naming the call every rank must make and the collective that went on without it
-  (Note [Fences] in `src/core/message_table.cc`), instead of stalling until the stall shutdown.
+  (Note [Fences] in `src/core/message_conflicts.cc`), instead of stalling until the stall shutdown.
 
 ## Not yet measured
 

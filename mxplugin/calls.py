@@ -2,7 +2,7 @@
 kind: its kind-prefixed name and the group it is negotiated under, the
 checks all calls share, the Op records it pushes, and its refusal: an
 error raised on this rank before the call is submitted fails the other
-ranks' call too (Note [Refused calls] in src/core/message_table.cc)."""
+ranks' call too (Note [Refused calls] in src/core/message_conflicts.cc)."""
 import mxnet as mx
 import numpy as np
 
@@ -91,7 +91,7 @@ def refuse(group, process_set):
     """Submits a refusal of the call negotiated under `group` on
     `process_set`, which raised on this rank before it was submitted, so
     that the other ranks' call under that name fails too rather than wait
-    for this rank's (Note [Refused calls] in src/core/message_table.cc).
+    for this rank's (Note [Refused calls] in src/core/message_conflicts.cc).
     Nothing when it cannot reach them (no core, a set this rank is not in or
     that is not registered): nobody waits for this rank's call there."""
     core = basics._state.core

@@ -60,7 +60,7 @@ class TrainerStates:
     def states_bytes(self):
         """What save_states writes, without a file (elastic commits take it in memory)."""
         self._prepare()
-        if self.states_bytes_collective():  # Note [Fences] in src/core/message_table.cc
+        if self.states_bytes_collective():  # Note [Fences] in src/core/message_conflicts.cc
             fence("DistributedTrainer.save_states() (it gathers the sharded or PowerSGD states of every rank)",
                   self._process_set)
         states = dict(self._updaters[0].states)

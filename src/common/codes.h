@@ -52,7 +52,7 @@ typedef enum {
 /* The device of a host tensor (GPU tensors carry their CUDA device id). */
 /* Names of barriers that are fences: calls every rank makes at the same
    point of its program, so a rank that goes on without one is a mistake
-   found at once (Note [Fences] in src/core/message_table.cc). */
+   found at once (Note [Fences] in src/core/message_conflicts.cc). */
 #define MXP_FENCE_PREFIX "mxplugin.fence:"
 
 #define MXP_CPU_DEVICE (-1)

@@ -128,7 +128,7 @@ Status Controller::RunRound(bool want_shutdown, bool i_failed, std::vector<Respo
   if (!st.ok()) return st;
   RoundPlan plan = ParsePlan(plan_bytes);
 
-  if (plan.fence_waiting) {  // Note [Fences] in message_table.cc: the coordinator must see them
+  if (plan.fence_waiting) {  // Note [Fences] in message_conflicts.cc: the coordinator must see them
     for (auto& kv : cached_pending_) outbox_.push_back(kv.second.meta);
     cached_pending_.clear();
   }

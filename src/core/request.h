@@ -101,7 +101,7 @@ struct Response {
 struct RoundPlan {
   std::vector<Response> responses;
   std::vector<std::string> invalidated;  // names to drop from the response cache
-  // A fence waits: cached requests are sent in full (Note [Fences] in message_table.cc)
+  // A fence waits: cached requests are sent in full (Note [Fences] in message_conflicts.cc)
   bool fence_waiting = false;
 };
 

@@ -84,7 +84,7 @@ def resume(directory, shard, rank, size):
 
 
 def save_on_rank_0_only(directory, rank, size):
-    """Note [Fences] (src/core/message_table.cc): save_states() of a trainer
+    """Note [Fences] (src/core/message_conflicts.cc): save_states() of a trainer
     whose states are gathered, called on rank 0 only while the others train
     on, fails there and in the others' step at once, naming both, instead of
     stalling; afterwards the library works."""
