@@ -40,6 +40,10 @@ TARGETS = {("allreduce_", 2): "<= 2x", ("grouped 50", 2): "<= 50 us", ("broadcas
 PLAIN_OPS = {"allreduce_": ("allreduce", BYTES), "grouped 50": ("allreduce", BYTES * GROUP),
              "broadcast_": ("bcast", BYTES), "allgather": ("allgather", BYTES)}
 ENGINE_OP = "MXNet op y += 1"
+# The curves (2 ranks): grouped_allreduce_ of N tensors of BYTES, and one allreduce_ of each size.
+GROUP_SIZES = (1, 10, 50, 200)
+SINGLE_BYTES = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
+CURVE_RANKS = 2
 
 
 def worker():
@@ -75,6 +79,8 @@ def worker():
         y.wait_to_read()
 
     per_call = {}
+    if hvd.size() == CURVE_RANKS:
+        per_call.update(curves(hvd, mx))
     for label, call, calls in (("allreduce_", allreduce, CALLS), ("grouped 50", grouped, CALLS // 10),
                                ("broadcast_", broadcast, CALLS), ("allgather", allgather, CALLS),
                                (ENGINE_OP, engine_op, CALLS)):
@@ -87,6 +93,34 @@ def worker():
     if hvd.rank() == 0:
         print_result(per_call)
     hvd.shutdown()
+
+
+def curves(hvd, mx):
+    """{"group N": s, "single B": s}: medians of back-to-back calls, fewer for the bigger ones."""
+    out = {}
+    for n in GROUP_SIZES:
+        xs = [mx.nd.ones((BYTES // 4,)) for _ in range(n)]
+
+        def grouped():
+            hvd.grouped_allreduce_(xs, name=f"lat.curve.group{n}", op=hvd.Max)  # Max: ones stay ones
+            mx.nd.waitall()
+        calls = max(50, CALLS // n)
+        out.update(medians(interleave({f"group {n}": timed(grouped)}, calls, warmup=calls // 10)))
+    for size in SINGLE_BYTES:
+        x = mx.nd.ones((size // 4,))
+
+        def single():
+            hvd.allreduce_(x, name=f"lat.curve.single{size}", op=hvd.Max)
+            x.wait_to_read()
+        calls = max(50, CALLS * BYTES // size)
+        out.update(medians(interleave({f"single {size}": timed(single)}, calls, warmup=calls // 10)))
+    return out
+
+
+def curve_plain_ops():
+    """label -> the plain program's (op, bytes) for the curves: the group's bytes in one MPI_Allreduce."""
+    return {**{f"group {n}": ("allreduce", n * BYTES) for n in GROUP_SIZES},
+            **{f"single {size}": ("allreduce", size) for size in SINGLE_BYTES}}
 
 
 def env():
@@ -105,7 +139,8 @@ def run_plain(exe, ranks):
     from mpi_plain import parse
 
     out = {}
-    for label, (op, size) in PLAIN_OPS.items():
+    plain_ops = {**PLAIN_OPS, **(curve_plain_ops() if ranks == CURVE_RANKS else {})}
+    for label, (op, size) in plain_ops.items():
         text = run(mpi_command(ranks, [exe, "--op", op, "20", "5", str(size)]), env=env())
         out[label] = statistics.median(parse(text)[size])
     return out
@@ -170,9 +205,29 @@ def report_section(result):
                          f"{f'{plain:.1f} us' if plain is not None else '-'} | "
                          f"{f'{ours / plain:.1f}x' if plain else ''} | "
                          f"{target} |")
+    lines += curve_section(result)
     lines += ["", f"This machine has {os.cpu_count()} cores: at 3 ranks they are oversubscribed (each rank has its "
               "Python thread and mxplugin's thread; the plain program's ranks busy-poll), and every figure, the "
               "plain program's included, is set by the scheduler's time slices rather than by the path.", ""]
+    return lines
+
+
+def curve_section(result):
+    rounds = result["ranks"].get(str(CURVE_RANKS), [])
+    if not rounds or f"group {GROUP_SIZES[0]}" not in rounds[0]["mxplugin_s"]:
+        return []
+    lines = ["", f"Curves at {CURVE_RANKS} ranks, the same rounds: `grouped_allreduce_` of N tensors of "
+             f"{BYTES} B against one plain MPI_Allreduce of all N x {BYTES} B, and one `allreduce_` of each "
+             "size against MPI_Allreduce of it.", "",
+             "| call | mxplugin | plain MPI | ratio | per tensor |", "|---|---|---|---|---|"]
+    for label in list(f"group {n}" for n in GROUP_SIZES) + list(f"single {b}" for b in SINGLE_BYTES):
+        ours = statistics.median(r["mxplugin_s"][label] for r in rounds) * 1e6
+        plain = statistics.median(r["plain_s"][label] for r in rounds) * 1e6
+        kind, amount = label.split()
+        shown = (f"grouped {amount} x {BYTES // 1024} KB" if kind == "group" else
+                 f"allreduce_ {int(amount) // 1024} KB")
+        per = f"{ours / int(amount):.1f} us" if kind == "group" else ""
+        lines.append(f"| {shown} | {ours:.1f} us | {plain:.1f} us | {ours / plain:.1f}x | {per} |")
     return lines
 
 
