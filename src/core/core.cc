@@ -21,7 +21,10 @@ Core::Core(Config config, WorldFactory make_world, GpuBackend gpu)
   thread_ = std::thread([this] { Loop(); });
   std::unique_lock<std::mutex> lock(mutex_);
   started_.wait(lock, [this] { return started_done_; });
-  if (stopped_) {
+  // Only a failed start throws: a world that came up and stopped at once
+  // (a peer that finished and shut down before this thread woke) is a core
+  // whose later calls fail, as any stopped core's do.
+  if (start_failed_) {
     lock.unlock();
     thread_.join();
     throw Error(stop_status_);
@@ -92,6 +95,7 @@ void Core::Loop() {
   } catch (const Error& e) {
     std::lock_guard<std::mutex> lock(mutex_);
     stopped_ = true;
+    start_failed_ = true;
     stop_status_ = Status(e.status().code(), "mxplugin initialisation failed: " + e.status().reason());
     started_done_ = true;
     started_.notify_all();

@@ -164,6 +164,7 @@ class Core {
   // Ops waiting for an earlier op of the same name (Note [Reused names]).
   std::map<std::pair<int, std::string>, std::deque<Request>> deferred_;
   bool started_done_ = false;
+  bool start_failed_ = false;  // the world did not come up (the constructor throws)
   bool shutdown_requested_ = false;
   bool stopped_ = false;
   Status stop_status_;  // why ops fail after the loop ended
