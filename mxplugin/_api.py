@@ -26,11 +26,11 @@ if _MXNET_BUILT:
     from mxplugin.training.trainer import DistributedTrainer
     from mxplugin.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, allreduce_, alltoall,
                               barrier, broadcast, broadcast_, grouped_allgather, grouped_allreduce,
-                              grouped_allreduce_, grouped_reducescatter, reducescatter)
+                              grouped_allreduce_, grouped_reducescatter, join, reducescatter)
     from mxplugin import elastic
 
     __all__ += ["Compression", "allgather_object", "broadcast_object", "broadcast_parameters",
                 "DistributedOptimizer", "DistributedTrainer", "Adasum", "Average", "Max", "Min", "Product", "Sum",
                 "allgather", "allreduce", "allreduce_", "alltoall", "barrier", "broadcast", "broadcast_",
                 "grouped_allgather", "grouped_allreduce", "grouped_allreduce_", "grouped_reducescatter",
-                "reducescatter", "elastic"]
+                "join", "reducescatter", "elastic"]

@@ -10,7 +10,7 @@ cdef extern from "common/codes.h":
         MXP_REDUCE_SUM, MXP_REDUCE_AVERAGE, MXP_REDUCE_MIN, MXP_REDUCE_MAX, MXP_REDUCE_PRODUCT
     ctypedef enum mxp_op_type:
         MXP_OP_ALLREDUCE, MXP_OP_ALLGATHER, MXP_OP_BROADCAST, MXP_OP_ALLTOALL, MXP_OP_REDUCESCATTER,
-        MXP_OP_BARRIER, MXP_OP_REFUSAL
+        MXP_OP_BARRIER, MXP_OP_REFUSAL, MXP_OP_JOIN
     ctypedef enum mxp_status:
         MXP_STATUS_OK, MXP_STATUS_INVALID_ARGUMENT, MXP_STATUS_MISMATCH, MXP_STATUS_ABORTED,
         MXP_STATUS_INTERNAL, MXP_STATUS_NOT_INITIALIZED, MXP_STATUS_WRONG_TYPE
@@ -47,6 +47,7 @@ cdef extern from "c_api.h" nogil:
         void* output
         void* stream
         const char* group
+        int32_t zeros_when_joined
     ctypedef struct mxp_topology:
         int32_t rank, size, local_rank, local_size, cross_rank, cross_size, threads_multiple
 

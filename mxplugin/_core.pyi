@@ -8,6 +8,7 @@ OP_ALLTOALL: int
 OP_REDUCESCATTER: int
 OP_BARRIER: int
 OP_REFUSAL: int
+OP_JOIN: int
 REDUCE_SUM: int
 REDUCE_AVERAGE: int
 REDUCE_MIN: int
@@ -43,10 +44,12 @@ class Op:
     splits: Optional[List[int]]
     priority: int
     stream: int
+    zeros_when_joined: bool
     def __init__(self, name: str, op_type: int, dtype: int, shape: Sequence[int], input: int, output: int, *,
                  out_shape: Optional[Sequence[int]] = ..., reduce_op: int = ..., device: int = ...,
                  root_rank: int = ..., prescale: float = ..., postscale: float = ...,
-                 splits: Optional[Sequence[int]] = ..., priority: int = ..., stream: int = ...) -> None: ...
+                 splits: Optional[Sequence[int]] = ..., priority: int = ..., stream: int = ...,
+                 zeros_when_joined: bool = ...) -> None: ...
 
 class MemoryJob:
     size: int

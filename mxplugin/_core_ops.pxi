@@ -11,15 +11,18 @@ cdef class Op:
     as integers. root_rank: the broadcast root as a global rank (the core
     finds its rank within the process set). stream: for GPU tensors on the
     raw entry, the cudaStream_t the input was produced on (0: the legacy
-    default stream)."""
+    default stream). zeros_when_joined: an allgather to which a rank that has
+    joined contributes zeros of this shape rather than no rows."""
     cdef public object name, shape, out_shape, splits
     cdef public int op_type, dtype, reduce_op, device, root_rank, priority
+    cdef public bint zeros_when_joined
     cdef public double prescale, postscale
     cdef public uintptr_t input, output, stream
 
     def __init__(self, name, int op_type, int dtype, shape, uintptr_t input, uintptr_t output, *, out_shape=None,
                  int reduce_op=MXP_REDUCE_SUM, int device=MXP_CPU_DEVICE, int root_rank=0, double prescale=1.0,
-                 double postscale=1.0, splits=None, int priority=0, uintptr_t stream=0):
+                 double postscale=1.0, splits=None, int priority=0, uintptr_t stream=0,
+                 bint zeros_when_joined=False):
         self.name = name
         self.op_type = op_type
         self.dtype = dtype
@@ -35,6 +38,7 @@ cdef class Op:
         self.splits = None if splits is None else list(splits)
         self.priority = priority
         self.stream = stream
+        self.zeros_when_joined = zeros_when_joined
 
     def __repr__(self):
         return (f"Op({self.name!r}, op_type={self.op_type}, dtype={self.dtype}, shape={self.shape}, "
@@ -102,6 +106,7 @@ cdef class _OpBatch:
         o.output = <void*>op.output
         o.stream = <void*>op.stream
         o.group = group
+        o.zeros_when_joined = op.zeros_when_joined
 
 
 cdef class Handle:

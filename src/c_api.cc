@@ -80,6 +80,7 @@ std::vector<TensorOp> OpsFromC(const mxp_op* ops, int32_t n, bool of_array_allow
     t.meta.splits = Ints(c.splits, c.nsplits);
     t.meta.priority = c.priority;
     t.meta.group = c.group ? c.group : t.meta.name;
+    t.meta.zeros_when_joined = c.zeros_when_joined != 0;
     t.input.shape = t.meta.shape;
     t.input.dtype = t.meta.dtype;
     t.input.device = c.device;

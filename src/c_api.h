@@ -47,6 +47,10 @@ typedef struct {
    * different sizes, under one group name get a mismatch error, not a stall.
    * Every op of one enqueue call is one group. */
   const char* group;
+  /* allgather: what a rank that has joined (MXP_OP_JOIN) contributes: 0, no
+   * rows (Horovod's meaning); 1, zeros of this op's shape, for exchanges
+   * whose output has a row per rank (the sizes before an allgather). */
+  int32_t zeros_when_joined;
 } mxp_op;
 
 typedef struct {

@@ -35,7 +35,12 @@ typedef enum {
   /* A call that raised an error on this rank before it was submitted: the
    * other ranks' call under the same name fails with it (Note [Refused
    * calls] in src/core/message_table.cc). Carries no tensor. */
-  MXP_OP_REFUSAL = 6
+  MXP_OP_REFUSAL = 6,
+  /* This rank has run out of work (hvd.join): until every rank of the set
+   * has joined, it takes part in the others' collectives with stand-ins
+   * (Note [Joined ranks] in src/core/message_table.cc). Its output is one
+   * int32, the global rank that joined last. */
+  MXP_OP_JOIN = 7
 } mxp_op_type;
 
 /* What every C API function returns (0: success). */
@@ -54,6 +59,9 @@ typedef enum {
    point of its program, so a rank that goes on without one is a mistake
    found at once (Note [Fences] in src/core/message_conflicts.cc). */
 #define MXP_FENCE_PREFIX "mxplugin.fence:"
+
+/* Names of control requests (Note [Control requests] in src/core/request.h). */
+#define MXP_CONTROL_PREFIX "mxplugin.control."
 
 #define MXP_CPU_DEVICE (-1)
 

@@ -54,6 +54,7 @@ const char* OpTypeName(OpType op) {
     case OpType::kReducescatter: return "reducescatter";
     case OpType::kBarrier: return "barrier";
     case OpType::kRefusal: return "refusal";
+    case OpType::kJoin: return "join";
   }
   return "unknown";
 }

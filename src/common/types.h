@@ -38,6 +38,7 @@ enum class OpType : int32_t {
   kReducescatter = MXP_OP_REDUCESCATTER,
   kBarrier = MXP_OP_BARRIER,
   kRefusal = MXP_OP_REFUSAL,
+  kJoin = MXP_OP_JOIN,
 };
 
 constexpr int kCpuDevice = MXP_CPU_DEVICE;

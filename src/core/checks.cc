@@ -23,13 +23,17 @@ Status CheckTensorOp(const TensorOp& op, int set_size, const GpuBackend& gpu) {
     if (!gpu.runtime) {
       return Status::InvalidArgument(who() + ": the tensor is on " + DeviceName(m.device) + ", but " + gpu.missing);
     }
-    if (m.op == OpType::kBarrier || m.op == OpType::kRefusal) {
+    if (m.op == OpType::kBarrier || m.op == OpType::kRefusal || m.op == OpType::kJoin) {
       return Status::InvalidArgument(who() + ": a " + OpTypeName(m.op) + " carries no tensor");
     }
   }
   if (op.input.device != m.device || op.output.device != m.device) {
     return Status::InvalidArgument(who() + ": input is on " + DeviceName(op.input.device) + " and output on " +
                                    DeviceName(op.output.device) + "; both must be on " + DeviceName(m.device));
+  }
+  if (m.op == OpType::kJoin && op.output.data != nullptr &&
+      (op.output.dtype != DataType::kInt32 || op.output.num_elements() != 1)) {
+    return Status::InvalidArgument(who() + ": its output, if any, is one int32 (the rank that joined last)");
   }
   if (m.op == OpType::kAllreduce && op.output.num_elements() != op.input.num_elements()) {
     return Status::InvalidArgument(who() + ": output and input sizes differ");

@@ -21,7 +21,10 @@ Controller::Controller(ControlPlane* comm, const Config& config, const Logger* l
 }
 
 void Controller::Submit(const RequestMeta& meta, Clock::time_point now) {
-  int bit = ResponseCache::Cacheable(meta.op) ? cache_.Lookup(meta) : -1;
+  // While the coordinator wants full rounds (the last plan said so, alike
+  // on every rank), a cached request would only wait for the plan that
+  // sends it in full.
+  int bit = ResponseCache::Cacheable(meta.op) && !full_rounds_ ? cache_.Lookup(meta) : -1;
   if (bit >= 0) {
     cached_pending_[bit] = Pending{meta, now};
   } else {
@@ -121,14 +124,15 @@ Status Controller::RunRound(bool want_shutdown, bool i_failed, std::vector<Respo
       }
     }
     table_->TakeReady(now, &plan.responses);
-    plan.fence_waiting = table_->HasFences();
+    plan.full_rounds = table_->WantsFullRounds();
     plan_bytes = SerializePlan(plan);
   }
   st = comm_->BroadcastBytes(&plan_bytes, deadline);
   if (!st.ok()) return st;
   RoundPlan plan = ParsePlan(plan_bytes);
 
-  if (plan.fence_waiting) {  // Note [Fences] in message_conflicts.cc: the coordinator must see them
+  full_rounds_ = plan.full_rounds;
+  if (plan.full_rounds) {  // Notes [Fences], [Joined ranks]: the coordinator must see them
     for (auto& kv : cached_pending_) outbox_.push_back(kv.second.meta);
     cached_pending_.clear();
   }
@@ -148,7 +152,9 @@ Status Controller::RunRound(bool want_shutdown, bool i_failed, std::vector<Respo
     if (sent != sent_.end()) {
       // Every member holds this name's request, validated equal to everyone
       // else's, so every rank inserts the same signature at the same bit.
-      if (resp.kind == Response::Kind::kOk && ResponseCache::Cacheable(resp.op)) {
+      // Not one with stand-ins (Note [Joined ranks]): the joined ranks did
+      // not send it, so they could not cache it alike.
+      if (resp.kind == Response::Kind::kOk && ResponseCache::Cacheable(resp.op) && resp.joined.empty()) {
         cache_.Put(sent->second, resp.priority, resp.sizes);
       }
       sent_.erase(sent);

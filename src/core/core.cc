@@ -282,6 +282,7 @@ void FillFailedOutput(const Request& req) {
 }  // namespace
 
 void Core::Finish(Request& req, const Status& status) {
+  if (req.stand_in) return;  // Note [Joined ranks]: no name in flight here, nobody waiting
   if (!status.ok()) FillFailedOutput(req);
   bool requeued = false;
   {

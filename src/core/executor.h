@@ -5,6 +5,7 @@
 // other collectives.
 #pragma once
 
+#include <deque>
 #include <functional>
 #include <string>
 #include <unordered_map>
@@ -65,6 +66,13 @@ class Executor {
   struct Plan {
     std::vector<Unit> units;
   };
+  // Note [Joined ranks] (core/message_table.cc): this joined rank's part in
+  // a request it never made, with buffers that live in `stand_in`.
+  struct StandIn {
+    Request request;
+    std::vector<char> input, output;
+  };
+  void MakeStandIn(const Response& resp, StandIn* stand_in) const;
   // `items` in priority order; `batch_direct`: direct allreduces become
   // kBatch units (CPU), else kOne (GPU).
   Plan MakePlan(const std::vector<std::pair<Request*, const Response*>>& items, bool batch_direct) const;

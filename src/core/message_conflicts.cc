@@ -107,7 +107,7 @@ std::vector<std::pair<std::string, std::string>> MessageTable::FindConflicts(Clo
 // call it in another order than the others, before a collective the others
 // make after it, are told the same: the point of a fence is one order.)
 // Cached calls are unseen here, so while a fence waits every round is a full
-// one and its plan has ranks send them in full (RoundPlan::fence_waiting).
+// one and its plan has ranks send them in full (RoundPlan::full_rounds).
 void MessageTable::FindFenceConflicts(std::vector<std::pair<std::string, std::string>>* found) const {
   for (const auto& fence_name : fences_) {
     const Entry& fence = entries_.at(fence_name);

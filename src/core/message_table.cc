@@ -10,7 +10,33 @@ namespace mxplugin {
 
 using namespace message_text;  // NOLINT: this file speaks in its words
 
+// Note [Joined ranks]: a rank that has run out of data calls join() (a
+// kJoin request). From the round the coordinator sees it until every rank
+// of the set has joined, an entry that every other rank submitted is
+// complete: the joined ranks take part with stand-ins the executor makes
+// from the response's description of the request (Response::meta), as
+// Horovod's join does: zeros in an allreduce or reducescatter (the sum is
+// the others'; Average still divides by the set's size), no rows in an
+// allgather (zeros of the others' shape in one that asks for them, as the
+// exchanges of sizes before an allgather do: a row per rank, a joined
+// rank's all zeros), a scratch buffer in a broadcast, a barrier's wait. What a
+// stand-in cannot do fails at once on every rank that called it, naming
+// the joined ranks: an alltoall (a joined rank has nothing to send or
+// room to receive), a broadcast whose root has joined, GPU tensors,
+// process set changes (control requests run code on every rank). A fence
+// is not stood in for: Note [Fences] fails it, naming the join instead.
+// The join itself completes when every rank has submitted it, telling all
+// the global rank that joined last. Cached calls are never ready while a
+// rank has joined (it sets no cache bits), so rounds are full ones
+// (WantsFullRounds) and responses with stand-ins are not cached: the joined
+// rank would not cache them alike. A join waits as long as the others
+// train, so it is exempt from the stall warning and shutdown.
 void MessageTable::Add(const RequestMeta& meta, Clock::time_point now) {
+  if (meta.op == OpType::kJoin && meta.rank >= 0 && meta.rank < size_ && !joined_[meta.rank]) {
+    joined_[meta.rank] = 1;
+    ++joined_count_;
+    last_joined_ = world_ranks_[meta.rank];
+  }
   auto it = entries_.find(meta.name);
   if (it == entries_.end()) {
     Entry e;
@@ -19,6 +45,7 @@ void MessageTable::Add(const RequestMeta& meta, Clock::time_point now) {
     e.last_warning = now;
     e.arrival = next_arrival_++;
     e.group = meta.group.empty() ? meta.name : meta.group;
+    e.join = meta.op == OpType::kJoin;
     groups_[e.group].insert(meta.name);
     it = entries_.emplace(meta.name, std::move(e)).first;
     if (meta.op == OpType::kBarrier && meta.name.rfind(MXP_FENCE_PREFIX, 0) == 0) fences_.insert(meta.name);
@@ -110,6 +137,47 @@ Response MessageTable::Validate(const std::string& name, const Entry& entry) con
   return resp;
 }
 
+Response MessageTable::WithStandIns(const std::string& name, const Entry& entry,
+                                    const std::vector<int>& stand_ins) const {
+  const RequestMeta* first = nullptr;
+  for (const auto& m : entry.metas) {
+    if (first == nullptr && !m.name.empty()) first = &m;
+  }
+  // Validated as if the joined ranks had submitted what the first rank did:
+  // a disagreement names only the ranks that submitted.
+  Entry filled = entry;
+  for (int r : stand_ins) {
+    filled.metas[r] = *first;
+    filled.metas[r].rank = r;
+  }
+  Response resp = Validate(name, filled);
+  if (resp.kind == Response::Kind::kError) return resp;
+  std::vector<int> joined_ranks;
+  for (int r : stand_ins) joined_ranks.push_back(world_ranks_[r]);
+  auto refuse = [&](const std::string& why) {
+    resp.kind = Response::Kind::kError;
+    resp.sizes.clear();
+    resp.error = std::string(OpTypeName(first->op)) + " '" + name + "' cannot run while " + RankList(joined_ranks) +
+                 (joined_ranks.size() == 1 ? " has" : " have") + " joined (join(): out of data, waiting for the "
+                 "others): " + why + ".";
+    return resp;
+  };
+  if (name.rfind(MXP_CONTROL_PREFIX, 0) == 0) {
+    return refuse("process sets cannot be added or removed until every rank has joined");
+  }
+  if (first->device != kCpuDevice) return refuse("joined ranks take part in collectives of CPU tensors only");
+  if (first->op == OpType::kAlltoall) {
+    return refuse("a joined rank has no rows to send and no room to receive, and alltoall needs both");
+  }
+  if (first->op == OpType::kBroadcast && joined_[first->set_root]) return refuse("its root rank has joined");
+  if (first->op == OpType::kAllgather && !first->zeros_when_joined) {
+    for (int r : stand_ins) resp.sizes[r] = 0;  // a joined rank contributes no rows
+  }
+  resp.joined.assign(stand_ins.begin(), stand_ins.end());
+  resp.meta = *first;
+  return resp;
+}
+
 MessageTable::Entries::iterator MessageTable::Erase(Entries::iterator it) {
   fences_.erase(it->first);
   auto g = groups_.find(it->second.group);
@@ -123,17 +191,29 @@ MessageTable::Entries::iterator MessageTable::Erase(Entries::iterator it) {
 void MessageTable::TakeReady(Clock::time_point now, std::vector<Response>* out) {
   std::vector<std::pair<uint64_t, Response>> ready;
   std::vector<std::pair<std::string, std::string>> failed_groups;  // (group, error)
+  bool join_done = false;  // joined_ holds until every entry of this round has seen it
+  std::vector<int> stand_ins;
   for (auto it = entries_.begin(); it != entries_.end();) {
     Entry& e = it->second;
     double age = std::chrono::duration<double>(now - e.first_seen).count();
-    if (e.count == size_) {
-      Response resp = Validate(it->first, e);
+    stand_ins.clear();
+    if (e.count < size_ && joined_count_ > 0 && fences_.count(it->first) == 0) {
+      for (int r = 0; r < size_; ++r) {
+        if (e.metas[r].name.empty() && joined_[r]) stand_ins.push_back(r);
+      }
+    }
+    if (e.count + static_cast<int>(stand_ins.size()) == size_) {
+      Response resp = stand_ins.empty() ? Validate(it->first, e) : WithStandIns(it->first, e, stand_ins);
+      if (e.join && resp.kind == Response::Kind::kOk) {
+        resp.sizes = {last_joined_};
+        join_done = true;
+      }
       if (resp.kind == Response::Kind::kError) failed_groups.emplace_back(e.group, resp.error);
       ready.emplace_back(e.arrival, std::move(resp));
       it = Erase(it);
       continue;
     }
-    if (config_.stall_shutdown_seconds > 0 && age > config_.stall_shutdown_seconds) {
+    if (config_.stall_shutdown_seconds > 0 && age > config_.stall_shutdown_seconds && !e.join) {
       Response resp;
       resp.kind = Response::Kind::kError;
       resp.name = it->first;
@@ -150,6 +230,11 @@ void MessageTable::TakeReady(Clock::time_point now, std::vector<Response>* out) 
   // still wait (a rank submitted more of them than the others) fail with it
   // rather than stall.
   for (const auto& failed : failed_groups) FailGroup(failed.first, failed.second, &ready);
+  if (join_done) {
+    std::fill(joined_.begin(), joined_.end(), 0);
+    joined_count_ = 0;
+    last_joined_ = -1;
+  }
   TakeConflicts(now, &ready);
   std::stable_sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) {
     if (a.second.priority != b.second.priority) return a.second.priority > b.second.priority;
@@ -162,6 +247,7 @@ void MessageTable::WarnStalls(Clock::time_point now) {
   if (config_.stall_check_seconds <= 0) return;
   for (auto& kv : entries_) {
     Entry& e = kv.second;
+    if (e.join) continue;  // Note [Joined ranks]: waits as long as the others train
     if (std::chrono::duration<double>(now - e.last_warning).count() <= config_.stall_check_seconds) continue;
     e.last_warning = now;
     MXP_LOG(*logger_, kWarning,
@@ -174,11 +260,12 @@ void MessageTable::WarnStalls(Clock::time_point now) {
 }
 
 bool MessageTable::NeedsBroadcast(Clock::time_point now) const {
-  if (!fences_.empty()) return true;  // Note [Fences]: rounds in full until the others' requests are seen
+  if (WantsFullRounds()) return true;  // Notes [Fences], [Joined ranks]: the others' requests must be seen
   if (!FindConflicts(now).empty()) return true;
   if (config_.stall_shutdown_seconds <= 0) return false;
   for (const auto& kv : entries_) {
-    if (std::chrono::duration<double>(now - kv.second.first_seen).count() > config_.stall_shutdown_seconds)
+    if (!kv.second.join &&
+        std::chrono::duration<double>(now - kv.second.first_seen).count() > config_.stall_shutdown_seconds)
       return true;
   }
   return false;

@@ -16,7 +16,7 @@ namespace mxplugin {
 class MessageTable {
  public:
   MessageTable(int size, const Config& config, const Logger* logger, std::vector<int> global_ranks)
-      : size_(size), config_(config), logger_(logger), world_ranks_(std::move(global_ranks)) {}
+      : size_(size), config_(config), logger_(logger), world_ranks_(std::move(global_ranks)), joined_(size, 0) {}
 
   void Add(const RequestMeta& meta, Clock::time_point now);
   // Moves complete names (validated) and stall-timed-out names into `out`,
@@ -29,7 +29,9 @@ class MessageTable {
   // is in conflict, i.e. the coordinator has an error to broadcast even if
   // nobody sent anything new.
   bool NeedsBroadcast(Clock::time_point now) const;
-  bool HasFences() const { return !fences_.empty(); }
+  // The coordinator must see every request, cached ones too: a fence
+  // waits (Note [Fences]) or a rank has joined (Note [Joined ranks]).
+  bool WantsFullRounds() const { return !fences_.empty() || joined_count_ > 0; }
 
  private:
   struct Entry {
@@ -39,9 +41,14 @@ class MessageTable {
     Clock::time_point last_warning;
     uint64_t arrival = 0;
     std::string group;  // RequestMeta::group of the first request
+    bool join = false;  // a join (Note [Joined ranks]): waits as long as the others train
   };
   using Entries = std::map<std::string, Entry>;
   Response Validate(const std::string& name, const Entry& entry) const;
+  // Note [Joined ranks]: the response to an entry that every rank submitted
+  // but the joined ones (`stand_ins`, by set rank), with what they stand in
+  // for, or the error that says why they cannot.
+  Response WithStandIns(const std::string& name, const Entry& entry, const std::vector<int>& stand_ins) const;
   std::string MissingRanks(const Entry& entry) const;
   // Fails every waiting entry of a group whose ranks submitted different
   // things under it (another collective, another number of tensors) for
@@ -68,6 +75,9 @@ class MessageTable {
   std::map<std::string, std::set<std::string>> groups_;  // group name -> names of its waiting entries
   std::set<std::string> fences_;  // names of the waiting entries that are fences
   uint64_t next_arrival_ = 0;
+  std::vector<char> joined_;  // by set rank: has joined and waits for the others (Note [Joined ranks])
+  int joined_count_ = 0;
+  int last_joined_ = -1;  // global rank
 };
 
 }  // namespace mxplugin

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <future>
 
+#include "common/codes.h"
 #include "core/core.h"
 #include "core/ranks_text.h"
 
@@ -23,7 +24,7 @@ Status Core::RunControl(ControlKind kind, std::vector<int64_t> args, std::functi
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stopped_) return stop_status_;
-    r.meta.name = "mxplugin.control." + std::to_string(control_counter_++);
+    r.meta.name = MXP_CONTROL_PREFIX + std::to_string(control_counter_++);
     r.meta.rank = topology_.rank;
     in_flight_[0].insert(r.meta.name);
     queue_.push_back(std::move(r));

@@ -8,7 +8,8 @@ bool RequestMeta::SameSignature(const RequestMeta& o) const {
   return name == o.name && op == o.op && reduce_op == o.reduce_op && dtype == o.dtype &&
          device == o.device && shape == o.shape && root_rank == o.root_rank &&
          prescale == o.prescale && postscale == o.postscale && splits == o.splits &&
-         requested_op == o.requested_op && group == o.group && group_size == o.group_size;
+         requested_op == o.requested_op && group == o.group && group_size == o.group_size &&
+         zeros_when_joined == o.zeros_when_joined;
 }
 
 std::string ControlText(const std::vector<int64_t>& shape) {
@@ -106,6 +107,7 @@ std::string SerializeMetas(const std::vector<RequestMeta>& metas) {
     w.Put<int32_t>(static_cast<int32_t>(m.requested_op));
     w.PutString(m.group);
     w.Put<int32_t>(m.group_size);
+    w.Put<int32_t>(m.zeros_when_joined ? 1 : 0);
   }
   return w.Take();
 }
@@ -133,6 +135,7 @@ std::vector<RequestMeta> ParseMetas(const std::string& bytes) {
     m.requested_op = static_cast<ReduceOp>(r.Get<int32_t>());
     m.group = r.GetString();
     m.group_size = r.Get<int32_t>();
+    m.zeros_when_joined = r.Get<int32_t>() != 0;
   }
   return metas;
 }
@@ -147,10 +150,12 @@ std::string SerializePlan(const RoundPlan& plan) {
     w.PutString(r.error);
     w.PutInts(r.sizes);
     w.Put<int32_t>(r.priority);
+    w.PutInts(r.joined);
+    if (!r.joined.empty()) w.PutString(SerializeMetas({r.meta}));
   }
   w.Put<uint32_t>(static_cast<uint32_t>(plan.invalidated.size()));
   for (const auto& name : plan.invalidated) w.PutString(name);
-  w.Put<int32_t>(plan.fence_waiting ? 1 : 0);
+  w.Put<int32_t>(plan.full_rounds ? 1 : 0);
   return w.Take();
 }
 
@@ -165,10 +170,12 @@ RoundPlan ParsePlan(const std::string& bytes) {
     resp.error = r.GetString();
     resp.sizes = r.GetInts();
     resp.priority = r.Get<int32_t>();
+    resp.joined = r.GetInts();
+    if (!resp.joined.empty()) resp.meta = ParseMetas(r.GetString()).at(0);
   }
   plan.invalidated.resize(r.Get<uint32_t>());
   for (auto& name : plan.invalidated) name = r.GetString();
-  plan.fence_waiting = r.Get<int32_t>() != 0;
+  plan.full_rounds = r.Get<int32_t>() != 0;
   return plan;
 }
 

@@ -39,6 +39,9 @@ struct RequestMeta {
   // (MessageTable::TakeConflicts).
   std::string group;
   int32_t group_size = 1;
+  // allgather: a joined rank stands in with zeros of this shape rather than
+  // no rows (mxp_op::zeros_when_joined; Note [Joined ranks]).
+  bool zeros_when_joined = false;
 
   // Everything that must agree across ranks for a cached response to be reused.
   bool SameSignature(const RequestMeta& other) const;
@@ -72,6 +75,9 @@ struct Request {
   // Set for internal control requests (process set add/remove): run on the
   // background thread, on every rank, in the same position of the op order.
   std::function<Status()> control;
+  // A joined rank's stand-in for a request it never made (Note [Joined
+  // ranks]): the executor owns its buffers; nobody waits for it.
+  bool stand_in = false;
 };
 
 // Note [Control requests]: calls every rank makes together that change the
@@ -95,14 +101,21 @@ struct Response {
   // allgather: first dimension of every rank; alltoall: every rank's splits, row-major.
   std::vector<int64_t> sizes;
   int32_t priority = 0;
+  // Note [Joined ranks]: the ranks of the set (set ranks) that had joined
+  // and take part with stand-ins, and the request they stand in for (one
+  // submitter's description); both empty when every rank submitted.
+  std::vector<int64_t> joined;
+  RequestMeta meta;
 };
 
 // What the coordinator broadcasts after a round that needed it.
 struct RoundPlan {
   std::vector<Response> responses;
   std::vector<std::string> invalidated;  // names to drop from the response cache
-  // A fence waits: cached requests are sent in full (Note [Fences] in message_conflicts.cc)
-  bool fence_waiting = false;
+  // A fence waits (Note [Fences] in message_conflicts.cc) or a rank has
+  // joined (Note [Joined ranks] in message_table.cc): the coordinator must
+  // see every request, so cached ones are sent in full.
+  bool full_rounds = false;
 };
 
 std::string SerializeMetas(const std::vector<RequestMeta>& metas);
