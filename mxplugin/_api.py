@@ -24,6 +24,7 @@ if _MXNET_BUILT:
     from mxplugin.training import kvstore as _kvstore  # noqa: F401  (registers kvstore="mxplugin")
     from mxplugin.training.optimizer import DistributedOptimizer
     from mxplugin.training.trainer import DistributedTrainer
+    from mxplugin.training.join import join_when_done
     from mxplugin.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, allreduce_, alltoall,
                               barrier, broadcast, broadcast_, grouped_allgather, grouped_allreduce,
                               grouped_allreduce_, grouped_reducescatter, join, reducescatter)
@@ -33,4 +34,4 @@ if _MXNET_BUILT:
                 "DistributedOptimizer", "DistributedTrainer", "Adasum", "Average", "Max", "Min", "Product", "Sum",
                 "allgather", "allreduce", "allreduce_", "alltoall", "barrier", "broadcast", "broadcast_",
                 "grouped_allgather", "grouped_allreduce", "grouped_allreduce_", "grouped_reducescatter",
-                "join", "reducescatter", "elastic"]
+                "join", "join_when_done", "reducescatter", "elastic"]

@@ -390,7 +390,9 @@ def join(device=-1, process_set=global_process_set):
     m = calls.core_module()
     last = np.full(1, -1, dtype=np.int32)
     op = m.Op(JOIN_NAME, m.OP_JOIN, m.DTYPES["int32"], [1], 0, last.ctypes.data)
-    basics._core().enqueue([op], calls.set_id(process_set)).wait()
+    set_id = calls.set_id(process_set)
+    basics._core().enqueue([op], set_id).wait()
+    calls.agree_on_auto_names(process_set)
     return int(last[0])
 
 

@@ -35,6 +35,16 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     def __getattr__(self, item):
         return getattr(self._optimizer, item)
 
+    # gluon.Trainer sets rescale_grad (scale / batch_size) on the optimizer it
+    # holds at every step: it must reach the wrapped one, which updates.
+    @property
+    def rescale_grad(self):
+        return self._optimizer.rescale_grad
+
+    @rescale_grad.setter
+    def rescale_grad(self, value):
+        self._optimizer.rescale_grad = value
+
     def create_state_multi_precision(self, index, weight):
         return self._optimizer.create_state_multi_precision(index, weight)
 

@@ -353,13 +353,27 @@ Status Executor::RunAllreduce(const std::vector<Request*>& batch) {
 
 Status Executor::RunAllgather(Request& req, const Response& resp) {
   std::vector<int64_t> counts;
-  Status st = AllgatherCounts(req, resp, &counts);
-  if (!st.ok()) return st;
+  const Status holds = AllgatherCounts(req, resp, &counts);
+  void* output = req.output.data;
+  std::vector<char> scratch;
+  if (!holds.ok()) {
+    // An output sized for other rows than the ranks send (a caller that
+    // sized it without the exchange, while a rank had joined: Note [Joined
+    // ranks]) fails, but only after this rank has taken part in the
+    // transfer, into scratch: the others, whose outputs hold, are in it.
+    int64_t total = 0;
+    for (int64_t c : counts) total += c;
+    scratch.resize(static_cast<size_t>(total) * DataTypeSize(req.meta.dtype));
+    output = scratch.data();
+  }
   auto t0 = Clock::now();
-  st = comm_->Allgatherv(req.input.data, req.input.num_elements(), req.output.data, counts, Displacements(counts),
-                         req.meta.dtype);
+  Status st = comm_->Allgatherv(req.input.data, req.input.num_elements(), output, counts, Displacements(counts),
+                                req.meta.dtype);
   Trace(req, "ALLGATHER", t0, Clock::now());
-  return st;
+  if (holds.ok()) return st;
+  if (resp.joined.empty()) return holds;
+  return Status(holds.code(), holds.reason() + ": rank(s) that have joined (join()) send no rows. A "
+                "DistributedTrainer over uneven data needs join_when_done(trainer), not join()");
 }
 
 Status Executor::RunBroadcast(Request& req) {
