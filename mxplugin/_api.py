@@ -27,7 +27,8 @@ if _MXNET_BUILT:
     from mxplugin.training.join import join_when_done
     from mxplugin.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, allreduce_, alltoall,
                               barrier, broadcast, broadcast_, grouped_allgather, grouped_allreduce,
-                              grouped_allreduce_, grouped_reducescatter, join, reducescatter)
+                              grouped_allreduce_, grouped_reducescatter, reducescatter)
+    from mxplugin.joined import join
     from mxplugin import elastic
 
     __all__ += ["Compression", "allgather_object", "broadcast_object", "broadcast_parameters",

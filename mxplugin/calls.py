@@ -39,19 +39,6 @@ def base_name(kind, name, process_set=global_process_set):
     return f"{kind}.{name}"
 
 
-def agree_on_auto_names(process_set):
-    """After a join (ops.join): the joined ranks stood in for calls they did
-    not make, so their auto names (base_name) fell behind the others'. Every
-    member takes the highest count of each kind; collective over the set."""
-    from mxplugin.functions import allgather_object
-
-    number = getattr(process_set, "process_set_id", None)
-    mine = {kind: n for (kind, set_number), n in _counters.items() if set_number == number}
-    for theirs in allgather_object(mine, name="mxplugin.join.names", process_set=process_set):
-        for kind, n in theirs.items():
-            _counters[(kind, number)] = max(_counters.get((kind, number), 0), n)
-
-
 def group_names(base, n):
     return [base] if n == 1 else [f"{base}_{i + 1}of{n}" for i in range(n)]
 

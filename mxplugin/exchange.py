@@ -19,7 +19,7 @@ def _core_module():
 def exchange_int64(values, name, process_set, set_id, group=None):
     """Blocking allgather of a small int64 vector from every rank of the set
     (used to learn output shapes before the data moves asynchronously).
-    A rank that has joined (ops.join) gives a row of zeros.
+    A rank that has joined (joined.join) gives a row of zeros.
     group: the name of the call it is part of, negotiated with it, so that
     a rank that calls something else under that name, or refuses the call,
     fails this exchange too rather than leave it waiting."""
@@ -50,7 +50,7 @@ def allgather_signature(dtype, shape):
 def check_allgather_rows(rows, name, process_set):
     if (rows[:, 1:] == rows[0, 1:]).all():  # the usual case, cheaply (this runs for every allgather)
         return
-    # Ranks that have joined (ops.join) sent zeros, and contribute no rows;
+    # Ranks that have joined (joined.join) sent zeros, and contribute no rows;
     # a real signature has a number of dimensions (>= 1).
     ranks = process_set.ranks if process_set.ranks is not None else list(range(len(rows)))
     present = rows[:, 2] != 0

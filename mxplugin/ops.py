@@ -367,35 +367,6 @@ def barrier(process_set=global_process_set):
     handle.wait()
 
 
-JOIN_NAME = "mxplugin.join"
-
-
-def join(device=-1, process_set=global_process_set):
-    """This rank has run out of data: blocks until every rank of the set has
-    called join(), and returns the global rank that called it last.
-
-    Meanwhile this rank takes part in the others' collectives as Horovod's
-    join does (Note [Joined ranks] in src/core/message_table.cc): with zeros
-    in their allreduces and reducescatters (Average still divides by the
-    set's size), with no rows in their allgathers, receiving their
-    broadcasts, in their barriers. Calls a joined rank cannot take part in
-    fail at once on the ranks that made them, naming the joined ranks: an
-    alltoall, a broadcast from a joined root, GPU tensors, adding or
-    removing a process set, DistributedTrainer.save_states(). `device` is
-    Horovod's (where its zeros live) and is ignored: stand-ins are host
-    memory. A DistributedTrainer averages over the ranks still training
-    only under join_when_done (mxplugin/training/join.py)."""
-    del device
-    mx.nd.waitall()  # this rank's own collectives first: they are not stood in for
-    m = calls.core_module()
-    last = np.full(1, -1, dtype=np.int32)
-    op = m.Op(JOIN_NAME, m.OP_JOIN, m.DTYPES["int32"], [1], 0, last.ctypes.data)
-    set_id = calls.set_id(process_set)
-    basics._core().enqueue([op], set_id).wait()
-    calls.agree_on_auto_names(process_set)
-    return int(last[0])
-
-
 def fence(call, process_set=global_process_set):
     """Blocks until every rank of the set has reached `call` (a description,
     "DistributedTrainer.save_states()"), which every rank must make at the

@@ -2,7 +2,7 @@
 
 Note [Shadow steps]: ranks with fewer batches than the others must keep
 taking part in the others' gradient reductions until every rank is done,
-or those reductions wait for them forever. The core's join() (ops.join)
+or those reductions wait for them forever. The core's join() (joined.join)
 does that for raw collectives by standing in with zeros, but a trainer
 does more than reduce: with sharded states each rank updates and gathers
 its slice, PowerSGD exchanges factors, and the weights of a rank that
