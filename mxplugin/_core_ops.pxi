@@ -128,3 +128,23 @@ cdef class Handle:
         with nogil:
             rc = mxp_handle_wait(self.h)
         _check(rc)
+
+    def output_size(self, int index):
+        """After wait(): (bytes, rows) of op `index`'s output, where the op
+        was an allgather enqueued with output 0 (the core sized it)."""
+        cdef const void* data = NULL
+        cdef int64_t nbytes = 0
+        cdef int64_t rows = 0
+        _check(mxp_handle_output(self.h, index, &data, &nbytes, &rows))
+        return nbytes, rows
+
+    def output_into(self, int index, uintptr_t address, int64_t nbytes):
+        """Copies that output to `nbytes` (its size) of host memory at `address`."""
+        cdef const void* data = NULL
+        cdef int64_t have = 0
+        cdef int64_t rows = 0
+        _check(mxp_handle_output(self.h, index, &data, &have, &rows))
+        if have != nbytes:
+            raise ValueError(f"output {index} holds {have} bytes, not {nbytes}")
+        if nbytes:
+            memcpy(<void*>address, data, nbytes)

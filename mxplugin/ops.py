@@ -7,7 +7,7 @@ import warnings
 import mxnet as mx
 import numpy as np
 
-from mxplugin import basics, calls, exchange
+from mxplugin import basics, calls, exchange, host_allgather
 from mxplugin.basics import global_process_set
 from mxplugin.errors import ArgumentError
 
@@ -204,6 +204,8 @@ def _allgather_output(tensor, name, process_set, group, index=None):
     return output, calls.record(name, m.OP_ALLGATHER, tensor, output, dtype, device, shape, out_shape=out_shape)
 
 
+
+
 def allgather(tensor, name=None, priority=0, process_set=global_process_set):
     """Concatenates every rank's `tensor` along the first dimension (which may
     differ per rank; the other dimensions must agree)."""
@@ -212,7 +214,12 @@ def allgather(tensor, name=None, priority=0, process_set=global_process_set):
         calls.set_id(process_set)
         calls.check_priority(priority)
         group = calls.group_key(base, name)
+        key = host_allgather.key(process_set, name)
+        if host_allgather.fits([host_allgather.checked(tensor)], key):
+            return host_allgather.allgather([tensor], [base], [_describe(tensor)[0]], process_set, priority, group,
+                                            key)[0]
         output, entry = _allgather_output(tensor, base, process_set, group)
+        host_allgather.gathered(key, output.size * np.dtype(output.dtype).itemsize)
         calls.push([entry], process_set, priority, group)
         return output
     return calls.submit("allgather", name, process_set, body)
@@ -229,7 +236,12 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
         calls.check_priority(priority)
         group = calls.group_key(base, name)
         names = calls.group_names(base, len(arrays))
+        key = host_allgather.key(process_set, name)
+        if host_allgather.fits([host_allgather.checked(t, f"tensor {i}") for i, t in enumerate(arrays)], key):
+            codes = [_describe(t, f"tensor {i}")[0] for i, t in enumerate(arrays)]
+            return host_allgather.allgather(arrays, names, codes, process_set, priority, group, key)
         results = [_allgather_output(t, names[i], process_set, group, i) for i, t in enumerate(arrays)]
+        host_allgather.gathered(key, sum(o.size * np.dtype(o.dtype).itemsize for o, _ in results))
         calls.push([e for _, e in results], process_set, priority, group)
         return [o for o, _ in results]
     return calls.submit("allgather", name, process_set, body)

@@ -37,6 +37,8 @@ struct mxp_handle {
   std::condition_variable cv;
   bool done = false;
   Status status;
+  // Per op: the output the core sized (Note [Outputs the core sizes]), or null.
+  std::vector<std::shared_ptr<mxplugin::SizedOutput>> sized_outputs;
 };
 
 namespace {
@@ -227,11 +229,15 @@ int mxp_stop_timeline(mxp_core* core) {
 int mxp_enqueue_raw(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, mxp_handle** out) {
   return Guard([&] {
     auto ts = OpsFromC(ops, n);
+    auto handle = std::make_unique<mxp_handle>();
+    handle->sized_outputs.resize(n);
     for (int32_t i = 0; i < n; ++i) {
       ts[i].input.data = ops[i].input;
       ts[i].output.data = ops[i].output;
+      if (ops[i].op_type == MXP_OP_ALLGATHER && ops[i].output == nullptr) {
+        ts[i].sized_output = handle->sized_outputs[i] = std::make_shared<mxplugin::SizedOutput>();
+      }
     }
-    auto handle = std::make_unique<mxp_handle>();
     mxp_handle* h = handle.get();
     CoreOf(core).Enqueue(process_set_id, std::move(ts), [h](const Status& s) {
       std::lock_guard<std::mutex> lock(h->mutex);
@@ -253,6 +259,20 @@ int mxp_handle_wait(mxp_handle* handle) {
   std::unique_lock<std::mutex> lock(handle->mutex);
   handle->cv.wait(lock, [handle] { return handle->done; });
   return Report(handle->status);
+}
+
+int mxp_handle_output(mxp_handle* handle, int32_t index, const void** data, int64_t* bytes, int64_t* rows) {
+  return Guard([&] {
+    std::lock_guard<std::mutex> lock(handle->mutex);
+    if (!handle->done || index < 0 || index >= static_cast<int32_t>(handle->sized_outputs.size()) ||
+        !handle->sized_outputs[index]) {
+      throw Error(Status::InvalidArgument("no output sized by the core for op " + std::to_string(index) +
+                                          " of this call (or the call has not finished)"));
+    }
+    *data = handle->sized_outputs[index]->bytes.data();
+    *bytes = static_cast<int64_t>(handle->sized_outputs[index]->bytes.size());
+    *rows = handle->sized_outputs[index]->rows;
+  });
 }
 
 void mxp_handle_free(mxp_handle* handle) {

@@ -377,6 +377,7 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
       r.process_set_id = process_set_id;
       r.input = std::move(op.input);
       r.output = std::move(op.output);
+      r.sized_output = std::move(op.sized_output);
       r.enqueue_time = now;
       r.completion = completion;
       // Note [Reused names]: an op whose name is still in flight (e.g. the

@@ -38,6 +38,7 @@ struct TensorOp {
   RequestMeta meta;  // name, op, reduce_op, dtype, device, shape, root (global rank), scales, splits, priority
   TensorRef input;
   TensorRef output;
+  std::shared_ptr<SizedOutput> sized_output;  // Request::sized_output
 };
 
 class Core {

@@ -351,7 +351,22 @@ Status Executor::RunAllreduce(const std::vector<Request*>& batch) {
   return st;
 }
 
+// Note [Outputs the core sizes]: an allgather's output needs every rank's
+// rows. The MXNet path learns them first, in a blocking exchange of sizes
+// (mxplugin/exchange.py), because MXNet needs an op's outputs when it is
+// pushed; a caller that waits for the result anyway (small allgathers,
+// mxplugin/ops.py) leaves the output to the core instead, which sizes it
+// here from the negotiated rows: one round instead of two.
 Status Executor::RunAllgather(Request& req, const Response& resp) {
+  if (req.sized_output) {
+    int64_t rows = 0;
+    for (int64_t r : resp.sizes) rows += r;
+    req.output.shape = req.input.shape;
+    req.output.shape[0] = rows;
+    req.sized_output->rows = rows;
+    req.sized_output->bytes.resize(static_cast<size_t>(req.output.num_bytes()));
+    req.output.data = req.sized_output->bytes.data();
+  }
   std::vector<int64_t> counts;
   const Status holds = AllgatherCounts(req, resp, &counts);
   void* output = req.output.data;

@@ -89,6 +89,19 @@ Response MessageTable::Validate(const std::string& name, const Entry& entry) con
          return std::string(m.device == kCpuDevice ? "cpu" : "gpu");
        })).empty())
     return fail("device", d);
+  if (metas[0].op == OpType::kAllgather) {
+    // One description of what must agree, in the words of the exchange of
+    // sizes (mxplugin/exchange.py), which small allgathers skip (Note
+    // [Outputs the core sizes] in executor.cc).
+    d = Disagreement(metas, world_ranks_,
+                     [](const RequestMeta& m) { return std::string(DataTypeName(m.dtype)) + ", " + Trailing(m.shape); });
+    if (!d.empty()) {
+      resp.kind = Response::Kind::kError;
+      resp.error = "Mismatched allgather for tensor '" + name + "': " + d +
+                   ". Every rank must gather tensors of one dtype whose dimensions after the first agree.";
+      return resp;
+    }
+  }
   if (!(d = Disagreement(metas, world_ranks_, [](const RequestMeta& m) { return std::string(DataTypeName(m.dtype)); })).empty())
     return fail("dtype", d);
   const OpType op = metas[0].op;

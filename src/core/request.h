@@ -62,6 +62,13 @@ class Completion {
   Status first_error_;
 };
 
+// Note [Outputs the core sizes] (core/executor.cc): an allgather output the
+// executor sizes once the rows are known.
+struct SizedOutput {
+  std::vector<char> bytes;
+  int64_t rows = 0;
+};
+
 struct Request {
   RequestMeta meta;
   int process_set_id = 0;
@@ -78,6 +85,9 @@ struct Request {
   // A joined rank's stand-in for a request it never made (Note [Joined
   // ranks]): the executor owns its buffers; nobody waits for it.
   bool stand_in = false;
+  // Note [Outputs the core sizes]: an allgather whose output the caller
+  // left to the core; the executor sizes it here when the rows are known.
+  std::shared_ptr<SizedOutput> sized_output;
 };
 
 // Note [Control requests]: calls every rank makes together that change the
