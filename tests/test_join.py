@@ -25,11 +25,12 @@ def test_join_stands_in_for_the_others_collectives_and_returns_the_last_rank(np_
     received), alltoall and a joined root failing at once naming it, names
     cached again after; Horovod's pattern (a trainer, then hvd.join()), and
     with sharded states, where it cannot work, a fast error naming
-    join_when_done."""
-    cases = ["raw", "horovod", "sharded_join"] + (["process_set"] if np_ == 3 else [])
+    join_when_done; a join that fails (save_states() on the others) ends."""
+    cases = ["raw", "horovod", "sharded_join", "failed_join"] + (["process_set"] if np_ == 3 else [])
     out, _ = assert_spmd_ok("check_join.py", np_, args=cases)
     assert out.count("join() returned") == 2 * np_, out
     assert out.count("failed, naming join_when_done") == np_ - 1, out
+    assert out.count("a failed join ends the join") == np_, out
     if np_ == 3:
         assert out.count("join on a process set") == np_, out
 

@@ -204,7 +204,6 @@ MessageTable::Entries::iterator MessageTable::Erase(Entries::iterator it) {
 void MessageTable::TakeReady(Clock::time_point now, std::vector<Response>* out) {
   std::vector<std::pair<uint64_t, Response>> ready;
   std::vector<std::pair<std::string, std::string>> failed_groups;  // (group, error)
-  bool join_done = false;  // joined_ holds until every entry of this round has seen it
   std::vector<int> stand_ins;
   for (auto it = entries_.begin(); it != entries_.end();) {
     Entry& e = it->second;
@@ -217,10 +216,7 @@ void MessageTable::TakeReady(Clock::time_point now, std::vector<Response>* out) 
     }
     if (e.count + static_cast<int>(stand_ins.size()) == size_) {
       Response resp = stand_ins.empty() ? Validate(it->first, e) : WithStandIns(it->first, e, stand_ins);
-      if (e.join && resp.kind == Response::Kind::kOk) {
-        resp.sizes = {last_joined_};
-        join_done = true;
-      }
+      if (e.join && resp.kind == Response::Kind::kOk) resp.sizes = {last_joined_};
       if (resp.kind == Response::Kind::kError) failed_groups.emplace_back(e.group, resp.error);
       ready.emplace_back(e.arrival, std::move(resp));
       it = Erase(it);
@@ -243,17 +239,31 @@ void MessageTable::TakeReady(Clock::time_point now, std::vector<Response>* out) 
   // still wait (a rank submitted more of them than the others) fail with it
   // rather than stall.
   for (const auto& failed : failed_groups) FailGroup(failed.first, failed.second, &ready);
-  if (join_done) {
-    std::fill(joined_.begin(), joined_.end(), 0);
-    joined_count_ = 0;
-    last_joined_ = -1;
-  }
   TakeConflicts(now, &ready);
+  if (joined_count_ > 0) ForgetEndedJoins();
   std::stable_sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) {
     if (a.second.priority != b.second.priority) return a.second.priority > b.second.priority;
     return a.first < b.first;
   });
   for (auto& r : ready) out->push_back(std::move(r.second));
+}
+
+// After the round's entries (joined_ holds until every entry of the round
+// has seen it): a rank whose join completed or failed (a fence it went on
+// without, Note [Fences]) is no longer joined; its later calls are its own.
+void MessageTable::ForgetEndedJoins() {
+  std::vector<char> waiting(size_, 0);
+  for (const auto& kv : entries_) {
+    if (!kv.second.join) continue;
+    for (int r = 0; r < size_; ++r) waiting[r] = waiting[r] || !kv.second.metas[r].name.empty();
+  }
+  for (int r = 0; r < size_; ++r) {
+    if (joined_[r] && !waiting[r]) {
+      joined_[r] = 0;
+      --joined_count_;
+    }
+  }
+  if (joined_count_ == 0) last_joined_ = -1;
 }
 
 void MessageTable::WarnStalls(Clock::time_point now) {

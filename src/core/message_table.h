@@ -66,6 +66,7 @@ class MessageTable {
   // submitted instead (Note [Fences]).
   void FindFenceConflicts(std::vector<std::pair<std::string, std::string>>* found) const;
   Entries::iterator Erase(Entries::iterator it);
+  void ForgetEndedJoins();
 
   int size_;
   const Config& config_;

@@ -10,6 +10,7 @@ return value, Horovod's own pattern (loop, then hvd.join()).
 
 argv: cases (see CASES and RAW); default all."""
 import sys
+import time
 
 from common import assert_close, finish, hvd, mx, np, say, start
 
@@ -212,6 +213,36 @@ def check_sharded_needs_join_when_done(rank, size):
     say(f"rank {rank}: sharded states with join(): {'failed, naming join_when_done' if failed else 'joined'}")
 
 
+def check_failed_join(rank, size):
+    """A join that fails (the others called save_states(), a fence the joined
+    rank went on without) ends the rank's join: its later calls count as
+    its own, not stood in for."""
+    (optimizer, params), make, _, _ = CASES["sharded"]
+    net = build_net("failedjoin")
+    trainer = make(net, optimizer, params, "failedjoin")
+    forward_backward(net, *batch(0, rank))
+    trainer.step(BATCH)
+    mx.nd.waitall()
+    try:
+        if rank == size - 1:
+            hvd.join()
+        else:
+            trainer.save_states(f"/tmp/mxplugin-failed-join-{rank}.states")
+    except hvd.MismatchError as e:
+        assert "save_states() (it gathers" in str(e) and "join 'mxplugin.join'" in str(e), str(e)
+    else:
+        raise AssertionError(f"rank {rank}: save_states() with a joined rank did not fail")
+    if rank == size - 1:
+        # Behind the others' call on purpose: were this rank still taken as
+        # joined, theirs would complete without it (a sum of size - 1). With
+        # the join ended, they wait for it whatever the timing.
+        time.sleep(0.5)
+    for _ in range(2):
+        assert_close(hvd.allreduce(mx.nd.ones(2), op=hvd.Sum, name="failed.after"), np.full(2, size),
+                     what="every rank in the sum after the failed join")
+    say(f"rank {rank}: a failed join ends the join")
+
+
 def check_process_set(rank, size):
     """join() on a process set: its other members' calls on the set take
     the joined rank's zeros; ranks outside it are untouched."""
@@ -256,6 +287,8 @@ def main():
             check_horovod_pattern(rank, size)
         elif name == "sharded_join":
             check_sharded_needs_join_when_done(rank, size)
+        elif name == "failed_join":
+            check_failed_join(rank, size)
         elif name == "process_set":
             check_process_set(rank, size)
         elif name == "local_sgd":
