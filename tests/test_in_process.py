@@ -192,7 +192,7 @@ MISMATCHES = {
     "prescale": ("prescale", ["Mismatched prescale factor", "'t'"]),
     "root": ("root", ["Mismatched root rank", "'t'", "root 0", "root 1"]),
     "group size": ("group size", ["Mismatched group size", "2 tensor(s) in the call", "3 tensor(s) in the call"]),
-    "allgather rows": ("allgather rows", ["Mismatched shape", "'t'"]),
+    "allgather rows": ("allgather rows", ["Mismatched allgather", "'t'", "trailing dims (2,)", "trailing dims (3,)"]),
 }
 
 
