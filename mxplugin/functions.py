@@ -9,7 +9,7 @@ from mxplugin import basics
 from mxplugin.basics import global_process_set
 from mxplugin.errors import ArgumentError, PeerFailureError, values_by_rank
 from mxplugin.calls import refuse
-from mxplugin.ops import allgather, broadcast_
+from mxplugin.ops import Sum, allgather, allreduce, broadcast_
 
 try:
     import cloudpickle as _pickle
@@ -159,3 +159,29 @@ def _broadcast_after_init(param, root_rank, name):
             data.wait_to_read()  # one name per context: finish before reusing it
 
     param._init_impl = types.MethodType(init_then_broadcast, param)
+
+
+class RankTotals:
+    """Sums a fixed set of named float64 counters over the ranks, in one
+    small allreduce of a fixed name and shape: every call site that uses
+    one RankTotals meets the same call on every rank."""
+
+    def __init__(self, name, fields, process_set=global_process_set):
+        self.name = name
+        self.fields = tuple(fields)
+        self.process_set = process_set
+
+    def sum(self, **values):
+        """The sums over ranks of `values` (fields not given count 0)."""
+        local = np.array([float(values.get(f, 0.0)) for f in self.fields], dtype=np.float64)
+        return self.read(self.start(mx.nd.array(local, dtype="float64")))
+
+    def start(self, local):
+        """Starts summing `local`, a float64 NDArray with one entry per
+        field (it may still be being computed); read() waits for the sums."""
+        if self.process_set.size() == 1:
+            return local
+        return allreduce(local, op=Sum, name=self.name, process_set=self.process_set)
+
+    def read(self, pending):
+        return dict(zip(self.fields, pending.asnumpy()))

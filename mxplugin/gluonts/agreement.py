@@ -4,10 +4,10 @@ summed, stop votes joined, parameters made equal."""
 import mxnet as mx
 import numpy as np
 
-from mxplugin import basics, functions
+from mxplugin import functions
 from mxplugin.errors import MismatchError, values_by_rank
-from mxplugin.functions import allgather_object, first_parameter_difference
-from mxplugin.ops import Max, Sum, allreduce
+from mxplugin.functions import RankTotals, allgather_object, first_parameter_difference  # noqa: F401 (epochs.py)
+from mxplugin.ops import Max, allreduce
 
 
 def check_same_everywhere(what, values, name):
@@ -61,31 +61,6 @@ def make_parameters_identical(params, name):
     after = [d for p in params.values() for d in p.list_data()]
     local = max((float(mx.nd.max(mx.nd.abs(a - b)).asscalar()) for a, b in zip(after, before) if a.size), default=0.0)
     return float(allreduce(mx.nd.array([local], dtype="float64"), op=Max, name=name + ".drift").asscalar())
-
-
-class RankTotals:
-    """Sums a fixed set of named float64 counters over the ranks, in one
-    small allreduce of a fixed name and shape: every call site that uses
-    one RankTotals meets the same call on every rank."""
-
-    def __init__(self, name, fields):
-        self.name = name
-        self.fields = tuple(fields)
-
-    def sum(self, **values):
-        """The sums over ranks of `values` (fields not given count 0)."""
-        local = np.array([float(values.get(f, 0.0)) for f in self.fields], dtype=np.float64)
-        return self.read(self.start(mx.nd.array(local, dtype="float64")))
-
-    def start(self, local):
-        """Starts summing `local`, a float64 NDArray with one entry per
-        field (it may still be being computed); read() waits for the sums."""
-        if basics.size() == 1:
-            return local
-        return allreduce(local, op=Sum, name=self.name)
-
-    def read(self, pending):
-        return dict(zip(self.fields, pending.asnumpy()))
 
 
 def everyone_agrees(flag, name):

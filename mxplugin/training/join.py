@@ -14,7 +14,7 @@ weights (as PyTorch DDP's Join context shadows the others' allreduces).
 
 Before each step every rank adds [1, its batch size, step or
 allreduce_grads] (a shadowing rank: zeros) in one small blocking
-allreduce: its sum is how many ranks still train, their batch sizes, and
+allreduce (functions.RankTotals): its sum is how many ranks still train, their batch sizes, and
 which call they make, so a shadowing rank knows whether to step again,
 with which batch size and by which call, and every rank knows the divisor
 of this step's average. (allreduce_grads() comes before the batch size is
@@ -28,12 +28,9 @@ context at the same step.
 """
 import contextlib
 
-import mxnet as mx
-import numpy as np
-
 from mxplugin import basics
 from mxplugin.errors import ArgumentError
-from mxplugin.ops import Sum, allreduce
+from mxplugin.functions import RankTotals
 
 _STEP, _ALLREDUCE_GRADS = 1, 2  # the call the ranks still training make, in the round's third slot
 
@@ -46,7 +43,8 @@ class _Join:
         self.trainer = trainer
         self.initial = bool(divide_by_initial_size)
         self.process_set = process_set
-        self.name = name
+        self.totals = RankTotals(name, ("training", "batch", "call"), process_set)
+        self.batch_totals = RankTotals(name + ".batch", ("batch",), process_set)
         self.rounds = 0
         self.shadow_steps = 0  # steps this rank took on zero gradients
         self.active = None  # ranks that trained in the last round
@@ -57,19 +55,18 @@ class _Join:
     def _round(self, batch_size, call):
         """Sums [training, batch size, call] over the set; returns (ranks
         still training, their mean batch size, the call they make)."""
-        mine = [1.0, float(batch_size), float(call)] if call else [0.0, 0.0, 0.0]  # a shadow adds nothing
-        total = allreduce(mx.nd.array(mine, dtype="float64"), op=Sum, name=self.name,
-                          process_set=self.process_set).asnumpy()
+        mine = dict(training=1.0, batch=float(batch_size), call=float(call)) if call else {}  # a shadow adds nothing
+        total = self.totals.sum(**mine)
         self.rounds += 1
-        active = int(round(total[0]))
+        active = int(round(total["training"]))
         self.active = active
         if active == 0:
             return 0, 0.0, 0
-        calls = int(round(total[2]))
+        calls = int(round(total["call"]))
         if calls not in (active * _STEP, active * _ALLREDUCE_GRADS):
             raise ArgumentError("join_when_done: the ranks still training called step() and allreduce_grads() "
                                 "in the same round; every rank must make the same call each iteration")
-        return active, total[1] / active, calls // active
+        return active, total["batch"] / active, calls // active
 
     def _scaled(self, batch_size, active):
         """The batch size that makes the trainer's average over the set's
@@ -86,9 +83,7 @@ class _Join:
         """allreduce_grads() comes before the batch size is known: update()
         tells it the shadowing ranks in a round of its own; returns the
         mean batch size of the `active` ranks still training."""
-        total = allreduce(mx.nd.array([float(batch_size)], dtype="float64"), op=Sum, name=self.name + ".batch",
-                          process_set=self.process_set).asnumpy()
-        return total[0] / active
+        return self.batch_totals.sum(batch=float(batch_size))["batch"] / active
 
     def allreduce_grads(self):
         active, _, _ = self._round(0.0, _ALLREDUCE_GRADS)
