@@ -21,10 +21,7 @@ Controller::Controller(ControlPlane* comm, const Config& config, const Logger* l
 }
 
 void Controller::Submit(const RequestMeta& meta, Clock::time_point now) {
-  // While the coordinator wants full rounds (the last plan said so, alike
-  // on every rank), a cached request would only wait for the plan that
-  // sends it in full.
-  int bit = ResponseCache::Cacheable(meta.op) && !full_rounds_ ? cache_.Lookup(meta) : -1;
+  int bit = ResponseCache::Cacheable(meta.op) ? cache_.Lookup(meta) : -1;
   if (bit >= 0) {
     cached_pending_[bit] = Pending{meta, now};
   } else {
@@ -131,7 +128,6 @@ Status Controller::RunRound(bool want_shutdown, bool i_failed, std::vector<Respo
   if (!st.ok()) return st;
   RoundPlan plan = ParsePlan(plan_bytes);
 
-  full_rounds_ = plan.full_rounds;
   if (plan.full_rounds) {  // Notes [Fences], [Joined ranks]: the coordinator must see them
     for (auto& kv : cached_pending_) outbox_.push_back(kv.second.meta);
     cached_pending_.clear();

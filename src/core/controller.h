@@ -52,7 +52,6 @@ class Controller {
   std::vector<RequestMeta> outbox_;      // uncached, not yet sent to the coordinator
   std::map<int, Pending> cached_pending_;  // by cache bit
   std::map<std::string, RequestMeta> sent_;  // sent to the coordinator, awaiting a response
-  bool full_rounds_ = false;  // the last plan's RoundPlan::full_rounds
 };
 
 }  // namespace mxplugin
