@@ -65,7 +65,10 @@ def main():
     h = core.enqueue([m.Op("bench.nccl_id", m.OP_BROADCAST, m.DTYPES["int8"], [uid.size], uid.ctypes.data,
                            uid.ctypes.data)], 0)
     h.wait()
-    raw = nccl.NcclCommunicator(size, tuple(int(b) for b in uid), rank)
+    try:  # CuPy 14 takes the id as bytes, CuPy 13 as a tuple of ints
+        raw = nccl.NcclCommunicator(size, uid.tobytes(), rank)
+    except TypeError:
+        raw = nccl.NcclCommunicator(size, tuple(int(b) for b in uid), rank)
 
     grads = [cp.ones(n, dtype=cp.float32) for n in RESNET50_SHAPES]
     total = sum(RESNET50_SHAPES)

@@ -24,6 +24,7 @@ from mpi_harness import rank_env
 from powersgd_report import powersgd_section, powersgd_targets
 from report_multi_host import multi_host_section
 from gluonts_report import gluonts_section, gluonts_target
+from gpu_report import gpu_section
 from latency import report_section as latency_section
 from tp_small import report_section as tp_small_section
 from autotune import report_section as autotune_section
@@ -358,44 +359,13 @@ def report():
     lines += gluonts_section(read_result("gluonts_deepar.json"))
     lines += multi_host_section(read_result("multi_host.json"), DOCS)
     lines += powersgd_section(read_result, DOCS)
-    lines += _gpu_section(read_result("gpu_kernels.json"), read_result("gpu_allreduce.json"))
+    lines += gpu_section(DOCS)
     lines += sharding_section(read_result)
     lines += mpi_variants_section(read_result("mpi_variants.json"), DOCS)
     lines += fault_timings_section(read_result("fault_timings.json"))
     with open(os.path.join(DOCS, "benchmarks.md"), "w") as f:
         f.write("\n".join(lines))
     print("wrote docs/benchmarks.md")
-
-
-def _gpu_section(kernels, allreduce):
-    """The GPU benchmarks, which run_all does not start (they need a GPU):
-    rendered when their results are present, else how to produce them."""
-    lines = ["## GPU (`bench/gpu_kernels.py`, `bench/gpu_allreduce.py`)", ""]
-    if not kernels and not allreduce:
-        return lines + [
-            "Not measured yet: no session so far had a GPU. On a GPU machine with CuPy and a build with NCCL:",
-            "`python bench/gpu_kernels.py` (scale and batched-copy kernels against a device-to-device",
-            "`cudaMemcpyAsync` in the same run; target >= 0.9 of it for 64 MB and more) and",
-            "`mxplugin-run -np <GPUs> python bench/gpu_allreduce.py` (grouped and per-tensor allreduce",
-            "through the core against one raw `ncclAllReduce` of the same bytes), then",
-            "`python bench/run_all.py --report`.", ""]
-    if kernels:
-        lines += [f"Kernels on {kernels['gpu']}: bandwidth (read + write) as a ratio to `cudaMemcpyAsync` "
-                  f"device to device, target >= {kernels['target_ratio_to_memcpy']}.", "",
-                  "| dtype | MB | case | ratio to memcpy |", "|---|---|---|---|"]
-        for c in kernels["cases"]:
-            if c["case"] != "memcpy":
-                lines.append(f"| {c['dtype']} | {c['size_mb']} | {c['case']} | {c['ratio_to_memcpy']:.3f} |")
-        lines.append("")
-    if allreduce:
-        m, r = allreduce["median_seconds"], allreduce["ratio_to_reference"]
-        lines += [f"Allreduce on {allreduce['gpu']}, {allreduce['ranks']} rank(s), {allreduce['tensors']} tensors, "
-                  f"{allreduce['bytes'] / 1e6:.1f} MB, MXPLUGIN_NUM_STREAMS={allreduce['num_streams']}:", "",
-                  "| method | median | ratio to raw NCCL |", "|---|---|---|"]
-        for k in ("reference", "grouped", "per_tensor"):
-            lines.append(f"| {k} | {m[k] * 1e3:.2f} ms | {r[k]:.3f} |")
-        lines.append("")
-    return lines
 
 
 def main():
