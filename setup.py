@@ -144,6 +144,9 @@ if NCCL:
 if CUDA:
     NVCCFLAGS += [f"-gencode=arch=compute_{a},code=sm_{a}" for a in CUDA["archs"]]
     NVCCFLAGS += [f"-gencode=arch=compute_{CUDA['archs'][-1]},code=compute_{CUDA['archs'][-1]}"]
+    # Volta and newer take 32,764 bytes of kernel arguments (CUDA 12.1 on): Note [Descriptors per launch]
+    if min(int(a) for a in CUDA["archs"]) >= 70:
+        NVCCFLAGS += ["-DMXPLUGIN_CUDA_LARGE_KERNEL_ARGS=1"]
     if os.environ.get("CUDAHOSTCXX"):
         NVCCFLAGS += ["-ccbin", os.environ["CUDAHOSTCXX"]]
 

@@ -39,13 +39,15 @@ Status CopyAndScale(void* dst, const void* src, int64_t count, DataType dtype, d
 Status ScaleInPlace(void* data, int64_t count, DataType dtype, double factor, void* stream);
 
 // Every descriptor's copy, all of one dtype, in as few launches as the kernel
-// parameter space allows (kMaxCopiesPerLaunch descriptors each). The
+// parameter space allows (CopiesPerLaunch() descriptors each). The
 // descriptors are read on the host during the call and need not outlive it.
 Status BatchedCopyAndScale(const CopyDescriptor* copies, int64_t n, DataType dtype, void* stream);
 
 // How many descriptors one launch of the batched kernel carries (they travel
-// as a kernel argument, which stays under the 4 KiB every driver accepts).
-constexpr int kMaxCopiesPerLaunch = 64;
+// as a kernel argument): 600 where the build and the driver allow 32,764
+// bytes of arguments, else 64, within the 4 KiB every driver accepts
+// (Note [Descriptors per launch] in scale_kernels.cu).
+int CopiesPerLaunch();
 
 }  // namespace cuda
 }  // namespace mxplugin
