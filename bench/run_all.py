@@ -24,7 +24,7 @@ from mpi_harness import rank_env
 from powersgd_report import powersgd_section, powersgd_targets
 from report_multi_host import multi_host_section
 from gluonts_report import gluonts_section, gluonts_target
-from gpu_report import gpu_section
+from report_gpu import gpu_section
 from latency import report_section as latency_section
 from tp_small import report_section as tp_small_section
 from autotune import report_section as autotune_section

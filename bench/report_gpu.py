@@ -46,23 +46,22 @@ def gpu_section(docs):
         return lines + ["Not measured yet. On a GPU machine: `python3 gpu/run_gpu_suite.py` (README, Testing on a "
                         "GPU machine), then copy its results file and log to `bench/results/gpu/` as `suite.json` "
                         "(the tests) and `benchmarks.json` (the benchmarks).", ""]
-    for what, result in (("Tests", suite), ("Benchmarks", bench)):
+    for what, result in (("The whole GPU command", suite), ("Benchmarks and the tests run with them", bench)):
         if not result:
             continue
         env = result["environment"]
         s = env["summary"]
-        lines.append(f"{what}: {s['gpu']}, driver {s['driver']}, CUDA {s['cuda_toolkit']} (runtime {s['cuda_runtime']}),"
-                     f" NCCL {s['nccl']}, commit {env['git']['commit'][:7]}"
-                     f"{' + working-tree changes' if env['git']['changed_files'] else ''}, {result['started']}.")
-    lines.append("")
-    if suite:
-        lines += ["| test file | passed | failed | skipped | seconds |", "|---|---|---|---|---|"]
-        for name, t in suite["tests"].items():
+        lines += [f"{what}: {s['gpu']}, driver {s['driver']}, CUDA {s['cuda_toolkit']} (runtime {s['cuda_runtime']}),"
+                  f" NCCL {s['nccl']}, commit {env['git']['commit'][:7]}"
+                  f"{' + working-tree changes' if env['git']['changed_files'] else ''}, {result['started']}.", "",
+                  "| test file | passed | failed | skipped | seconds |", "|---|---|---|---|---|"]
+        for name, t in result["tests"].items():
             reasons = "; ".join(f"{k} ({v})" for k, v in t["skip_reasons"].items())
             lines.append(f"| `{name}` | {t['passed']} | {t['failed'] + t['errors']} | {t['skipped']}"
                          f"{' (' + reasons + ')' if reasons else ''} | {t['seconds']:.1f} |")
-        lines += ["", "2 and 3 NCCL ranks share the one GPU as fake hosts (GPU.md); `test_gpu_mxnet.py` needs a "
-                  "CUDA build of MXNet, which cannot run there (no sm_90 code).", ""]
+        lines.append("")
+    lines += ["2 and 3 NCCL ranks share the one GPU as fake hosts (GPU.md); `test_gpu_mxnet.py` needs a CUDA build of "
+              "MXNet, which cannot run there (no sm_90 code).", ""]
     figures = {k: v["figures"] for k, v in (bench or {}).get("benchmarks", {}).items() if v.get("figures")}
     kernels = figures.get("gpu_kernels")
     if kernels:
@@ -76,6 +75,19 @@ def gpu_section(docs):
             lines.append(f"| {c['dtype']} | {c['size_mb']} | {c['case']} | {c['gb_per_s']:.0f} | "
                          f"{c['ratio_to_memcpy']:.3f} | {c.get('host_enqueue_s', 0) * 1e6:.1f} µs |")
         lines.append("")
+        before = ((_read("benchmarks_64_per_launch.json") or {}).get("benchmarks", {}).get("gpu_kernels") or {})
+        if before.get("figures"):
+            old = {(c["dtype"], c["size_mb"], c["case"]): c["ratio_to_memcpy"] for c in before["figures"]["cases"]}
+            lines += ["The batched copies before Note [Descriptors per launch] (64 descriptors a launch, so three "
+                      "launches for 161 tensors; `benchmarks_64_per_launch.json`, same GPU model, same benchmark) "
+                      "and now (one launch, commit c432056, which the device run carried as working-tree changes):", "",
+                      "| dtype | MB | case | ratio, 64 a launch | ratio, one launch |", "|---|---|---|---|---|"]
+            for c in kernels["cases"]:
+                key = (c["dtype"], c["size_mb"], c["case"])
+                if c["case"].startswith("batched") and key in old:
+                    lines.append(f"| {c['dtype']} | {c['size_mb']} | {c['case']} | {old[key]:.3f} | "
+                                 f"{c['ratio_to_memcpy']:.3f} |")
+            lines.append("")
         plot = _kernel_plot(kernels["cases"], target, docs)
         if plot:
             lines += [f"![CUDA kernels against memcpy]({plot})", ""]
