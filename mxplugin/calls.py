@@ -39,8 +39,23 @@ def base_name(kind, name, process_set=global_process_set):
     return f"{kind}.{name}"
 
 
-def group_names(base, n):
-    return [base] if n == 1 else [f"{base}_{i + 1}of{n}" for i in range(n)]
+_group_names = {}  # (base, n) -> the names of a named grouped call's tensors
+_GROUP_NAMES_KEPT = 1024
+
+
+def group_names(base, n, named):
+    """The names of a grouped call's n tensors. A named call's (`named`: the
+    user gave the name) repeat every step and are kept, up to
+    _GROUP_NAMES_KEPT calls: making 50 of them took 10 us of a 4 KB x 50
+    grouped allreduce's 90 us push. The list is shared: callers only read it."""
+    if n == 1:
+        return [base]
+    names = _group_names.get((base, n)) if named else None
+    if names is None:
+        names = [f"{base}_{i + 1}of{n}" for i in range(n)]
+        if named and len(_group_names) < _GROUP_NAMES_KEPT:
+            _group_names[(base, n)] = names
+    return names
 
 
 def check_array(tensor, what="tensor"):

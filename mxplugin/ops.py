@@ -96,9 +96,9 @@ def _push_allreduce(tensors, outputs, base, op, prescale_factor, postscale_facto
     reduce = _reduce_code(op)
     priority = calls.check_priority(priority)
     core = basics._core()
-    core.enqueue_mxnet_arrays(calls.core_module().OP_ALLREDUCE, tensors, outputs,
-                              calls.group_names(base, len(tensors)), reduce, pre, post, calls.set_id(process_set),
-                              priority, calls.group_key(base, name))
+    names = calls.group_names(base, len(tensors), name is not None)
+    core.enqueue_mxnet_arrays(calls.core_module().OP_ALLREDUCE, tensors, outputs, names, reduce, pre, post,
+                              calls.set_id(process_set), priority, calls.group_key(base, name))
 
 
 def _check_empty_call(process_set, priority, op=None, prescale_factor=1.0, postscale_factor=1.0):
@@ -235,7 +235,7 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
         calls.set_id(process_set)
         calls.check_priority(priority)
         group = calls.group_key(base, name)
-        names = calls.group_names(base, len(arrays))
+        names = calls.group_names(base, len(arrays), name is not None)
         key = host_allgather.key(process_set, name)
         if host_allgather.fits([host_allgather.checked(t, f"tensor {i}") for i, t in enumerate(arrays)], key):
             codes = [_describe(t, f"tensor {i}")[0] for i, t in enumerate(arrays)]
@@ -364,7 +364,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0, process_se
             return arrays
         pre, post = calls.check_scale(prescale_factor, postscale_factor)
         calls.set_id(process_set)
-        names = calls.group_names(base, len(arrays))
+        names = calls.group_names(base, len(arrays), name is not None)
         results = [_reducescatter_entry(t, names[i], op, pre, post, process_set, i) for i, t in enumerate(arrays)]
         calls.push([e for _, e in results], process_set, priority, calls.group_key(base, name))
         return [o for o, _ in results]
