@@ -27,7 +27,6 @@ _gathered = {}  # (process set id, call name) -> bytes its last call gathered
 _MOST_NAMES = 4096  # forget them all beyond this many (a fresh start, alike on every rank)
 
 
-
 def key(process_set, name):
     """What a call is remembered by: its set and the user's name (None: unnamed)."""
     return process_set.process_set_id, name
@@ -88,4 +87,3 @@ def allgather(tensors, names, dtypes, process_set, priority, group, key):
         total += nbytes
     gathered(key, total)
     return outputs
-

@@ -204,8 +204,6 @@ def _allgather_output(tensor, name, process_set, group, index=None):
     return output, calls.record(name, m.OP_ALLGATHER, tensor, output, dtype, device, shape, out_shape=out_shape)
 
 
-
-
 def allgather(tensor, name=None, priority=0, process_set=global_process_set):
     """Concatenates every rank's `tensor` along the first dimension (which may
     differ per rank; the other dimensions must agree)."""

@@ -6,7 +6,7 @@ import numpy as np
 
 from mxplugin import functions
 from mxplugin.errors import MismatchError, values_by_rank
-from mxplugin.functions import RankTotals, allgather_object, first_parameter_difference  # noqa: F401 (epochs.py)
+from mxplugin.functions import RankTotals, allgather_object, first_parameter_difference
 from mxplugin.ops import Max, allreduce
 
 

@@ -51,7 +51,8 @@ from gluonts.exceptions import GluonTSDataError
 from gluonts.gluonts_tqdm import tqdm
 
 from mxplugin import basics
-from mxplugin.gluonts.agreement import RankTotals, broadcast_parameters, check_parameters_agree
+from mxplugin.functions import RankTotals
+from mxplugin.gluonts.agreement import broadcast_parameters, check_parameters_agree
 
 logger = logging.getLogger("gluonts").getChild("trainer")
 
