@@ -74,7 +74,9 @@ def set_id(process_set):
 
 def record(name, op_type, tensor, output, dtype, device, shape, **fields):
     """The binding's Op record for NDArrays `tensor` -> `output` (handles;
-    the C++ adapter takes its own references during the enqueue call)."""
+    the C++ adapter takes its own references during the enqueue call, so
+    the caller keeps both arrays alive until push(): a legacy view made of
+    a NumPy-interface array for the call (array_kinds.legacy) included)."""
     return core_module().Op(name, op_type, dtype, shape, tensor.handle.value, output.handle.value, device=device,
                             **fields)
 

@@ -1,13 +1,15 @@
 """Collectives on MXNet NDArrays, with horovod.mxnet's names, signatures and
 defaults. Each call pushes one asynchronous op into MXNet's engine (input as a
 read dependency, output as a write dependency); reading the result
-(asnumpy(), wait_to_read()) is the only synchronisation needed."""
+(asnumpy(), wait_to_read()) is the only synchronisation needed. Every call
+takes legacy and NumPy-interface arrays alike and returns the caller's kind
+(Note [Array kinds] in array_kinds.py)."""
 import warnings
 
 import mxnet as mx
 import numpy as np
 
-from mxplugin import basics, calls, exchange, host_allgather
+from mxplugin import array_kinds, basics, calls, exchange, host_allgather
 from mxplugin.basics import global_process_set
 from mxplugin.errors import ArgumentError
 
@@ -35,16 +37,26 @@ _base_name, _core_module, _push, _record, _set_id = (calls.base_name, calls.core
 
 def _dtype_code_of(dtype):
     """The core's code of an NDArray dtype, None if the core has none. The
-    codes come from the binding (their one definition is src/common/codes.h);
-    NumPy has no bfloat16: MXNet gives its arrays the dtype BFLOAT16."""
+    codes come from the binding (their one definition is src/common/codes.h).
+    MXNet hands dtypes out in two forms: a legacy NDArray's is a NumPy type
+    (np.float32), a NumPy-interface array's a numpy.dtype instance; both are
+    keys (they hash differently). NumPy has no bfloat16: MXNet gives its
+    arrays the dtype BFLOAT16."""
     if not _dtype_by_type:
         for name, code in calls.core_module().DTYPES.items():
             try:
                 _dtype_by_type[np.dtype(name).type] = code
+                _dtype_by_type[np.dtype(name)] = code
             except TypeError:
                 pass
         _dtype_by_type[BFLOAT16] = calls.core_module().DTYPES["bfloat16"]
-    return _dtype_by_type.get(dtype)
+    code = _dtype_by_type.get(dtype)
+    if code is None and isinstance(dtype, str):  # a name ("float32"), as some callers pass
+        try:
+            code = _dtype_by_type.get(np.dtype(dtype))
+        except TypeError:
+            return None
+    return code
 
 
 def _reduce_code(op):
@@ -81,7 +93,7 @@ def _describe(tensor, what="tensor"):
     calls.check_array(tensor, what)
     code = _dtype_code_of(tensor.dtype)
     if code is None:
-        supported = sorted("bfloat16" if t is BFLOAT16 else np.dtype(t).name for t in _dtype_by_type)
+        supported = sorted({"bfloat16" if t is BFLOAT16 else np.dtype(t).name for t in _dtype_by_type})
         raise TypeError(f"{what}: dtype {np.dtype(tensor.dtype).name} is not supported "
                         f"(use one of {supported})")
     return code, calls.core_module().CPU_DEVICE, list(tensor.shape)
@@ -124,9 +136,9 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0, 
         reduce = _resolve_op(average, op)
         calls.check_array(tensor)
         output = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
-        _push_allreduce([tensor], [output], base, reduce, prescale_factor, postscale_factor, process_set, priority,
-                        name)
-        return output
+        _push_allreduce([array_kinds.legacy(tensor)], [output], base, reduce, prescale_factor, postscale_factor,
+                        process_set, priority, name)
+        return array_kinds.like(tensor, output)
     return calls.submit("allreduce", name, process_set, body)
 
 
@@ -136,7 +148,8 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     def body(base):
         reduce = _resolve_op(average, op)
         calls.check_array(tensor)
-        _push_allreduce([tensor], [tensor], base, reduce, prescale_factor, postscale_factor, process_set, priority,
+        view = array_kinds.legacy(tensor)
+        _push_allreduce([view], [view], base, reduce, prescale_factor, postscale_factor, process_set, priority,
                         name)
         return tensor
     return calls.submit("allreduce", name, process_set, body)
@@ -152,9 +165,9 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
             _check_empty_call(process_set, priority, reduce, prescale_factor, postscale_factor)
             return arrays
         outputs = [mx.nd.empty(t.shape, ctx=t.context, dtype=t.dtype) for t in arrays]
-        _push_allreduce(arrays, outputs, base, reduce, prescale_factor, postscale_factor, process_set, priority,
-                        name)
-        return outputs
+        _push_allreduce(array_kinds.legacy_list(arrays), outputs, base, reduce, prescale_factor, postscale_factor,
+                        process_set, priority, name)
+        return array_kinds.like_each(arrays, outputs)
     return calls.submit("allreduce", name, process_set, body)
 
 
@@ -168,7 +181,8 @@ def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_fa
             _check_empty_call(process_set, priority, reduce, prescale_factor, postscale_factor)
             return tensors
         calls.check_distinct(arrays)
-        _push_allreduce(arrays, arrays, base, reduce, prescale_factor, postscale_factor, process_set, priority,
+        views = array_kinds.legacy_list(arrays)
+        _push_allreduce(views, views, base, reduce, prescale_factor, postscale_factor, process_set, priority,
                         name)
         return tensors if isinstance(tensors, (list, tuple)) else arrays
     return calls.submit("allreduce", name, process_set, body)
@@ -207,20 +221,24 @@ def _allgather_output(tensor, name, process_set, group, index=None):
 def allgather(tensor, name=None, priority=0, process_set=global_process_set):
     """Concatenates every rank's `tensor` along the first dimension (which may
     differ per rank; the other dimensions must agree)."""
-    def body(base):
-        calls.check_array(tensor)
-        calls.set_id(process_set)
-        calls.check_priority(priority)
-        group = calls.group_key(base, name)
-        key = host_allgather.key(process_set, name)
-        if host_allgather.fits([host_allgather.checked(tensor)], key):
-            return host_allgather.allgather([tensor], [base], [_describe(tensor)[0]], process_set, priority, group,
-                                            key)[0]
-        output, entry = _allgather_output(tensor, base, process_set, group)
-        host_allgather.gathered(key, output.size * np.dtype(output.dtype).itemsize)
-        calls.push([entry], process_set, priority, group)
-        return output
-    return calls.submit("allgather", name, process_set, body)
+    return array_kinds.like(tensor, calls.submit("allgather", name, process_set,
+                                                 lambda base: _allgather(array_kinds.legacy(tensor), base, name,
+                                                                         priority, process_set)))
+
+
+def _allgather(tensor, base, name, priority, process_set):
+    calls.check_array(tensor)
+    calls.set_id(process_set)
+    calls.check_priority(priority)
+    group = calls.group_key(base, name)
+    key = host_allgather.key(process_set, name)
+    if host_allgather.fits([host_allgather.checked(tensor)], key):
+        return host_allgather.allgather([tensor], [base], [_describe(tensor)[0]], process_set, priority, group,
+                                        key)[0]
+    output, entry = _allgather_output(tensor, base, process_set, group)
+    host_allgather.gathered(key, output.size * np.dtype(output.dtype).itemsize)
+    calls.push([entry], process_set, priority, group)
+    return output
 
 
 def grouped_allgather(tensors, name=None, priority=0, process_set=global_process_set):
@@ -230,6 +248,9 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
         if not arrays:
             _check_empty_call(process_set, priority)
             return arrays
+        return array_kinds.like_each(arrays, gather(array_kinds.legacy_list(arrays), base))
+
+    def gather(arrays, base):
         calls.set_id(process_set)
         calls.check_priority(priority)
         group = calls.group_key(base, name)
@@ -260,16 +281,18 @@ def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_proce
     def body(base):
         calls.check_array(tensor)
         output = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
-        calls.push([_broadcast_entry(tensor, output, root_rank, base)], process_set, priority,
+        view = array_kinds.legacy(tensor)  # alive until pushed: the Op record holds its bare handle
+        calls.push([_broadcast_entry(view, output, root_rank, base)], process_set, priority,
                    calls.group_key(base, name))
-        return output
+        return array_kinds.like(tensor, output)
     return calls.submit("broadcast", name, process_set, body)
 
 
 def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
     """In-place broadcast from root_rank; returns `tensor`."""
     def body(base):
-        calls.push([_broadcast_entry(tensor, tensor, root_rank, base)], process_set, priority,
+        view = array_kinds.legacy(tensor)
+        calls.push([_broadcast_entry(view, view, root_rank, base)], process_set, priority,
                    calls.group_key(base, name))
         return tensor
     return calls.submit("broadcast", name, process_set, body)
@@ -280,8 +303,10 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     concatenates what every rank sends here. Without splits the first
     dimension is divided evenly (it must be divisible by the set's size).
     Returns the output, or (output, received_splits) when splits are given."""
-    return calls.submit("alltoall", name, process_set,
-                   lambda base: _alltoall(tensor, splits, base, calls.group_key(base, name), priority, process_set))
+    return array_kinds.like(tensor, calls.submit(
+        "alltoall", name, process_set,
+        lambda base: _alltoall(array_kinds.legacy(tensor), splits, base, calls.group_key(base, name), priority,
+                               process_set)))
 
 
 def _alltoall(tensor, splits, base, group, priority, process_set):
@@ -345,9 +370,10 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
         _check_reducescatter_op(op)
         pre, post = calls.check_scale(prescale_factor, postscale_factor)
         calls.set_id(process_set)
-        output, entry = _reducescatter_entry(tensor, base, op, pre, post, process_set)
+        view = array_kinds.legacy(tensor)  # alive until pushed: the Op record holds its bare handle
+        output, entry = _reducescatter_entry(view, base, op, pre, post, process_set)
         calls.push([entry], process_set, priority, calls.group_key(base, name))
-        return output
+        return array_kinds.like(tensor, output)
     return calls.submit("reducescatter", name, process_set, body)
 
 
@@ -363,9 +389,10 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0, process_se
         pre, post = calls.check_scale(prescale_factor, postscale_factor)
         calls.set_id(process_set)
         names = calls.group_names(base, len(arrays), name is not None)
-        results = [_reducescatter_entry(t, names[i], op, pre, post, process_set, i) for i, t in enumerate(arrays)]
+        views = array_kinds.legacy_list(arrays)  # alive until pushed: the Op records hold bare handles
+        results = [_reducescatter_entry(t, names[i], op, pre, post, process_set, i) for i, t in enumerate(views)]
         calls.push([e for _, e in results], process_set, priority, calls.group_key(base, name))
-        return [o for o, _ in results]
+        return array_kinds.like_each(arrays, [o for o, _ in results])
     return calls.submit("reducescatter", name, process_set, body)
 
 

@@ -19,6 +19,7 @@ import threading
 import mxnet as mx
 
 import mxplugin as hvd
+from mxplugin import array_kinds
 from mxplugin.elastic import client as _client
 
 
@@ -178,7 +179,11 @@ class GluonState(ObjectState):
     def apply(self, snapshot):
         super().apply(snapshot)
         for name, p in self._params().items():
-            p.set_data(mx.nd.array(snapshot["params"][name], dtype=p.dtype))
+            # The kind the parameter's arrays are (Note [Array kinds]): NumPy-interface
+            # arrays refuse assignment from legacy ones.
+            values = mx.nd.array(snapshot["params"][name], dtype=p.dtype)
+            p.set_data(values.as_np_ndarray() if array_kinds.is_numpy(p._data[0] if p._data else None) or
+                       (p._data is None and mx.util.is_np_array()) else values)
         load_trainer_states(self.trainer, snapshot["trainer"])
         self._applied_trainer = snapshot["trainer"]
 

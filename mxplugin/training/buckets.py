@@ -41,6 +41,8 @@ import mxnet as mx
 from mxnet import autograd
 from mxnet.gluon import HybridBlock
 
+from mxplugin import array_kinds
+
 _log = logging.getLogger(__name__)
 
 # Optimizers whose update of an element depends only on that element (and the
@@ -110,18 +112,26 @@ class Bucket:
         self.compressed = False     # reduced member by member by PowerSGD, not as a whole
         self.state = None           # flat optimizer state (fused updates)
         self.param_states = {}      # index -> state views (or own states, per-parameter updates)
-        self.weights = [p.data() for _, p in entries]
+        # Note [Array kinds] (mxplugin/array_kinds.py): the parameters' own
+        # arrays (`data`, `_grads`: what Gluon and autograd see, NumPy-interface
+        # arrays under npx.set_np()) and legacy views of the same memory
+        # (`weights`, `grad_views`), which every operator of ours runs on.
+        self.data = [p.data() for _, p in entries]
+        self.weights = array_kinds.legacy_list(self.data)
         self.mults = [(p.lr_mult, p.wd_mult) for _, p in entries]
         self._grads = []
-        for (index, p), (a, b), w in zip(entries, self.offsets, self.weights):
-            g = self.grad[a:b].reshape(p.shape)
+        self.grad_views = []
+        for (index, p), (a, b), w in zip(entries, self.offsets, self.data):
+            view = self.grad[a:b].reshape(p.shape)
+            g = array_kinds.like(w, view)
             fresh = w._fresh_grad
             if p._grad is not None:
-                g[:] = p.grad()
+                view[:] = array_kinds.legacy(p.grad())
             p._grad[0] = g
             autograd.mark_variables([w], [g], p.grad_req)
             w._fresh_grad = fresh  # a layout built between backward and update keeps the gradient
             self._grads.append(g)
+            self.grad_views.append(view)
 
     @property
     def index(self):
@@ -132,7 +142,7 @@ class Bucket:
         """False once Gluon has replaced a member's arrays (re-initialisation,
         reset_ctx, ...) or a member's lr_mult/wd_mult changed (freezing layers
         mid-training): then the layout must be rebuilt."""
-        for (_, p), w, g, mults in zip(self.entries, self.weights, self._grads, self.mults):
+        for (_, p), w, g, mults in zip(self.entries, self.data, self._grads, self.mults):
             if p._data is None or p._grad is None or p._data[0] is not w or p._grad[0] is not g:
                 return False
             if (p.lr_mult, p.wd_mult) != mults:
@@ -149,7 +159,8 @@ class Bucket:
                 self.param_states[index] = slice_state(self.state, a, b, p.shape)
         else:
             for index, p in self.entries:
-                self.param_states[index] = optimizer.create_state_multi_precision(index, p.data())
+                self.param_states[index] = optimizer.create_state_multi_precision(index,
+                                                                                   array_kinds.legacy(p.data()))
 
 
 class Layout:
@@ -187,15 +198,17 @@ class Layout:
             self.buckets.extend(cut)
         for b in self.buckets if bucket_states else ():
             b.create_states(optimizer, self.fused)
-        self.local_states = {index: optimizer.create_state_multi_precision(index, p.data())
+        self.local_states = {index: optimizer.create_state_multi_precision(index, array_kinds.legacy(p.data()))
                              for index, p in self.local}
         # Every bucket member, flat, for the per-step check (Note [Static
         # graphs keep their gradients]).
-        self._members = [(p, w, g) for b in self.buckets for (_, p), w, g in zip(b.entries, b.weights, b._grads)]
-        self._member_weights = [w for _, w, _ in self._members]
-        self._member_views = [g for _, _, g in self._members]
+        # (parameter, its weight array, its gradient array, the legacy view of that gradient)
+        self._members = [(p, w, g, view) for b in self.buckets
+                         for (_, p), w, g, view in zip(b.entries, b.data, b._grads, b.grad_views)]
+        self._member_weights = [w for _, w, _, _ in self._members]
+        self._member_views = [view for _, _, _, view in self._members]
         self.copied = 0  # member gradients copied into buckets because backward wrote elsewhere
-        released = release_cached_graphs([p for p, _, _ in self._members], static_shape_only=True)
+        released = release_cached_graphs([p for p, _, _, _ in self._members], static_shape_only=True)
         if released:
             _log.debug("gradient buckets replaced the gradients of blocks hybridized with static_shape=True; "
                        "released their cached graphs so the next call binds the buckets: %s", ", ".join(released))
@@ -227,18 +240,18 @@ class Layout:
         if all(bound):
             return 0
         stray = [m for m, ok in zip(self._members, bound) if not ok]
-        for p, w, view in stray:
+        for p, w, g, view in stray:
             written = w.grad
             if written is not None:
-                view[:] = written.reshape(view.shape)
+                view[:] = array_kinds.legacy(written).reshape(view.shape)
             fresh = w._fresh_grad
-            autograd.mark_variables([w], [view], p.grad_req)
+            autograd.mark_variables([w], [g], p.grad_req)
             w._fresh_grad = fresh
         self.copied += len(stray)
-        released = release_cached_graphs([p for p, _, _ in stray], static_shape_only=False)
+        released = release_cached_graphs([p for p, _, _, _ in stray], static_shape_only=False)
         _log.debug("copy path: backward wrote the gradients of %d parameter(s) (%s%s) outside their buckets; "
                    "copied them in for this step, marked the weights with the bucket views again and released "
-                   "the cached graphs of %s", len(stray), ", ".join(p.name for p, _, _ in stray[:3]),
+                   "the cached graphs of %s", len(stray), ", ".join(p.name for p, _, _, _ in stray[:3]),
                    ", ..." if len(stray) > 3 else "", ", ".join(released) or "no block")
         return len(stray)
 

@@ -32,18 +32,22 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
         self._num_groups = num_groups
         self._process_set = process_set
 
+    _OWN = frozenset({"_optimizer", "_predivide", "_num_groups", "_process_set"})
+
     def __getattr__(self, item):
         return getattr(self._optimizer, item)
 
-    # gluon.Trainer sets rescale_grad (scale / batch_size) on the optimizer it
-    # holds at every step: it must reach the wrapped one, which updates.
-    @property
-    def rescale_grad(self):
-        return self._optimizer.rescale_grad
-
-    @rescale_grad.setter
-    def rescale_grad(self, value):
-        self._optimizer.rescale_grad = value
+    def __setattr__(self, name, value):
+        """Everything but the wrapper's own fields is set on the wrapped
+        optimizer, which updates: gluon.Trainer sets param_dict (through
+        which Parameters' lr_mult and wd_mult reach the update) once and
+        rescale_grad (scale / batch_size) every step on the optimizer it
+        holds. Set on the wrapper, param_dict was lost: lr_mult and wd_mult
+        were ignored (found comparing with gluon.Trainer at lr_mult 0.5)."""
+        if name in self._OWN:
+            object.__setattr__(self, name, value)
+        else:
+            setattr(self._optimizer, name, value)
 
     def create_state_multi_precision(self, index, weight):
         return self._optimizer.create_state_multi_precision(index, weight)

@@ -198,7 +198,7 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
             self._shards.reduce_scatter(self._predivide)
         compressed = [b for b in layout.buckets if b.compressed]
         if compressed and not self._powersgd.in_warmup():
-            self._powersgd.reduce([(index, p.grad()) for b in compressed for index, p in b.entries],
+            self._powersgd.reduce([(index, g) for b in compressed for (index, _), g in zip(b.entries, b.grad_views)],
                                   self._process_set, 1.0 / self._predivide)
         else:
             compressed = []

@@ -1,10 +1,13 @@
 """DistributedTrainer's updates (a mixin of it): each bucket by the core's
 fused kernel where it can, the other parameters by the optimizer's own
 MXNet ops as gluon.Trainer aggregates them, and model-parallel shards on
-their own gradients. Reads the trainer's layout, optimizer and options."""
+their own gradients. Reads the trainer's layout, optimizer and options.
+The optimizer gets legacy views (Note [Array kinds]): its ops are legacy
+operators, and gluon.Trainer's updater hands it legacy arrays too."""
 from collections import OrderedDict
 
 from mxplugin import basics
+from mxplugin.array_kinds import legacy
 from mxplugin.errors import ArgumentError
 from mxplugin.training import native_update
 
@@ -67,12 +70,12 @@ class BucketUpdates:
         chunk = int(getattr(opt, "aggregate_num", 0) or 0)
         if chunk <= 1:
             for index, p, bucket in entries:
-                opt.update_multi_precision(index, p.data(), p.grad(), bucket.param_states[index])
+                opt.update_multi_precision(index, legacy(p.data()), legacy(p.grad()), bucket.param_states[index])
             return
         runs = OrderedDict()
         for index, p, bucket in entries:
-            data = p.data()
-            runs.setdefault((str(data.dtype), str(data.context)), []).append((index, data, p.grad(),
+            data = legacy(p.data())
+            runs.setdefault((str(data.dtype), str(data.context)), []).append((index, data, legacy(p.grad()),
                                                                              bucket.param_states[index]))
         for run in runs.values():
             for start in range(0, len(run), chunk):
@@ -101,7 +104,7 @@ class BucketUpdates:
                         continue
                     raise UserWarning(f"Gradient of Parameter `{p.name}` has not been updated by backward "
                                       "since last `step`; pass ignore_stale_grad=True to skip it")
-                opt.update_multi_precision(index, data, p.grad(), layout.local_states[index])
+                opt.update_multi_precision(index, legacy(data), legacy(p.grad()), layout.local_states[index])
                 data._fresh_grad = False
         finally:
             opt.rescale_grad = folded
