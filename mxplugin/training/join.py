@@ -31,6 +31,7 @@ import contextlib
 from mxplugin import basics
 from mxplugin.errors import ArgumentError
 from mxplugin.functions import RankTotals
+from mxplugin.training import sparse_rows
 
 _STEP, _ALLREDUCE_GRADS = 1, 2  # the call the ranks still training make, in the round's third slot
 
@@ -130,7 +131,10 @@ def _zero_gradients(trainer):
         if param.grad_req == "null":
             continue
         for grad in param.list_grad():
-            grad[:] = 0
+            if sparse_rows.is_row_sparse(grad):
+                sparse_rows.clear(grad)  # no rows touched (zeros in every row would be updated lazily)
+            else:
+                grad[:] = 0
         for data in param.list_data():
             data._fresh_grad = True
 

@@ -12,6 +12,7 @@ from mxnet.kvstore import KVStoreBase
 from mxplugin import basics
 from mxplugin.errors import ArgumentError
 from mxplugin.ops import Average, allreduce_, broadcast_
+from mxplugin.training import sparse_rows
 
 
 @KVStoreBase.register
@@ -33,12 +34,25 @@ class MXPlugin(KVStoreBase):
         values = value if isinstance(value, (list, tuple)) else [value]
         if len(values) != 1:
             raise ArgumentError("the mxplugin kvstore runs one device per process")
-        if basics.size() > 1:
+        if basics.size() > 1 and sparse_rows.is_row_sparse(values[0]):
+            sparse_rows.reduce_in_place(values[0], f"kvstore.{key}", basics.global_process_set,
+                                        1.0 / basics.size())
+        elif basics.size() > 1:
             allreduce_(values[0], name=f"kvstore.{key}", op=Average, priority=priority)
         if out is not None:
             for o in (out if isinstance(out, (list, tuple)) else [out]):
                 if o is not values[0]:
                     values[0].copyto(o)
+
+    def push(self, key, value, priority=0):
+        """gluon.Trainer pushes row_sparse gradients, then pulls them back
+        (update_on_kvstore=False): the average over ranks happens here, in
+        place (Note [Sparse gradients travel as rows] in sparse_rows.py)."""
+        self.pushpull(key, value, priority=priority)
+
+    def pull(self, key, out=None, priority=0, ignore_sparse=True):
+        """The pushed gradients were averaged in place: nothing to fetch."""
+        del key, out, priority, ignore_sparse
 
     @staticmethod
     def is_capable(capability):
@@ -81,6 +95,27 @@ def _install_trainer_hook():
 
     create_kvstore._mxplugin = True
     gluon_trainer._create_kvstore = create_kvstore
+
+    # gluon.Trainer refuses any kvstore but its own C++ one when a gradient
+    # is row_sparse ("Cannot use ... for multi-device training with sparse
+    # gradients"), though with one device per process and
+    # update_on_kvstore=False its loop (push the gradient, pull it back,
+    # update) is what this store does: the dense weights' set-up is taken.
+    original_init = gluon_trainer.Trainer._init_kvstore
+
+    def init_kvstore(trainer):
+        kvstore = trainer._kvstore_params.get("kvstore")
+        sparse_grad = trainer._contains_sparse_grad
+        if not (isinstance(kvstore, str) and kvstore.lower() == "mxplugin" and sparse_grad
+                and not trainer._contains_sparse_weight):
+            return original_init(trainer)
+        trainer._contains_sparse_grad = False
+        try:
+            return original_init(trainer)
+        finally:
+            trainer._contains_sparse_grad = sparse_grad
+
+    gluon_trainer.Trainer._init_kvstore = init_kvstore
 
 
 _install_trainer_hook()

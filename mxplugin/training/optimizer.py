@@ -6,6 +6,7 @@ import mxnet as mx
 from mxplugin import basics
 from mxplugin.errors import ArgumentError
 from mxplugin.ops import Average, allreduce_, grouped_allreduce_
+from mxplugin.training import sparse_rows
 
 
 def _parts(items, n):
@@ -58,6 +59,18 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     def _allreduce(self, index, grad):
         ps = self._process_set
         if not ps.included() or ps.size() == 1:
+            return
+        if isinstance(index, (tuple, list)):
+            dense = [(i, g) for i, g in zip(index, grad) if not sparse_rows.is_row_sparse(g)]
+            for i, g in zip(index, grad):
+                if sparse_rows.is_row_sparse(g):
+                    sparse_rows.reduce_in_place(g, f"optimizer.{i}", ps, 1.0 / ps.size())
+            if len(dense) < len(index):
+                index, grad = [i for i, _ in dense], [g for _, g in dense]
+                if not index:
+                    return
+        elif sparse_rows.is_row_sparse(grad):  # Note [Sparse gradients travel as rows]
+            sparse_rows.reduce_in_place(grad, f"optimizer.{index}", ps, 1.0 / ps.size())
             return
         if isinstance(index, (tuple, list)) and self._num_groups > 0:
             for k, (indices, grads) in enumerate(zip(_parts(list(index), self._num_groups),

@@ -15,7 +15,7 @@ from mxplugin.errors import ArgumentError, MismatchError
 from mxplugin.functions import allgather_object, parameter_difference
 from mxplugin.ops import Average, Sum, allreduce_, grouped_allreduce_by_context_
 from mxplugin.training import autotune as autotune_module
-from mxplugin.training import native_update, sharding
+from mxplugin.training import native_update, sharding, sparse_rows
 from mxplugin.training.buckets import Layout
 from mxplugin.training.compression import Compression, PowerSGD
 from mxplugin.training.optimizer import DistributedOptimizer
@@ -51,6 +51,13 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         each rank updates on its own gradients and every K steps the
         parameters (and, with local_sgd_average_states, the optimizer
         states) are averaged in one fused reduction of the flat buffers.
+      sparse_as_dense: row_sparse gradients (nn.Embedding(...,
+        sparse_grad=True)) are allreduced densified and the optimizer makes
+        its dense update (Horovod's name). Without it (False) they travel as
+        the rows each rank touched, are summed, and the optimizer makes its
+        own sparse (lazy) update on the union of rows, as one process on the
+        combined batch does (Note [Sparse gradients travel as rows] in
+        sparse_rows.py).
       autotune: measure the first steps under several bucket_bytes and keep
         the fastest (Note [Autotune] in autotune.py); None (default): as
         MXPLUGIN_AUTOTUNE says (off unless it is 1).
@@ -74,7 +81,7 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
                  gradient_predivide_factor=1.0, prefix=None, num_groups=0,
                  process_set=basics.global_process_set, bucket_bytes=25 << 20, fused_update=True,
                  mesh=None, local_sgd_steps=0, local_sgd_warmup_steps=0, local_sgd_average_states=False,
-                 shard_optimizer_states=False, autotune=None):
+                 shard_optimizer_states=False, autotune=None, sparse_as_dense=False):
         if prefix is not None and not isinstance(prefix, str):
             raise TypeError("prefix must be a str or None")
         if not gradient_predivide_factor > 0:
@@ -127,6 +134,8 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         elif self._num_groups > 0:
             self._tuner.stop("num_groups cuts the buckets, not bucket_bytes")
         self._relayout = False  # the tuner changed bucket_bytes: build the layout again
+        self._sparse_as_dense = bool(sparse_as_dense)
+        self._dense_grads = {}  # index -> the dense sum of a row_sparse gradient (sparse_as_dense), this step
         self._steps = 0
         self._grads_summed = False  # allreduce_grads() left sums that the next update() scales
         self._local_rescale = None
@@ -182,6 +191,7 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         f/size that makes it an average is left to the update's rescale_grad.
         scatter (sharded states): each rank gets the sum of its slices only."""
         layout = self._prepare()
+        self._densify(layout)
         if not self._world():
             return
         if not self._layout_agreed:
@@ -210,10 +220,41 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
                        prescale_factor=1.0 / self._predivide, process_set=self._process_set)
             if sent is not bucket.grad:
                 bucket.grad[:] = self._compression.decompress(sent, ctx)
-        for index, p in layout.excluded:  # sparse or multi-context: plain per-tensor path
+        self._reduce_excluded(layout)
+
+    def _densify(self, layout):
+        """sparse_as_dense=True: each row_sparse gradient's dense copy, which
+        is reduced and updated in its place this step (at any size, so that
+        one process makes the same dense update as N)."""
+        self._dense_grads = {}
+        if self._sparse_as_dense:
+            for index, p in layout.excluded:
+                grad, weight = p.list_grad()[0], p.list_data()[0]
+                if sparse_rows.is_row_sparse(grad):
+                    # A rank whose backward did not use the parameter touched no rows: zeros, not the last step's
+                    fresh = weight._fresh_grad
+                    self._dense_grads[index] = grad.tostype("default") if fresh else mx.nd.zeros(
+                        grad.shape, ctx=grad.context, dtype=grad.dtype)
+                    weight._fresh_grad = fresh or self._world()  # other ranks may have touched rows
+
+    def _reduce_excluded(self, layout):
+        """Parameters outside the buckets: row_sparse gradients as rows (Note
+        [Sparse gradients travel as rows] in sparse_rows.py), the rest
+        (sparse_as_dense copies, several contexts) one allreduce each."""
+        for index, p in layout.excluded:
+            name = f"{self._prefix}param{index}"
             for g in p.list_grad():
-                allreduce_(g, name=f"{self._prefix}param{index}", priority=-index, op=Sum,
-                           prescale_factor=1.0 / self._predivide, process_set=self._process_set)
+                if index in self._dense_grads:
+                    g = self._dense_grads[index]
+                elif sparse_rows.is_row_sparse(g):
+                    weight = p.list_data()[0]
+                    if not weight._fresh_grad:  # this rank's backward did not use it: it touched no rows
+                        sparse_rows.clear(g)
+                    if sparse_rows.reduce_in_place(g, name, self._process_set, 1.0 / self._predivide):
+                        weight._fresh_grad = True  # the combined batch touched rows, as one process's would
+                    continue
+                allreduce_(g, name=name, priority=-index, op=Sum, prescale_factor=1.0 / self._predivide,
+                           process_set=self._process_set)
 
     def _check_layout_agrees(self, layout):
         """Once, at the first reduction (which every rank reaches): ranks

@@ -55,8 +55,10 @@ class BucketUpdates:
         for index, p in layout.excluded:
             for arr, grad in zip(p.list_data(), p.list_grad()):
                 if not ignore_stale_grad or arr._fresh_grad:
+                    grad = self._dense_grads.get(index, grad)  # sparse_as_dense: the dense sum
                     self._updaters[0]([index], [grad], [arr])
                     arr._fresh_grad = False
+        self._dense_grads = {}
 
     def _update_with_mxnet_ops(self, entries):
         """Parameters the core's kernels do not update (GPU buckets, other
