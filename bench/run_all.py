@@ -27,6 +27,7 @@ from gluonts_report import gluonts_section, gluonts_target
 from report_gpu import gpu_section
 from latency import report_section as latency_section
 from tp_small import report_section as tp_small_section
+from sparse_rows import report_section as sparse_rows_section
 from autotune import report_section as autotune_section
 from module_horovod import report_section as module_horovod_section
 from steadiness import report_section as steadiness_section
@@ -95,6 +96,7 @@ def run_all():
     run(1, [os.path.join(HERE, "tensor_parallel.py")])  # starts its own 1- and 2-rank runs
     run(1, [os.path.join(HERE, "latency.py")])  # starts its own jobs and the plain MPI program
     run(1, [os.path.join(HERE, "tp_small.py")])  # starts its own jobs
+    run(1, [os.path.join(HERE, "sparse_rows.py")])  # starts its own 2- and 3-rank jobs
     run(1, [os.path.join(HERE, "autotune.py")])  # starts its own jobs (and fake hosts, where it can)
     run(1, [os.path.join(HERE, "steadiness.py")])  # starts its own jobs, spread over minutes
     horovod = os.environ.get("MXPLUGIN_BENCH_HOROVOD_PYTHON")  # a venv's python holding horovod 0.28.1
@@ -138,7 +140,7 @@ REQUIRED = ("allreduce.json", "mpi_plain_before.json", "mpi_plain_after.json", "
             "fused_kernels.json", "step_breakdown_1ranks.json", "step_breakdown_2ranks.json",
             "trainer_scaling.json", "trainer_single_2threads_before.json", "trainer_single_2threads_after.json",
             "example.json", "tensor_parallel.json", "gluonts_deepar.json", "latency.json",
-            "tp_small.json")
+            "tp_small.json", "sparse_rows.json")
 
 
 def best_plain():
@@ -352,6 +354,7 @@ def report():
                   f"**{ex['vs_one_process_all_cores']:.3f}**.", ""]
     lines += latency_section(read_result("latency.json"))
     lines += tp_small_section(read_result("tp_small.json"))
+    lines += sparse_rows_section(read_result("sparse_rows.json"))
     lines += autotune_section(read_result("autotune.json"))
     lines += steadiness_section(read_result("steadiness.json"))
     lines += module_horovod_section(read_result("module_horovod.json"))
