@@ -193,4 +193,6 @@ def check_dense(tensor, what):
     pushed: calls that exchange sizes first check here, so that the
     exchange does not report the sparse array's shape as a mismatch."""
     if tensor.stype != "default":
-        raise ArgumentError(f"{what}: sparse NDArrays ({tensor.stype}) are not supported; use tostype('default')")
+        raise ArgumentError(f"{what}: sparse NDArrays ({tensor.stype}) are not supported by collectives; use "
+                            "tostype('default') (DistributedTrainer, DistributedOptimizer and kvstore='mxplugin' "
+                            "reduce row_sparse gradients as rows)")

@@ -193,7 +193,10 @@ void PushCollective(Core* core, int process_set_id, std::vector<TensorOp> ops,
     for (const auto* array : {in, out}) {
       if (array->is_none()) throw Error(Status::InvalidArgument(who(i) + ": an NDArray without data (empty handle)"));
       if (array->storage_type() != ::mxnet::kDefaultStorage) {
-        throw Error(Status::InvalidArgument(who(i) + ": sparse NDArrays are not supported; use tostype('default')"));
+        // The trainers reduce row_sparse gradients as rows (mxplugin/training/sparse_rows.py), not through here
+        throw Error(Status::InvalidArgument(who(i) + ": sparse NDArrays are not supported by collectives; use "
+                                            "tostype('default') (DistributedTrainer, DistributedOptimizer and "
+                                            "kvstore='mxplugin' reduce row_sparse gradients as rows)"));
       }
     }
     const int device = DeviceOf(in->ctx());

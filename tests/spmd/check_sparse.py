@@ -160,7 +160,18 @@ def case_wrappers():
              f"sparse {label}")
 
 
-CASES = {"optimizers": case_optimizers, "dense": case_dense, "sharded": case_sharded, "hybrid": case_hybrid, "wrappers": case_wrappers}
+def case_error():
+    """A collective of a row_sparse array is refused on every rank, saying what to do."""
+    try:
+        hvd.allreduce(mx.nd.sparse.zeros("row_sparse", (VOCAB, WIDTH)), name="sparse.refused")
+    except ValueError as e:  # mxplugin's ArgumentError
+        assert "sparse NDArrays are not supported by collectives" in str(e) and "as rows" in str(e), str(e)
+        say(f"ok refused {rank}")
+    else:
+        raise AssertionError("allreduce of a row_sparse array did not raise")
+
+
+CASES = {"error": case_error, "optimizers": case_optimizers, "dense": case_dense, "sharded": case_sharded, "hybrid": case_hybrid, "wrappers": case_wrappers}
 for name in sys.argv[1:] or CASES:
     CASES[name]()
 finish()
