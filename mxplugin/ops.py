@@ -10,11 +10,9 @@ import mxnet as mx
 import numpy as np
 
 from mxplugin import array_kinds, basics, calls, exchange, host_allgather
+from mxplugin.dtypes import BFLOAT16, describe as _describe  # noqa: F401  (BFLOAT16: others' import of it)
 from mxplugin.basics import global_process_set
 from mxplugin.errors import ArgumentError
-
-# MXNet 1.9.1's bfloat16: NumPy has no such type, MXNet names it by this dtype.
-BFLOAT16 = np.dtype([("bfloat16", np.uint16)])
 
 # Reduce ops, with horovod.mxnet's values.
 Average = 0
@@ -27,36 +25,11 @@ Product = 5
 _op_names = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
 
 _core_reduce = None  # filled lazily: horovod value -> core value
-_dtype_by_type = {}  # filled lazily from the core's codes: NumPy scalar type -> dtype code
 
 
 # What training/sharding.py builds its calls from.
 _base_name, _core_module, _push, _record, _set_id = (calls.base_name, calls.core_module, calls.push, calls.record,
                                                      calls.set_id)
-
-
-def _dtype_code_of(dtype):
-    """The core's code of an NDArray dtype, None if the core has none. The
-    codes come from the binding (their one definition is src/common/codes.h).
-    MXNet hands dtypes out in two forms: a legacy NDArray's is a NumPy type
-    (np.float32), a NumPy-interface array's a numpy.dtype instance; both are
-    keys (they hash differently). NumPy has no bfloat16: MXNet gives its
-    arrays the dtype BFLOAT16."""
-    if not _dtype_by_type:
-        for name, code in calls.core_module().DTYPES.items():
-            try:
-                _dtype_by_type[np.dtype(name).type] = code
-                _dtype_by_type[np.dtype(name)] = code
-            except TypeError:
-                pass
-        _dtype_by_type[BFLOAT16] = calls.core_module().DTYPES["bfloat16"]
-    code = _dtype_by_type.get(dtype)
-    if code is None and isinstance(dtype, str):  # a name ("float32"), as some callers pass
-        try:
-            code = _dtype_by_type.get(np.dtype(dtype))
-        except TypeError:
-            return None
-    return code
 
 
 def _reduce_code(op):
@@ -82,21 +55,6 @@ def _resolve_op(average, op):
                       stacklevel=5)
         return Average if average else Sum
     return Average if op is None else op
-
-
-def _describe(tensor, what="tensor"):
-    """(dtype code, device, shape list) of an NDArray. The device is left to
-    the C++ adapter, which reads it from the NDArray's context (the GPU's
-    device id, CPU_DEVICE for host contexts) and checks storage type and that input,
-    output and every tensor of a group share one device (cheaper there: this
-    runs per tensor). Whether GPU tensors can run is the core's decision."""
-    calls.check_array(tensor, what)
-    code = _dtype_code_of(tensor.dtype)
-    if code is None:
-        supported = sorted({"bfloat16" if t is BFLOAT16 else np.dtype(t).name for t in _dtype_by_type})
-        raise TypeError(f"{what}: dtype {np.dtype(tensor.dtype).name} is not supported "
-                        f"(use one of {supported})")
-    return code, calls.core_module().CPU_DEVICE, list(tensor.shape)
 
 
 def _push_allreduce(tensors, outputs, base, op, prescale_factor, postscale_factor, process_set, priority, name):
@@ -400,7 +358,8 @@ def barrier(process_set=global_process_set):
     """Blocks until every rank of the set has reached this call."""
     m = calls.core_module()
     name = calls.base_name("barrier", None, process_set)
-    handle = basics._core().enqueue([m.Op(name, m.OP_BARRIER, m.DTYPES["float32"], [], 0, 0)], calls.set_id(process_set))
+    handle = basics._core().enqueue([m.Op(name, m.OP_BARRIER, m.DTYPES["float32"], [], 0, 0)],
+                                    calls.set_id(process_set))
     handle.wait()
 
 

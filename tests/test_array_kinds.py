@@ -52,7 +52,8 @@ def test_sparse_gradients_travel_as_rows_and_match_one_process(np_):
     kvstore='mxplugin': each equals gluon.Trainer in one process."""
     out, _ = assert_spmd_ok("check_sparse.py", np_)
     for what in ("sparse sgd", "sparse sgd lazy_update=False", "sparse adam", "sparse adagrad", "sparse ftrl",
-                 "refused", "sparse_as_dense", "sparse with sharded states", "sparse hybridized", "sparse DistributedOptimizer", "sparse kvstore=mxplugin"):
+                 "refused", "sparse_as_dense", "sparse with sharded states", "sparse hybridized",
+                 "sparse DistributedOptimizer", "sparse kvstore=mxplugin"):
         assert _oks(out, what) == np_, (what, out)
 
 

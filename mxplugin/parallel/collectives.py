@@ -12,6 +12,9 @@ Two families, for two ways of counting the loss (Note [Which gradient]):
   forward and backward pair up as in Megatron-LM: identity / allreduce-sum,
   allreduce-sum / identity, gather / keep-my-slice, keep-my-slice / gather.
 
+Each takes legacy NDArrays and NumPy-interface arrays alike and returns the
+caller's kind (Note [Legacy inside] in _kinds.py).
+
 Note [Which gradient]
 If the ranks of a model-parallel group all compute the same loss L from the
 same replicated activations, the first family would count L once per rank:
@@ -68,6 +71,7 @@ import itertools
 import mxnet as mx
 
 from mxplugin import basics, calls, ops
+from mxplugin.array_kinds import legacy, like
 from mxplugin.basics import global_process_set
 from mxplugin.errors import ArgumentError
 
@@ -107,11 +111,15 @@ def _normal_axis(x, axis):
 
 def gather_axis(x, axis, name, process_set):
     """Non-differentiable: concatenates the equal-sized blocks of every rank of
-    the set along `axis`, in rank order."""
+    the set along `axis`, in rank order (in x's array kind)."""
     n = _check_set(process_set)
     axis = _normal_axis(x, axis)
     if n == 1:
         return x.copy()
+    return like(x, _gather_legacy(legacy(x), axis, n, name, process_set))
+
+
+def _gather_legacy(x, axis, n, name, process_set):
     # allgather concatenates along the first dimension: gather (1, *shape)
     # blocks into (n, *shape), then move the rank axis next to `axis` and merge.
     stacked = ops.allgather(x.reshape((1,) + x.shape), name=name, process_set=process_set)
@@ -154,7 +162,7 @@ def allreduce(x, op=ops.Average, name=None, process_set=global_process_set):
         raise ArgumentError("differentiable allreduce supports op=Sum and op=Average")
     if n == 1:
         return x.copy()
-    return _Allreduce(op, next_name(process_set, "allreduce", name), process_set)(x)
+    return like(x, _Allreduce(op, next_name(process_set, "allreduce", name), process_set)(legacy(x)))
 
 
 class _Allgather(mx.autograd.Function):
@@ -191,7 +199,7 @@ def allgather(x, name=None, process_set=global_process_set):
         raise ArgumentError("allgather needs an array with at least one dimension")
     if n == 1:
         return x.copy()
-    return _Allgather(next_name(process_set, "allgather", name), process_set)(x)
+    return like(x, _Allgather(next_name(process_set, "allgather", name), process_set)(legacy(x)))
 
 
 class _Broadcast(mx.autograd.Function):
@@ -217,7 +225,7 @@ def broadcast(x, root_rank, name=None, process_set=global_process_set):
         raise ArgumentError(f"root_rank {root_rank} is not a member of {process_set}")
     if n == 1:
         return x.copy()
-    return _Broadcast(int(root_rank), next_name(process_set, "broadcast", name), process_set)(x)
+    return like(x, _Broadcast(int(root_rank), next_name(process_set, "broadcast", name), process_set)(legacy(x)))
 
 
 class _Reducescatter(mx.autograd.Function):
@@ -245,7 +253,7 @@ def reducescatter(x, op=ops.Average, name=None, process_set=global_process_set):
         raise ArgumentError("reducescatter needs an array with at least one dimension")
     if n == 1:
         return x.copy()
-    return _Reducescatter(op, next_name(process_set, "reducescatter", name), process_set)(x)
+    return like(x, _Reducescatter(op, next_name(process_set, "reducescatter", name), process_set)(legacy(x)))
 
 
 # --- replicated-loss family (tensor parallelism) ----------------------------------
@@ -292,7 +300,7 @@ def copy_to_group(x, process_set=global_process_set, name=None):
     _check_array(x)
     if _check_set(process_set) == 1:
         return x
-    return _CopyToGroup(next_name(process_set, "copy_to_group", name), process_set)(x)
+    return like(x, _CopyToGroup(next_name(process_set, "copy_to_group", name), process_set)(legacy(x)))
 
 
 def _sum_into(x, out, name, process_set):
@@ -314,8 +322,9 @@ def reduce_from_group(x, process_set=global_process_set, name=None):
     name = next_name(process_set, "reduce_from_group", name)
     if not mx.autograd.is_recording():
         return ops.allreduce(x, op=ops.Sum, name=name, process_set=process_set)
-    y = mx.nd.identity(x)  # recorded: its backward hands dL/dy to x unchanged
-    return _sum_into(x, y, name, process_set)  # then y's value becomes the sum
+    view = legacy(x)  # Note [Legacy inside] in _kinds.py
+    y = mx.nd.identity(view)  # recorded: its backward hands dL/dy to x unchanged
+    return like(x, _sum_into(view, y, name, process_set))  # then y's value becomes the sum
 
 
 def gather_from_group(x, process_set=global_process_set, axis=-1, name=None):
@@ -325,7 +334,7 @@ def gather_from_group(x, process_set=global_process_set, axis=-1, name=None):
     axis = _normal_axis(x, axis)
     if _check_set(process_set) == 1:
         return x
-    return _GatherFromGroup(axis, next_name(process_set, "gather_from_group", name), process_set)(x)
+    return like(x, _GatherFromGroup(axis, next_name(process_set, "gather_from_group", name), process_set)(legacy(x)))
 
 
 def scatter_to_group(x, process_set=global_process_set, axis=-1, name=None):
@@ -339,4 +348,4 @@ def scatter_to_group(x, process_set=global_process_set, axis=-1, name=None):
                          f"{n} ranks")
     if n == 1:
         return x
-    return _ScatterToGroup(axis, next_name(process_set, "scatter_to_group", name), process_set)(x)
+    return like(x, _ScatterToGroup(axis, next_name(process_set, "scatter_to_group", name), process_set)(legacy(x)))

@@ -9,19 +9,37 @@ file back keeping each rank's slices.
 
 Gathering is a collective call over each mp group: every rank of the mesh
 makes it, in the same order as its other collectives.
+
+Under npx.set_np() the gathered arrays are mx.np.ndarrays, and the file is
+written and read as the NumPy interface's save_parameters and
+load_parameters write and read theirs (Note [Checkpoints and shape
+semantics]).
+
+Note [Checkpoints and shape semantics]
+MXNet marks a file saved under NumPy shape semantics (npx.set_np()) and
+refuses to load it without them. mx.nd.save refuses mx.np.ndarrays, so
+save_serial_parameters saves legacy views of them (the same bytes, the same
+mark as npx.save would write), which a serial network built under set_np
+loads. load_serial_parameters reads, under set_np, a file saved without
+those semantics too, as gluon's load_parameters does: by loading it with
+them switched off for the call.
 """
 import mxnet as mx
+from mxnet.base import MXNetError
 
 from mxplugin import basics
+from mxplugin.array_kinds import legacy
 from mxplugin.errors import ArgumentError
+from mxplugin.parallel._kinds import set_data
 from mxplugin.parallel._tree import child_path, walk
 from mxplugin.parallel.layers import _ParallelBlock
 
 
 def gather_serial_parameters(net):
     """{structural name: whole NDArray on the CPU} of every parameter of a
-    parallelized network: split weights gathered over the mp group, the
-    others as they are. The names are those of the serial network the
+    parallelized network (mx.np.ndarrays for a network built under
+    npx.set_np()): split weights gathered over the mp group, the others as
+    they are. The names are those of the serial network the
     partitioner started from. A collective call over every mp group."""
     arrays = {}
     for node in walk(net):
@@ -46,7 +64,8 @@ def save_serial_parameters(net, filename, root_rank=0):
     gathers are collective); only global rank `root_rank` writes."""
     arrays = gather_serial_parameters(net)
     if basics.rank() == root_rank:
-        mx.nd.save(filename, arrays)
+        # legacy views: mx.nd.save refuses NumPy arrays (Note [Checkpoints and shape semantics])
+        mx.nd.save(filename, {name: legacy(array) for name, array in arrays.items()})
 
 
 def load_serial_parameters(net, filename, ctx=None):
@@ -55,7 +74,7 @@ def load_serial_parameters(net, filename, ctx=None):
     its slices of the split weights. Parameters not yet initialised are
     initialised on `ctx` (default: the current context). Names must match
     both ways; an ArgumentError names the first that does not."""
-    loaded = mx.nd.load(filename)
+    loaded = _load(filename)
     if not isinstance(loaded, dict):
         raise ArgumentError(f"{filename} holds a list of arrays, not named parameters")
     loaded = {k[4:] if k.startswith(("arg:", "aux:")) else k: v for k, v in loaded.items()}
@@ -81,8 +100,20 @@ def load_serial_parameters(net, filename, ctx=None):
                 if all(param.shape) and tuple(param.shape) != value.shape:
                     raise ArgumentError(f"{filename}: '{name}' has shape {value.shape}, the network's "
                                         f"{param.name} {tuple(param.shape)}")
-                param.set_data(value)
+                set_data(param, value)
     extra = sorted(set(loaded) - expected)
     if extra:
         raise ArgumentError(f"{filename} has parameters the network lacks: {', '.join(extra[:5])}"
                             f"{' ...' if len(extra) > 5 else ''}")
+
+
+def _load(filename):
+    """mx.nd.load(filename), also of a file saved without NumPy shape
+    semantics while they are on (Note [Checkpoints and shape semantics])."""
+    try:
+        return mx.nd.load(filename)
+    except MXNetError as e:
+        if "is_np_shape" not in str(e):
+            raise
+    with mx.util.np_array(False), mx.util.np_shape(False):
+        return mx.nd.load(filename)

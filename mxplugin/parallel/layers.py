@@ -11,6 +11,10 @@ A Dense layer computes y = x W^T + b with W of shape (units, in_units).
 Column followed by Row (gather_output=False, input_is_parallel=True) is the
 tensor-parallel MLP: one allreduce forward and one backward per pair.
 
+NumPy interface: under npx.set_np() the blocks take and return mx.np.ndarrays
+and run the same legacy operators on views of them (Note [Legacy inside] in
+_kinds.py), so the numbers are the legacy run's.
+
 Hybridization: the collectives run as imperative autograd.Functions, so these
 blocks always run imperatively. hybridize() is accepted (so a container can
 hybridize its other children) but leaves them un-hybridized, and they cannot
@@ -30,6 +34,8 @@ import mxnet as mx
 import numpy as np
 from mxnet import gluon
 
+from mxplugin.array_kinds import is_numpy
+from mxplugin.parallel._kinds import LegacyForward, set_data
 from mxplugin.parallel.collectives import (copy_to_group, gather_axis, gather_from_group, next_name,
                                            reduce_from_group, scatter_to_group)
 from mxplugin.errors import ArgumentError
@@ -40,14 +46,17 @@ class _ShardOf(mx.init.Initializer):
     """Initialises the whole (unsplit) array exactly as an unsplit Dense layer
     would (same initializer, same random draws) and keeps one shard of it, so
     that a sharded model starts from the unsplit model's values given the same
-    seed on every rank."""
+    seed on every rank. The whole array is of the kind of `arr` (a NumPy
+    array when the Parameter was initialised under npx.set_np()), as an
+    unsplit Dense's would be, so the initializer runs as it would there."""
 
     def __init__(self, full_shape, index, init=None):
         super().__init__()
         self._full_shape, self._index, self._init = tuple(full_shape), index, init
 
     def _init_weight(self, desc, arr):
-        full = mx.nd.zeros(self._full_shape, dtype=arr.dtype, ctx=arr.context)
+        zeros = mx.np.zeros if is_numpy(arr) else mx.nd.zeros
+        full = zeros(self._full_shape, dtype=arr.dtype, ctx=arr.context)
         if self._init is not None:  # as a Parameter with its own init
             mx.init.create(self._init)._init_weight(desc, full)
         else:  # as a Parameter without one: the global initializer, by name suffix
@@ -68,7 +77,7 @@ def _check_shape(value, shape, what):
         raise ArgumentError(f"{what} has shape {tuple(value.shape)}, expected {tuple(shape)}")
 
 
-class _ParallelBlock(gluon.HybridBlock):
+class _ParallelBlock(LegacyForward, gluon.HybridBlock):
     """What every tensor-parallel block shares: the mesh, the hybridize()
     policy, and shards described by an index into the full array.
 
@@ -129,7 +138,7 @@ class _ParallelBlock(gluon.HybridBlock):
     def _load_full_array(self, attr, whole):
         whole = _as_ndarray(whole, attr)
         _check_shape(whole, self._full_shapes[attr], attr)
-        getattr(self, attr).set_data(self._shard_of(attr, whole))
+        set_data(getattr(self, attr), self._shard_of(attr, whole))
 
     def load_full_arrays(self, arrays):
         """Sets this rank's shards from {attribute name: whole array}."""
@@ -148,7 +157,7 @@ class _ParallelBlock(gluon.HybridBlock):
             if theirs._data is None:
                 continue
             mine.initialize(init=mx.init.Zero(), ctx=theirs.list_ctx(), force_reinit=True)
-            mine.set_data(self._shard_of(attr, theirs.list_data()[0]))
+            set_data(mine, self._shard_of(attr, theirs.list_data()[0]))
 
 
 class _ParallelDense(_ParallelBlock):

@@ -17,6 +17,8 @@ import numpy as np
 from mxnet import gluon
 
 from mxplugin import ops
+from mxplugin.array_kinds import legacy, like
+from mxplugin.parallel._kinds import LegacyForward
 from mxplugin.parallel.collectives import next_name
 from mxplugin.parallel.mesh import default_mesh
 
@@ -58,7 +60,7 @@ class _ShardedCrossEntropy(mx.autograd.Function):
         return grad, mx.nd.zeros_like(self._label)
 
 
-class ShardedSoftmaxCrossEntropyLoss(gluon.loss.Loss):
+class ShardedSoftmaxCrossEntropyLoss(LegacyForward, gluon.loss.Loss):
     """Softmax cross-entropy with integer labels over class scores split along
     the last axis across the mesh's mp group (mp rank m holds classes
     [m*C/mp, (m+1)*C/mp)). Same value and gradient as
@@ -67,7 +69,9 @@ class ShardedSoftmaxCrossEntropyLoss(gluon.loss.Loss):
 
     label: the global class index of each sample (shape pred.shape[:-1], or
     with a trailing 1), the same on every rank of the mp group. Imperative
-    only (hybridize() leaves it so, as for the parallel layers)."""
+    only (hybridize() leaves it so, as for the parallel layers). Takes and
+    returns mx.np.ndarrays under npx.set_np() (Note [Legacy inside] in
+    _kinds.py)."""
 
     def __init__(self, mesh=None, weight=None, batch_axis=0, **kwargs):
         super().__init__(weight, batch_axis, **kwargs)
@@ -92,8 +96,13 @@ class ShardedSoftmaxCrossEntropyLoss(gluon.loss.Loss):
 def sharded_argmax(logits, mesh=None, name=None):
     """Global index of the top class of each sample, from class scores split
     over the mp group (float64, the same on every rank of the group; ties go to
-    the lowest index, as numpy.argmax). Not differentiable."""
+    the lowest index, as numpy.argmax; in the array kind of `logits`). Not
+    differentiable."""
     mesh = mesh if mesh is not None else default_mesh()
+    return like(logits, _sharded_argmax(legacy(logits), mesh, name))
+
+
+def _sharded_argmax(logits, mesh, name):
     ps = mesh.mp_set
     local_max = logits.max(axis=-1)
     best = mx.nd.argmax(logits, axis=-1).astype("float64") + _shard_start(logits, mesh)
@@ -108,6 +117,7 @@ def sharded_argmax(logits, mesh=None, name=None):
 
 def sharded_accuracy(logits, label, mesh=None, name=None):
     """Fraction of samples whose top class (sharded_argmax) is `label`, as a float."""
-    pred = sharded_argmax(logits, mesh, name)
-    label = label.reshape(pred.shape).astype("float64")
+    mesh = mesh if mesh is not None else default_mesh()
+    pred = _sharded_argmax(legacy(logits), mesh, name)
+    label = legacy(label).reshape(pred.shape).astype("float64")
     return float((pred == label).mean().asscalar())

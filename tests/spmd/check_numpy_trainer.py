@@ -190,8 +190,8 @@ def case_elastic_state():
     train("numpy", net, trainer, False, steps=1)  # trains on after the restore
 
 
-CASES = {"exact": case_exact, "lossy": case_lossy, "autotune": case_autotune, "wrappers": case_wrappers, "join": case_join,
-         "elastic": case_elastic_state}
+CASES = {"exact": case_exact, "lossy": case_lossy, "autotune": case_autotune, "wrappers": case_wrappers,
+         "join": case_join, "elastic": case_elastic_state}
 for name in sys.argv[1:] or CASES:
     CASES[name]()
 npx.set_np()

@@ -171,7 +171,8 @@ def case_error():
         raise AssertionError("allreduce of a row_sparse array did not raise")
 
 
-CASES = {"error": case_error, "optimizers": case_optimizers, "dense": case_dense, "sharded": case_sharded, "hybrid": case_hybrid, "wrappers": case_wrappers}
+CASES = {"error": case_error, "optimizers": case_optimizers, "dense": case_dense, "sharded": case_sharded,
+         "hybrid": case_hybrid, "wrappers": case_wrappers}
 for name in sys.argv[1:] or CASES:
     CASES[name]()
 finish()
