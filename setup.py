@@ -242,6 +242,8 @@ class ParallelBuildExt(build_ext):
 
 
 GLUONTS_PINS = ["gluonts==0.17.0", "numpy<1.24", "pandas<2.2", "pydantic<2.10"]
+# The documentation site (docs/conf.py); in the test extras, as the suite builds it (tests/test_docs.py)
+DOCS = ["sphinx>=8,<10", "myst-parser>=4,<6", "furo>=2024.1"]
 
 
 def cythonize_ext():
@@ -278,7 +280,8 @@ setup(
     # mpi4py (its wheels load whichever libmpi is there) for the tests of
     # mpi4py beside mxplugin in one process.
     extras_require={"test": ["pytest", "scikit-learn>=1.5,<1.8", "scipy>=1.11,<1.16",
-                             "build", "cython>=3.0", "setuptools>=64", "wheel", "mpi4py>=4"] + GLUONTS_PINS,
+                             "build", "cython>=3.0", "setuptools>=64", "wheel", "mpi4py>=4"] + GLUONTS_PINS + DOCS,
+                    "docs": DOCS,
                     "gluonts": GLUONTS_PINS,
                     "bench": ["matplotlib"],
                     "nccl-cu12": ["nvidia-nccl-cu12>=2.14"], "nccl-cu13": ["nvidia-nccl-cu13"]},

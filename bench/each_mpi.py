@@ -1,4 +1,4 @@
-"""mxplugin under each MPI it is tested with (README, "Running on a cluster"):
+"""mxplugin under each MPI it is tested with (docs/guides/clusters.md):
 
 - mpich:       the default build (PyPI mpich 5.0), this checkout;
 - openmpi-4.1: built against Debian's Open MPI (openmpi-bin, libopenmpi-dev);

@@ -43,7 +43,7 @@ def gpu_section(docs):
     suite, bench = _read("suite.json"), _read("benchmarks.json")
     lines = ["## GPU (`python3 gpu/run_gpu_suite.py`)", ""]
     if not suite and not bench:
-        return lines + ["Not measured yet. On a GPU machine: `python3 gpu/run_gpu_suite.py` (README, Testing on a "
+        return lines + ["Not measured yet. On a GPU machine: `python3 gpu/run_gpu_suite.py` (docs/guides/gpus.md, Testing on a "
                         "GPU machine), then copy its results file and log to `bench/results/gpu/` as `suite.json` "
                         "(the tests) and `benchmarks.json` (the benchmarks).", ""]
     for what, result in (("The whole GPU command", suite), ("Benchmarks and the tests run with them", bench)):

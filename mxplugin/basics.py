@@ -262,6 +262,7 @@ def shutdown():
 
 
 def is_initialized():
+    """Whether init() has run in this process and shutdown() has not (as horovod.mxnet)."""
     return _state.core is not None
 
 
@@ -306,18 +307,22 @@ def mpi_threads_supported():
 
 
 def mpi_enabled():
+    """True: MPI carries every collective's negotiation and the host data (as horovod.mxnet's, with MPI)."""
     return True
 
 
 def mpi_built():
+    """True: mxplugin is always built with MPI (horovod.mxnet's query)."""
     return True
 
 
 def gloo_enabled():
+    """False: mxplugin has no Gloo controller (horovod.mxnet's query)."""
     return False
 
 
 def gloo_built():
+    """False: mxplugin is never built with Gloo (horovod.mxnet's query)."""
     return False
 
 
@@ -327,18 +332,22 @@ def nccl_built():
 
 
 def cuda_built():
+    """Whether this build has its CUDA kernels (GPU tensors' scaling and fusion copies), as Horovod."""
     return _core_module().cuda_built()
 
 
 def ddl_built():
+    """False: no IBM DDL (horovod.mxnet's query)."""
     return False
 
 
 def ccl_built():
+    """False: no oneCCL (horovod.mxnet's query)."""
     return False
 
 
 def rocm_built():
+    """False: no ROCm build (horovod.mxnet's query)."""
     return False
 
 
@@ -348,6 +357,7 @@ def start_timeline(file_path, mark_cycles=False):
 
 
 def stop_timeline():
+    """Stops the timeline start_timeline() (or MXPLUGIN_TIMELINE) started and closes its file."""
     _core().stop_timeline()
 
 

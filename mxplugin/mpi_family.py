@@ -4,8 +4,7 @@ never imports MXNet) and the loader alike.
 Two families matter, because their launchers and libraries do not mix: Open
 MPI (mpirun/prterun, libmpi.so.40) and the MPICH ABI family (MPICH, Intel
 MPI, Cray MPICH, MVAPICH: Hydra's mpiexec, libmpi.so.12), whose libraries a
-build against MPICH may load in place of its own (README, "Running on a
-cluster")."""
+build against MPICH may load in place of its own (docs/guides/clusters.md)."""
 import ctypes
 import glob
 import os

@@ -39,7 +39,18 @@ def pytest_pycollect_makemodule(module_path, parent):
     return None
 
 
+# The modules of the slow part of the suite (`-m slow`; day-to-day work runs
+# `pytest -m "not slow"`, CI runs everything): each starts jobs on fake
+# hosts, builds against other MPIs or packages, or trains for minutes.
+SLOW_MODULES = {"test_chaos.py", "test_clusters.py", "test_elastic.py", "test_elastic_partition.py",
+                "test_examples.py", "test_fuzz.py", "test_gluonts.py", "test_gpu_soak.py", "test_mpi_variants.py",
+                "test_multi_host.py", "test_packaging.py", "test_reliability.py", "test_slurm.py"}
+
+
 def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.path.name in SLOW_MODULES:
+            item.add_marker(pytest.mark.slow)
     if not core_only_build():
         return
     for item in items:

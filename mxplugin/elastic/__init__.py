@@ -1,4 +1,4 @@
-"""Elastic, fault-tolerant training (the API of horovod's elastic mode):
+"""Elastic, fault-tolerant training (the API of horovod's elastic mode)::
 
     @hvd.elastic.run
     def train(state):

@@ -55,6 +55,8 @@ class State:
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
+        """Runs the callbacks of register_reset_callbacks(), in order: run()
+        calls it after a reset, once the state is the restored one."""
         for callback in self._reset_callbacks:
             callback()
 
@@ -96,6 +98,7 @@ class State:
         self.commits = snapshot["commits"]
 
     def commits_saved(self):
+        """How many commits the saved snapshot holds (the count restore() goes back to)."""
         with self.lock:
             return self._saved["commits"]
 
@@ -116,12 +119,17 @@ class State:
         """Raises ValueError when `snapshot` cannot be applied to this state."""
 
     def snapshot(self, commits):
+        """A picklable dict of copies of the current values, with "commits":
+        what commit() saves and dumps() writes."""
         raise NotImplementedError
 
     def apply(self, snapshot):
+        """Makes the current values those of `snapshot` (restore(), loads())."""
         raise NotImplementedError
 
     def sync(self):
+        """Makes every rank's values rank 0's: a collective, which run() makes
+        at the start of every world."""
         raise NotImplementedError
 
 

@@ -1,4 +1,4 @@
-"""Distributed training of GluonTS's MXNet models (`pip install 'mxplugin[gluonts]'`).
+"""Distributed training of GluonTS's MXNet models (`pip install 'mxplugin[gluonts]'`)::
 
     import mxplugin.gluonts
     estimator = DeepAREstimator(freq="H", prediction_length=24,
@@ -7,7 +7,7 @@
     mxplugin.gluonts.serialize(predictor, path)  # written by rank 0
 
 launched with `mxplugin-run -np N python train.py`. trainer.py says what the
-ranks share; README.md, "GluonTS", what batch size and learning rate mean.
+ranks share; docs/guides/gluonts.md what batch size and learning rate mean.
 `import mxplugin` never imports this package, nor GluonTS.
 """
 try:

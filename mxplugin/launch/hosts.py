@@ -86,7 +86,7 @@ def check_hosts_reachable(hosts, rsh, timeout):
     if failures:
         raise UsageError(f"cannot reach {', '.join(text for _, text in failures)} with {rsh!r}; -H needs "
                          "passwordless ssh to every host and the same Python and mxplugin paths there "
-                         "(README, 'Using it')")
+                         "(docs/guides/several-machines.md)")
 
 
 def unreachable_hosts(hosts, rsh, timeout):

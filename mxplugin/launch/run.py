@@ -78,7 +78,7 @@ def build_parser():
     elastic = parser.add_argument_group(
         "elastic training",
         "with any of these the job survives lost ranks and changed hosts: the script uses "
-        "mxplugin.elastic.run and a State (README, 'Elastic training')")
+        "mxplugin.elastic.run and a State (docs/guides/elastic.md)")
     elastic.add_argument(
         "--min-np", type=int, metavar="N",
         help="fewest ranks to train with; a new world waits for this many slots (default: -np, else 1)")

@@ -188,6 +188,7 @@ def parallelize(net, mesh=None, plan="auto", verbose=False):
       large final classifier). Paths are the child names of save_parameters
       ("0", "encoder.attn.query"); '*' in a pattern matches one name
       ("layers.*.ffn.0"). Children not named stay replicated.
+
     verbose: print the plan applied, on global rank 0.
 
     Every rank calls it alike (same network, same plan). Build trainers from

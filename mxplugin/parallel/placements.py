@@ -176,9 +176,12 @@ class HeadParallel(Placement):
     projections: the children computing Q, K and V (Dense, each with heads *
       head_size output features, head-major: feature h * head_size + d, as a
       reshape to (..., heads, head_size) reads them); split column-wise.
+
     output: the child projecting the concatenated heads back; split row-wise.
+
     num_heads: the block's integer attribute holding the head count, which its
       forward reads; divided by mp on each rank.
+
     per_rank: other integer attributes the forward reads that count features
       of all heads together (e.g. "_units" in a reshape to (N, T, units));
       divided by mp as well.

@@ -100,6 +100,11 @@ class PowerSGD(NoneCompressor):
 
 
 class Compression:
+    """How DistributedTrainer sends each gradient bucket (horovod.mxnet's
+    name): `Compression.none` (as it is, the default), `Compression.fp16`
+    and `Compression.bf16` (cast for the allreduce, cast back after), or
+    `Compression.powersgd(rank=...)` (low-rank factors with error feedback)."""
+
     none = NoneCompressor
     fp16 = FP16Compressor
     bf16 = BF16Compressor

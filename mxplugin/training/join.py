@@ -147,7 +147,7 @@ def join_when_done(trainer, divide_by_initial_size=False, process_set=None):
     steps]). For a DistributedTrainer (any mode but local SGD) and a
     gluon.Trainer with kvstore='mxplugin' or a DistributedOptimizer, whose
     step(batch_size), or allreduce_grads() then update(batch_size), the
-    block calls once per batch, alike on every rank.
+    block calls once per batch, alike on every rank::
 
         with hvd.join_when_done(trainer):
             for data, label in my_shard_of_batches:
