@@ -103,7 +103,7 @@ def init(comm=None, process_sets=None):
             return
         if _state.shut_down:
             raise ArgumentError("mxplugin cannot be initialized again after shutdown() (MPI cannot restart)")
-        core = _core_module().Core()
+        core = _start_core()
         topo = core.topology()
         _refuse_a_lone_rank(core, topo["size"])
         if comm is not None:
@@ -123,6 +123,24 @@ def init(comm=None, process_sets=None):
     if process_sets is not None and not isinstance(process_sets, str):
         for ps in process_sets:
             add_process_set(ps)
+
+
+def _start_core():
+    """The core, started (MPI's start among it). In an elastic launch the
+    launcher is watched meanwhile: a rank whose world breaks while MPI
+    starts leaves (Note [Leaving MPI's start] in mxplugin/elastic/runner.py)."""
+    from mxplugin.elastic.protocol import ENV_DRIVER
+
+    guard = None
+    if os.environ.get(ENV_DRIVER):
+        from mxplugin.elastic import runner
+
+        guard = runner.guard_start()
+    try:
+        return _core_module().Core()
+    finally:
+        if guard is not None:
+            guard.end()
 
 
 def _ranks_of(comm, topo):

@@ -7,9 +7,12 @@ added back; a rank killed as a commit is made, and as a world starts), each
 once the world running can take it, and training must resume after each.
 Then the job is let finish, and what must hold is checked
 (tests/chaos_checks.py): every world resumed from the newest commit, the
-job reached its accuracy target, no rank ended by a signal it was not sent
-(the kernel's word, tests/rank_processes.py), nothing left running (no
-process, socket or shared-memory segment of the job).
+job reached its accuracy target, every rank's end explained: a clean exit,
+the elastic exit code or a signal the run sent (the kernel's word,
+tests/rank_processes.py; Note [Rank ends] in tests/chaos_checks.py, each
+rank's end in the record's "ranks", with the evidence where it is not),
+nothing left running (no process, socket or shared-memory segment of the
+job).
 
     python tests/chaos.py --faults 12 [--seed S] [--out FILE]
 
@@ -30,7 +33,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import rank_processes  # noqa: E402
-from chaos_checks import (final_accuracy, job_segments, nothing_running, rank_ends,  # noqa: E402
+from chaos_checks import (final_accuracy, job_segments, nothing_running, rank_ends, rank_records,  # noqa: E402
                           remove_segments, resumes, segments_left)
 from chaos_faults import KINDS  # noqa: E402
 from chaos_job import MIN_ACCURACY, ChaosError, ChaosJob, COOLDOWN_RANGE  # noqa: E402
@@ -52,22 +55,24 @@ def seed_from_environment():
     return int(seed) if seed else random.SystemRandom().randrange(1 << 30)
 
 
-def schedule(faults, rng):
+def schedule(faults, rng, pool=None):
     """`faults` fault kinds in random order: every kind once while the
-    count allows, the rest drawn at random."""
+    count allows, the rest drawn at random (from `pool`, a list of kinds
+    in which a kind may repeat to weigh more; default every kind once)."""
     kinds = list(KINDS)
     chosen = rng.sample(kinds, min(faults, len(kinds)))
-    chosen += [rng.choice(kinds) for _ in range(faults - len(chosen))]
+    chosen += [rng.choice(pool or kinds) for _ in range(faults - len(chosen))]
     rng.shuffle(chosen)
     return chosen
 
 
-def run_chaos(faults, seed, peer_timeout_s=PEER_TIMEOUT_S, say=print, log_path=None):
-    """Runs the job through `faults` faults drawn with `seed`; the record.
-    With `log_path`, the job's whole output is written there, each line
-    with its time (seconds from the launcher's start)."""
+def run_chaos(faults, seed, peer_timeout_s=PEER_TIMEOUT_S, say=print, log_path=None, pool=None):
+    """Runs the job through `faults` faults drawn with `seed` (and `pool`,
+    see schedule); the record. With `log_path`, the job's whole output is
+    written there, each line with its time (seconds from the launcher's
+    start)."""
     rng = random.Random(seed)
-    planned = schedule(faults, rng)
+    planned = schedule(faults, rng, pool)
     say(f"chaos: seed {seed} (MXPLUGIN_CHAOS_SEED), {faults} faults: {', '.join(planned)}")
     with FakeCluster(NUM_HOSTS) as cluster:
         job = ChaosJob(cluster, peer_timeout_s, EPOCHS)
@@ -94,6 +99,9 @@ def run_chaos(faults, seed, peer_timeout_s=PEER_TIMEOUT_S, say=print, log_path=N
                   "steps": max((int(m.group(1)) for m in (STEP.match(t) for _, t in lines) if m), default=0),
                   "commits": max((int(m.group(1)) for m in (COMMIT.match(t) for _, t in lines) if m), default=0)}
         record.update(_checks(job, lines, code, problems))
+        record["ranks"] = rank_records(job.ranks.all_ranks, job.injected, done, job.killed_with_host, lines,
+                                       job.started)  # Note [Rank ends]
+        record["rank_causes"] = tally(r["cause"] for r in record["ranks"])
         record["leftovers_gone_after_s"] = None if waited is None else round(waited, 1)
     if record["problems"]:
         record["output"] = [t for _, t in lines if not STEP.match(t) and not COMMIT.match(t)][-200:]
@@ -162,6 +170,14 @@ def _checks(job, lines, code, problems):
     remove_segments(every)  # leaks, if any, were reported above
     return {"worlds": resumed, "final_accuracy": accuracy, "rank_ends": ends,
             "segments_left_by_hosts_killed_whole": left_by_lost_hosts, "problems": problems}
+
+
+def tally(values):
+    """{value: how many times it came}."""
+    counts = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return counts
 
 
 class _World:

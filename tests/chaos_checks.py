@@ -2,6 +2,7 @@
 the problems it found (strings; none when it holds) and, where it measures
 something, what it measured."""
 import os
+import re
 import signal
 import subprocess
 import time
@@ -85,19 +86,94 @@ def final_accuracy(lines, target):
 
 
 def rank_ends(ranks, injected):
-    """Every rank process ended, and none by a signal it was not sent
-    (`injected`: {pid: [signal numbers sent]}). Returns (problems, {how:
-    count})."""
+    """Every rank process ended, none by a signal it was not sent
+    (`injected`: {pid: [signal numbers sent]}) and none with an exit code
+    that no part of the job documents (Note [Rank ends]). Returns (problems,
+    {how: count})."""
     problems, counts = [], {}
     for rank in ranks:
         how = rank.how or "still running"
         counts[how] = counts.get(how, 0) + 1
-        if rank.how is None:
-            problems.append(f"rank process {rank.pid} on host {rank.host} is still running")
-        elif how.startswith("signal ") and int(how.split()[1]) not in injected.get(rank.pid, ()):
-            name = signal.Signals(int(how.split()[1])).name
-            problems.append(f"rank process {rank.pid} on host {rank.host} ended by {name}, which it was not sent")
+        cause, why = explain_end(rank.how, injected.get(rank.pid, ()), None)
+        if cause == UNEXPLAINED:
+            problems.append(f"rank process {rank.pid} on host {rank.host} (world {getattr(rank, 'world', '?')}, "
+                            f"rank {getattr(rank, 'rank', '?')}): {why}")
     return problems, counts
+
+
+# Note [Rank ends]: how each rank process of a chaos run ended, read as
+# one of: a clean exit (code 0: the training function returned), the
+# elastic exit (code 75, EXIT_RESET: a rank leaving its world for the
+# next, whatever ended the world, with its line in the output), a signal
+# the run sent (its fault's kind named), or unexplained: anything else (an
+# exit code no part of the job documents, a signal nobody sent, still
+# running), kept with the evidence: what the job's output says of that
+# rank, the lines around its end and, where bench/chaos_loop.py caught its
+# core dump, its threads' native stacks. Every end must be explained.
+CLEAN, ELASTIC, INJECTED, UNEXPLAINED = "clean exit", "elastic exit", "injected signal", "unexplained"
+EXIT_RESET = 75  # mxplugin.elastic.protocol's; not imported, which would load MXNet into the driver
+# The lines kept as evidence: from this long before a rank's end to this
+# long after (its last words, MPICH's or the launcher's on it), at most
+# EVIDENCE_LINES of them, and as many naming it.
+EVIDENCE_BEFORE_S, EVIDENCE_AFTER_S, EVIDENCE_LINES = 2.0, 0.5, 20
+
+
+def rank_records(ranks, injected, faults, killed_with_host, lines, start):
+    """One record per rank process (Note [Rank ends]): pid, host, world,
+    rank, how it ended, when (seconds from monotonic time `start`), its
+    cause and why, and for an unexplained end the evidence from `lines`
+    ([(time, text)])."""
+    fault_of = {f["pid"]: f["kind"] for f in faults if "pid" in f}
+    fault_of.update((pid, "kill_host") for pid in killed_with_host)
+    records = []
+    for rank in ranks:
+        cause, why = explain_end(rank.how, injected.get(rank.pid, ()), fault_of.get(rank.pid))
+        record = {"pid": rank.pid, "host": rank.host, "world": getattr(rank, "world", None),
+                  "rank": getattr(rank, "rank", None), "how": rank.how or "still running",
+                  "started_s": round(rank.started - start, 2),
+                  "ended_s": None if rank.ended is None else round(rank.ended - start, 2),
+                  "cause": cause, "why": why}
+        if cause == UNEXPLAINED:
+            record["evidence"] = evidence(rank, lines, start)
+        records.append(record)
+    return records
+
+
+def explain_end(how, sent, fault):
+    """(cause, why) of a rank end `how` ("code N", "signal N", None while it
+    runs), given the signals the run sent it and its fault's kind."""
+    if how is None:
+        return UNEXPLAINED, "still running when the run ended"
+    kind, number = how.split()
+    number = int(number)
+    if kind == "code" and number == 0:
+        return CLEAN, "its training function returned"
+    if kind == "code" and number == EXIT_RESET:
+        return ELASTIC, "left its world for the next (EXIT_RESET)"
+    if kind == "signal" and number in sent:
+        return INJECTED, f"{signal.Signals(number).name} sent by the run ({fault or 'a fault'})"
+    if kind == "signal":
+        return UNEXPLAINED, f"{signal.Signals(number).name}, which the run did not send"
+    return UNEXPLAINED, f"exit code {number}, which no part of the job documents"
+
+
+def evidence(rank, lines, start):
+    """What `lines` say of `rank`: the lines of its lifetime that name it
+    (its own "rank R:" lines, the launcher's on rank R of its world) and
+    those around its end."""
+    world, number = getattr(rank, "world", None), getattr(rank, "rank", None)
+    end = rank.ended if rank.ended is not None else (lines[-1][0] if lines else rank.started)
+    own = re.compile(rf"\brank {number}\b") if number is not None else None
+    of_world = f"world {world}:"
+
+    def names_it(text):
+        return own is not None and own.search(text) is not None and (
+            not text.startswith("mxplugin-run:") or of_world in text)
+    named = [f"{when - start:8.2f} {text}" for when, text in lines
+             if rank.started <= when <= end + EVIDENCE_AFTER_S and names_it(text)]
+    near = [f"{when - end:+.2f} {text}" for when, text in lines
+            if -EVIDENCE_BEFORE_S <= when - end <= EVIDENCE_AFTER_S]
+    return {"lines_naming_it": named[-EVIDENCE_LINES:], "lines_near_its_end": near[-EVIDENCE_LINES:]}
 
 
 def _sockets(namespace):

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 
 from chaos_log import STEP, WORLD, World, wait_line, world_hosts, worlds
@@ -38,6 +39,10 @@ WAIT_S = 240
 # A fault is injected in a world of at least this many ranks, so that the
 # ranks it takes leave at least --min-np.
 FAULT_WORLD_MIN = MIN_NP + 1
+# How often new rank processes are looked at for their world and rank
+# (from the environment the launcher gave them): a rank lives a second at
+# least (Python and MXNet load), unless a fault kills it as it starts.
+IDENTITY_SCAN_S = 0.1
 
 
 class ChaosError(AssertionError):
@@ -53,6 +58,9 @@ class ChaosJob:
         self.injected = {}  # pid -> [signal numbers the run sent it]
         self.killed_with_host = set()  # pids killed with every other process of their host
         self.ranks = RankProcesses(cluster.hosts, EXAMPLE).start()
+        self.closing = threading.Event()
+        self.identities = threading.Thread(target=self._identify_ranks, name="rank-identities", daemon=True)
+        self.identities.start()
         argv = [sys.executable, "-m", "mxplugin.run", "--rsh", cluster.rsh, "--network-interface", IFACE,
                 "--min-np", str(MIN_NP), "--max-np", str(len(cluster.hosts)), "--host-discovery-script",
                 f"cat {self.discovery}", "--blacklist-cooldown-range", *COOLDOWN_RANGE,
@@ -167,5 +175,29 @@ class ChaosJob:
         self.log.thread.join(timeout=10)
         return self.proc.returncode
 
+    def _identify_ranks(self):
+        """Sets each rank process's `world` and `rank` (numbers, from its
+        environment) as it starts, so that its end can be matched with what
+        the launcher and its world said (tests/chaos_checks.py rank_records)."""
+        while not self.closing.wait(IDENTITY_SCAN_S):
+            with self.ranks.lock:
+                new = [r for r in self.ranks.all_ranks if not hasattr(r, "world")]
+            for rank in new:
+                rank.world, rank.rank = identity(rank.pid)
+
     def close(self):
+        self.closing.set()
+        self.identities.join()
         self.ranks.stop()
+
+
+def identity(pid):
+    """(world, rank) of the rank process `pid` as its environment says
+    (MXPLUGIN_ELASTIC_WORLD, PMI_RANK), or (None, None) once it is gone."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+    except OSError:
+        return None, None
+    world, rank = env.get(b"MXPLUGIN_ELASTIC_WORLD"), env.get(b"PMI_RANK")
+    return (int(world) if world else None), (int(rank) if rank else None)
