@@ -1,8 +1,9 @@
 """The chaos run of issue 38, short (tests/chaos.py): one elastic job on 4
 fake hosts through one fault of each kind, in a seeded random order (the
 seed printed; MXPLUGIN_CHAOS_SEED replays it), training resuming from the
-newest commit after each, the job ending at its accuracy target, no rank
-ended by a signal it was not sent, nothing left behind. The soak,
+newest commit after each, the job ending at its accuracy target, every
+rank end explained (a clean exit, the elastic exit code, or a signal the
+run sent: Note [Rank ends] in chaos_checks.py), nothing left behind. The soak,
 `python bench/chaos.py --faults 12`, runs more (docs/reliability.md).
 Skips, saying why, where fake hosts or the kernel's process events are
 not to be had (not root, no `ip`)."""
