@@ -269,7 +269,7 @@ def _chaos_moments(faults):
 
 CHAOS_FOUND = """What the chaos run found, fixed: a rank killed as its world started hung the job for good (the
 others waited inside MPI's start and never registered: Note [Ranks that never started] in
-`mxplugin/elastic/service.py`); a frozen rank let go after its world ended died inside MPI (SIGSEGV, SIGABRT,
+`mxplugin/elastic/world_record.py`); a frozen rank let go after its world ended died inside MPI (SIGSEGV, SIGABRT,
 exit 255) 3 times in 5 before it heard that its world was over (Note [Frozen ranks] in `mxplugin/elastic/runner.py`
 asks the launcher at once: 6 of 6 left, but a CI run still saw 1 SIGSEGV 44 ms after SIGCONT, the core's thread
 first; since Note [A rank that was stopped] in `src/backend/mpi/mpi_control_plane.cc` the core makes no MPI call
@@ -293,7 +293,7 @@ main thread waiting in `Core::Core`. MXNet's SIGSEGV handler (installed when no 
 its proxy was gone (MXNet loading on a busy host) has `PMI_Init` fail instead, and MPICH aborts it with the low byte
 of its error code as exit code, its message going to the proxy, gone: not caught in these runs, reproduced outside
 them by killing the proxy of a rank still asleep before `init()` (exit 1, then 15, in two tries). Since Note
-[Leaving MPI's start] (`mxplugin/elastic/runner.py`) `init()` in an elastic launch asks the launcher before MPI
+[Leaving MPI's start] (`mxplugin/elastic/start_guard.py`) `init()` in an elastic launch asks the launcher before MPI
 starts and watches it until MPI is up: a rank whose world broke (or is over) by then leaves at once, while its proxy
 is still there, in one line (`mxplugin: elastic: rank 1: the launcher says rank 0 on ... ended (signal 9) before MPI
 had started here: leaving`), exit 75, and the next world starts without waiting out the grace. The table above is
@@ -312,6 +312,19 @@ FIXED = """## Faults the suite checks each run
   4.7 s later, the host left out for its cool-down (10 s in the test; 30 s by default, doubling per further fault
   up to 600 s: `--blacklist-cooldown-range`), then tried again: 3 ranks 14.9 s after the kill, from the last
   commit (Note [Cool-downs] in `mxplugin/elastic/cooldown.py`).
+- **A world that cannot start on a host** (`tests/test_elastic_partition.py`, 3 fake hosts, cool-down 5-20 s):
+  a host's link cut at commit 4 while discovery still lists it; its rank is lost and the host left out for 5 s.
+  When that ends with the link still cut, the host still answers the remote shell, so the next world tries it,
+  and MPICH's proxy there cannot connect back to mpiexec. The launcher names the host in one line, `mxplugin-run:
+  elastic: world 2 could not start on mxh3 (its MPI proxy could not connect back to mpiexec: No route to host);
+  left out: mxh3 for 10 s; a new world starts without it`, leaves it out with a lost rank's back-off (twice as long
+  each time, up to the range's end), and the world starts on the other hosts from the same commit (its first step
+  2-8 s after that line); with its link back, the host rejoins after that cool-down (3 ranks again 14-18 s after
+  the link returned). A host where nothing starts while mpiexec waits (no rank's supervisor says hello within
+  30 s) is left out the same way. Such a world is no reset (nothing trained in it): neither `--reset-limit` nor
+  the limit on worlds without progress counts it; the job ends only when fewer than `--min-np` slots stay usable
+  for `--elastic-timeout` (Note [Hosts a world cannot start on] in `mxplugin/elastic/start_failures.py`). Before,
+  the job stopped there (`world 4: no rank started`, exit 1) with two hosts ready (issue 48).
 - **`save_states()` on some ranks only** (sharded or PowerSGD states; `tests/test_sharding.py`, 3 ranks) fails
   on every rank in 10.1 s, naming the call every rank must make and the collective that went on without it
   (Note [Fences] in `src/core/message_conflicts.cc`), instead of stalling until the stall shutdown.

@@ -128,14 +128,14 @@ def init(comm=None, process_sets=None):
 def _start_core():
     """The core, started (MPI's start among it). In an elastic launch the
     launcher is watched meanwhile: a rank whose world breaks while MPI
-    starts leaves (Note [Leaving MPI's start] in mxplugin/elastic/runner.py)."""
+    starts leaves (Note [Leaving MPI's start] in mxplugin/elastic/start_guard.py)."""
     from mxplugin.elastic.protocol import ENV_DRIVER
 
     guard = None
     if os.environ.get(ENV_DRIVER):
-        from mxplugin.elastic import runner
+        from mxplugin.elastic import start_guard
 
-        guard = runner.guard_start()
+        guard = start_guard.guard_start()
     try:
         return _core_module().Core()
     finally:

@@ -10,7 +10,20 @@ started in the namespaces are killed by namespace (`ip netns pids`) before
 the namespaces go. Traffic between fake hosts crosses the links only over
 TCP (UCX_TLS=tcp,self; UCX would use shared memory between namespaces of one
 machine), so ENV must be in the ranks' environment; interface byte counters
-(`tx_bytes`) prove where traffic went."""
+(`tx_bytes`) prove where traffic went.
+
+Note [Links that are ready]: the cluster is ready when every host's link
+is, and a link change (set_link, limit_rate) returns once it is done, not
+when `ip` returns: on some kernels the bridge port starts forwarding only
+once the kernel's link watch (a work item, late on a busy machine) has seen
+the carrier, and a world started on a host whose link does not forward yet
+fails there ("No route to host" from MPICH's proxy). (This machine's kernel,
+6.18, forwards before `ip` returns, loaded or not.) So the cluster waits
+until the host's eth0 is there, up with carrier and its address, and its
+bridge port forwards (or, cut, eth0 without carrier); a change that fails
+says why, with what the kernel shows of the host's link (a CI run had `tc`
+exit 1 on a host's eth0 and said no more). Processes are killed until none
+is left, so that nothing of one test runs into the next."""
 import fcntl
 import itertools
 import os
@@ -44,10 +57,28 @@ exec unshare --uts sh -c 'hostname "$0" && exec "$@"' "$host" "$(dirname "$0")/n
 
 
 _cluster_numbers = itertools.count()
+# How long a link may take to be as asked (Note [Links that are ready]), and
+# processes to be gone once killed.
+READY_S = 30
+FORWARDING = "3"  # a bridge port's state in sysfs (BR_STATE_FORWARDING)
 
 
 def _ip(*args, check=True):
-    return subprocess.run(["ip", *args], capture_output=True, text=True, check=check)
+    """`ip ARGS`; RuntimeError with what it said when it fails and `check`."""
+    done = subprocess.run(["ip", *args], capture_output=True, text=True)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"ip {' '.join(args)}: exit {done.returncode}: {done.stderr.strip()}")
+    return done
+
+
+def _wait_for(condition, timeout, what):
+    """Polls condition() until it is true; RuntimeError after `timeout`
+    seconds, with what(), which says what is there instead."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"not within {timeout:g} s: {what()}")
+        time.sleep(0.05)
 
 
 class FakeCluster:
@@ -138,9 +169,58 @@ class FakeCluster:
             _ip("-n", ns, "link", "set", IFACE, "up")
             _ip("-n", ns, "link", "set", "lo", "up")
             if self.rate_mbit:
-                subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "replace", "dev", IFACE, "root", "tbf",
-                                "rate", f"{self.rate_mbit}mbit", "burst", "256kb", "latency", "100ms"],
-                               check=True, capture_output=True)
+                self.limit_rate(i, f"{self.rate_mbit}mbit")
+        for i in range(self.num_hosts):  # Note [Links that are ready]
+            self.wait_for_link(i, "up")
+
+    # -- links (Note [Links that are ready]) --------------------------------------------------
+    def link_view(self, i):
+        """What the kernel shows of host i's link: (its eth0's `ip -o link`
+        line, "" when there is none; its IPv4 addresses; its bridge port's
+        state, "" when it is no port)."""
+        line = _ip("-n", self.hosts[i], "-o", "link", "show", "dev", IFACE, check=False).stdout.strip()
+        addresses = _ip("-n", self.hosts[i], "-o", "-4", "addr", "show", "dev", IFACE, check=False).stdout
+        try:
+            with open(f"/sys/class/net/{self.links[i]}/brport/state") as f:
+                port = f.read().strip()
+        except OSError:
+            port = ""
+        return line, addresses, port
+
+    def link_is(self, i, state):
+        """Whether host i's link is `state`: "up" (eth0 up with carrier and
+        its address, its bridge port forwarding) or "down" (eth0 there,
+        without carrier)."""
+        line, addresses, port = self.link_view(i)
+        flags = line.partition("<")[2].partition(">")[0].split(",")
+        if state == "down":
+            return bool(line) and "LOWER_UP" not in flags
+        return {"UP", "LOWER_UP"} <= set(flags) and f" {self.address(i)}/" in addresses and port == FORWARDING
+
+    def wait_for_link(self, i, state):
+        _wait_for(lambda: self.link_is(i, state), READY_S,
+                  lambda: f"{self.hosts[i]}'s link is not {state}: {self.link_view(i)}")
+
+    def set_link(self, i, state):
+        """The host side of host i's link "up" or "down", as a switch port
+        would go; returns time.monotonic() once traffic sees it."""
+        _ip("link", "set", self.links[i], state)
+        self.wait_for_link(i, state)
+        return time.monotonic()
+
+    def limit_rate(self, i, rate):
+        """A bandwidth limit (tc tbf, e.g. "100mbit") on host i's eth0; None
+        removes it (none there is fine)."""
+        _wait_for(lambda: self.link_view(i)[0], READY_S, lambda: f"{self.hosts[i]} has no {IFACE}")
+        tc = ["ip", "netns", "exec", self.hosts[i], "tc", "qdisc"]
+        if rate is None:
+            subprocess.run(tc + ["del", "dev", IFACE, "root"], capture_output=True)
+            return
+        done = subprocess.run(tc + ["replace", "dev", IFACE, "root", "tbf", "rate", rate, "burst", "256kb",
+                                    "latency", "100ms"], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"tc on {self.hosts[i]}: exit {done.returncode}: {done.stderr.strip()}; its link: "
+                               f"{self.link_view(i)}")
 
     def host_list(self, slots):
         """'host1:2,host2:2' for `slots` ranks per host, in host order."""
@@ -189,17 +269,34 @@ class FakeCluster:
                 found.append(int(pid))
         return found
 
-    def kill_processes(self):
+    def namespace_pids(self):
+        """Pids of every process in the cluster's namespaces."""
+        found = []
         for ns in self.hosts:
-            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            out = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout
+            found += [int(pid) for pid in out.split() if pid.isdigit()]
+        return found
+
+    def kill_processes(self):
+        """SIGKILLs everything in the cluster's namespaces, again until none
+        is left (one may have started another meanwhile: an mpiexec proxy,
+        a rank): nothing of one test runs into the next."""
+        def killed_all():
+            pids = self.namespace_pids()
             for pid in pids:
                 try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
                     pass
+            return not pids
+
+        _wait_for(killed_all, READY_S, lambda: f"still running in {self.hosts}: {self.namespace_pids()}")
 
     def destroy(self):
-        self.kill_processes()
+        try:
+            self.kill_processes()
+        except RuntimeError:  # a process that outlives SIGKILL (stuck in the kernel) keeps only its namespace
+            pass
         for i in self._made_hosts:
             _ip("link", "del", self.links[i], check=False)
             _ip("netns", "del", self.hosts[i], check=False)

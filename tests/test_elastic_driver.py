@@ -16,7 +16,9 @@ from mxplugin.elastic import segments
 from mxplugin.elastic.cooldown import LeftOutHosts, cooldown_for
 from mxplugin.elastic.discovery import DiscoveryError, parse_discovered, usable
 from mxplugin.elastic.driver import ElasticDriver, ElasticError
-from mxplugin.elastic.service import DriverService
+from mxplugin.elastic.protocol import ENV_DRIVER, ENV_TOKEN, ENV_WORLD, TOKEN_HEADER
+from mxplugin.elastic.service import NOT_STARTED, DriverService
+from mxplugin.elastic.start_failures import NO_HELLO, hosts_not_started, leave_out_not_started
 
 
 @pytest.mark.parametrize("np_", [1, 2])
@@ -251,6 +253,113 @@ def test_a_left_out_host_comes_back_after_its_cool_down_and_waits_longer_each_fa
     cut_off.clear()
     clock.t += 100
     assert driver.usable_now(listed) == listed
+
+
+def say_hello(service, world, *ranks):
+    for rank in ranks:
+        service.handle("POST", "/hello", {"world": str(world), "rank": str(rank)}, b"")
+
+
+NO_ROUTE = "its MPI proxy could not connect back to mpiexec: No route to host"
+
+
+def test_the_hosts_a_world_could_not_start_on_are_left_out_as_a_lost_ranks_would_be(service):
+    """Note [Hosts a world cannot start on]: no rank registered; the hosts
+    mpiexec names, else those where no supervisor said hello while another
+    did, are left out with a lost rank's back-off. A world that nobody
+    started and nobody is blamed for, or one that started, blames no host."""
+    driver = driver_with(service)
+    listed = [("a", 1), ("b", 1), ("c", 1)]
+    world = service.new_world(0, listed)
+    say_hello(service, 0, 0, 1)
+    assert hosts_not_started(service, world, {}) == {"c": NO_HELLO}
+    assert hosts_not_started(service, world, {"c": NO_ROUTE}) == {"c": NO_ROUTE}
+    line = leave_out_not_started(0, {"c": NO_ROUTE}, driver.left_out)
+    assert line == f"world 0 could not start on c ({NO_ROUTE}); left out: c for 30 s; a new world starts without it"
+    assert driver.usable_now(listed) == [("a", 1), ("b", 1)]
+    assert driver.left_out.now() == {"c": f"world 0 could not start there: {NO_ROUTE}"}
+    again = leave_out_not_started(1, {"b": NO_HELLO, "c": NO_ROUTE}, driver.left_out)
+    assert again.endswith("left out: b for 30 s, c for 60 s; a new world starts without them"), again
+    nobody = service.new_world(2, listed)  # mpiexec failed before any host started: the job stops, as before
+    assert hosts_not_started(service, nobody, {}) == {}
+    started = finished_world(service, registered=(0,))
+    assert hosts_not_started(service, started, {"c": NO_ROUTE}) == {}
+
+
+def test_a_world_with_hosts_that_never_start_is_broken_once_the_others_are_given_up_on(service):
+    """Nothing started on b and c: after the hello grace (not before) the
+    world is broken naming them, and the rank that started, stuck in MPI's
+    start, is given up on (Note [Ranks that never started]). A world whose
+    ranks registered is never broken so."""
+    world = service.new_world(0, [("a", 1), ("b", 1), ("c", 1)])
+    say_hello(service, 0, 0)
+    service.break_if_not_started(60)
+    assert world.broken is None and world.not_started == {}
+    world.began -= 61
+    service.break_if_not_started(60)
+    assert world.broken == "nothing started on b, c within 60 s", world.broken
+    assert set(world.not_started) == {"b", "c"}
+    assert service.give_up_on_unstarted(0.1) == [0, 1, 2] and set(world.left.values()) == {NOT_STARTED}
+    running = finished_world(service, registered=(0, 1, 2))
+    running.began -= 61
+    service.break_if_not_started(60)
+    assert running.broken is None
+
+
+# Each world of the launcher below: c's proxy cannot connect back while
+# c is listed (Hydra says so and gives up: exit 255), after a and b said
+# hello; a world without c registers its ranks and finishes. With
+# "nobody", every world fails before any host starts.
+WORLDS = r"""
+import os, sys, urllib.request
+ENV_DRIVER, ENV_TOKEN, ENV_WORLD, TOKEN_HEADER, size, mode = sys.argv[1:]
+world, size = os.environ[ENV_WORLD], int(size)
+def ask(path):
+    request = urllib.request.Request(f"http://{os.environ[ENV_DRIVER]}{path}", data=b"", method="POST",
+                                     headers={TOKEN_HEADER: os.environ[ENV_TOKEN]})
+    urllib.request.urlopen(request, timeout=60).read()
+if mode == "nobody":
+    sys.exit("mpiexec: bad option")
+if size == 3:
+    for rank in (0, 1):
+        ask(f"/hello?world={world}&rank={rank}")
+    sys.stderr.write('[proxy:2@vm] HYDU_sock_connect (sock.c:140): unable to connect from "vm" to "10.0.0.1" '
+                     '(No route to host)\n[mpiexec@vm] ui_cmd_cb (pmiserv_pmci.c:51): Launch proxy failed.\n')
+    sys.exit(255)
+for rank in range(size):
+    ask(f"/hello?world={world}&rank={rank}")
+    ask(f"/register?world={world}&rank={rank}&pid=1")
+for rank in range(size):
+    ask(f"/leave?world={world}&rank={rank}&reason=done")
+"""
+
+
+def launcher_of(mode):
+    """ElasticDriver as mxplugin-run makes it, hosts a, b, c (each answering
+    the remote shell), --reset-limit 0, its worlds WORLDS in `mode`."""
+    args = argparse.Namespace(host_discovery_script=None, static_hosts=[("a", 1), ("b", 1), ("c", 1)], max_np=3,
+                              min_np=2, num_proc=None, checkpoint_path=None, blacklist_cooldown_range=None,
+                              rsh="true", ssh_connect_timeout=10, elastic_timeout=5.0, discovery_interval=1.0,
+                              network_interface="lo", verbose=False, reset_limit=0)
+
+    def world_command(hosts, size):
+        return [sys.executable, "-S", "-c", WORLDS, ENV_DRIVER, ENV_TOKEN, ENV_WORLD, TOKEN_HEADER, str(size), mode]
+
+    return ElasticDriver(args, dict(os.environ), "test", world_command)
+
+
+def test_a_world_that_cannot_start_on_a_host_is_followed_by_one_without_it_and_is_no_reset(capfd):
+    """Issue 48: the launcher named c in one line and went on on a and b
+    (within --reset-limit 0: nothing had trained), where it used to stop
+    with "no rank started"; a world no host started still stops the job."""
+    assert launcher_of("c cut off").run() == 0
+    err = capfd.readouterr().err
+    assert f"test: elastic: world 0 could not start on c ({NO_ROUTE}); left out: c for 30 s; a new world starts " \
+           "without it\n" in err, err
+    assert "test: elastic: world 1: 2 ranks on a:1,b:1\n" in err and "world 1 finished" in err, err
+    assert launcher_of("nobody").run() == 1
+    err = capfd.readouterr().err
+    assert "stopping: world 0: no rank started" in err and "could not start on" not in err, err
 
 
 def test_service_keeps_the_newest_state_and_wants_the_token(service):

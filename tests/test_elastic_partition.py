@@ -1,10 +1,11 @@
 """A fake host cut off from the network mid-training (the host side of its
 link set down: its processes live on, nothing reaches them; Note
 [Partitions] in mxplugin/elastic/world_end.py). Elastic training: with and
-without discovery reporting the host gone, the link restored, and SIGTERM
-to the launcher while the host is cut; the digits MLP of
-examples/mxnet_elastic_digits.py trains, past its epochs until the test has
-seen what it waits for. A plain job: every reachable rank fails naming the
+without discovery reporting the host gone, the link restored, the host
+tried again after its cool-down while still cut (Note [Hosts a world cannot
+start on]) and once its link is back, and SIGTERM to the launcher while the
+host is cut; the digits MLP of examples/mxnet_elastic_digits.py trains,
+past its epochs until the test has seen what it waits for. A plain job: every reachable rank fails naming the
 host (Note [Stuck transfers], Note [Lost hosts]). Every test waits until
 nothing it started runs any more in the cluster's namespaces. Skips, saying
 why, where namespaces cannot be made (not root, no `ip`)."""
@@ -22,6 +23,7 @@ from fake_cluster import ENV, IFACE, FakeCluster
 from mpi_harness import HANG_S, REPO, rank_env
 from mxplugin.elastic.protocol import STOP_HEADER
 from mxplugin.elastic.service import DriverService
+from mxplugin.launch.hosts_not_reached import HostsNotReached
 from mxplugin.launch.lost_hosts import reported_hosts
 from mxplugin.launch.remote_shells import placed_hosts
 
@@ -40,6 +42,8 @@ ELASTIC_PEER_TIMEOUT_S = 30  # the launcher's default for elastic jobs
 
 STEP = re.compile(r"^step (\d+): epoch (\d+), (\d+) ranks")
 COMMIT = re.compile(r"^commit (\d+): step (\d+)")
+COMMITTING = re.compile(r"^committing (\d+): ")
+RESUMES_AT = re.compile(r"^rank 0 of \d+ resumes at step (\d+)")
 
 
 @pytest.fixture(scope="module")
@@ -104,12 +108,6 @@ def commit_line(n):
     return lambda line: (m := COMMIT.match(line)) is not None and int(m.group(1)) >= n
 
 
-def set_link(cluster, i, state):
-    """The host side of host i's link up or down, as a switch port would go."""
-    subprocess.run(["ip", "link", "set", cluster.links[i], state], check=True, capture_output=True)
-    return time.monotonic()
-
-
 def write_hosts(path, cluster, indexes):
     with open(path + ".tmp", "w") as f:
         f.write("".join(f"{cluster.hosts[i]}:1\n" for i in indexes))
@@ -129,38 +127,44 @@ def wait_until_nothing_runs(cluster, indexes, timeout):
     raise AssertionError(f"still running {timeout} s later: {left}")
 
 
-def limit_rate(cluster, i, rate):
-    """A bandwidth limit on host i's link (None: none)."""
-    tc = ["ip", "netns", "exec", cluster.hosts[i], "tc", "qdisc"]
-    if rate is None:
-        subprocess.run(tc + ["del", "dev", IFACE, "root"], capture_output=True)
-    else:
-        subprocess.run(tc + ["replace", "dev", IFACE, "root", "tbf", "rate", rate, "burst", "256kb", "latency",
-                             "100ms"], check=True, capture_output=True)
-
-
 @pytest.fixture
 def cut_link(cluster):
-    """Restores the cut host's link whatever the test did (the cluster is the module's)."""
+    """Every link up and forwarding when the test starts; afterwards,
+    whatever the test did (the cluster is the module's), nothing of it left
+    running and the cut host's link restored, without a rate limit (Note
+    [Links that are ready] in fake_cluster.py)."""
+    for i in range(len(cluster.hosts)):
+        cluster.wait_for_link(i, "up")
     yield
-    set_link(cluster, CUT, "up")
-    limit_rate(cluster, CUT, None)
     cluster.kill_processes()
+    cluster.limit_rate(CUT, None)
+    cluster.set_link(CUT, "up")
 
 
 def resumed_from_last_commit(run, world):
-    """Steps lost: the next world starts from the last commit before it."""
+    """Steps lost: the next world starts from the newest commit before it.
+    Rank 0 prints "commit N" once commit() returns, after its host check, a
+    collective that the rank cut off may never join: so the newest commit
+    is the last one printed or, its snapshot taken ("committing N" printed)
+    but the line not, the next one (a run under load cut the link during
+    commit 5's host check: "commit 4" was the last line, world 1 resumed
+    from commit 5)."""
     lines = run.text().splitlines()
     start = next(i for i, line in enumerate(lines) if f"world {world}: " in line and "ranks on" in line)
     resumed = next(i for i, line in enumerate(lines) if i > start and "resumes from commit" in line)
     # The old world's last lines may reach the output after the launcher's
     # line about the new world (their ways differ: a CI run printed "commit 5"
     # after "world 1: ... ranks on"), never after the new world resumes.
-    last_commit = max((m for m in map(COMMIT.match, lines[:resumed]) if m), key=lambda m: int(m.group(1)))
+    before = lines[:resumed]
+    printed = max((m for m in map(COMMIT.match, before) if m), key=lambda m: int(m.group(1)))
+    snapshots = {int(m.group(1)) for m in map(COMMITTING.match, before) if m}
     m = re.search(r"resumes from commit (\d+)", lines[resumed])
-    assert m and int(m.group(1)) == int(last_commit.group(1)), run.report()
-    last_step = max(int(m.group(1)) for m in map(STEP.match, lines[:resumed]) if m)
-    return last_step - int(last_commit.group(2))
+    commit = int(m.group(1)) if m else None
+    assert commit == int(printed.group(1)) or (commit == int(printed.group(1)) + 1 and commit in snapshots), \
+        run.report()
+    at_step = next(int(r.group(1)) for r in map(RESUMES_AT.match, lines[resumed:]) if r)
+    last_step = max(int(m.group(1)) for m in map(STEP.match, before) if m)
+    return last_step - at_step
 
 
 @needs_cluster
@@ -169,7 +173,7 @@ def test_a_host_cut_off_that_discovery_drops_costs_only_the_steps_since_the_last
     write_hosts(hosts_file, cluster, (0, 1, 2))
     run = Run(cluster, "dropped", "--host-discovery-script", f"cat {hosts_file}")
     run.wait_for(commit_line(4))
-    cut_at = set_link(cluster, CUT, "down")
+    cut_at = cluster.set_link(CUT, "down")
     write_hosts(hosts_file, cluster, (0, 1))
     resumed = run.wait_for(steps_at(2))
     took = resumed[1] - cut_at
@@ -200,7 +204,7 @@ def test_a_host_cut_off_that_the_launcher_is_not_told_of(cluster, cut_link):
     time out) and goes on without it."""
     run = Run(cluster, "fixed", "-H", cluster.host_list((1, 1, 1)), drop_env=("MXPLUGIN_PEER_TIMEOUT_SECONDS",))
     run.wait_for(commit_line(4))
-    cut_at = set_link(cluster, CUT, "down")
+    cut_at = cluster.set_link(CUT, "down")
     resumed = run.wait_for(steps_at(2), timeout=ELASTIC_PEER_TIMEOUT_S + 60)
     took = resumed[1] - cut_at
     wait_until_nothing_runs(cluster, [CUT], timeout=90)
@@ -226,10 +230,10 @@ def test_a_cut_host_rejoins_at_a_later_commit_when_its_link_returns(cluster, cut
     write_hosts(hosts_file, cluster, (0, 1, 2))
     run = Run(cluster, "rejoin", "--host-discovery-script", f"cat {hosts_file}")
     run.wait_for(commit_line(4))
-    set_link(cluster, CUT, "down")
+    cluster.set_link(CUT, "down")
     write_hosts(hosts_file, cluster, (0, 1))
     run.wait_for(steps_at(2))
-    set_link(cluster, CUT, "up")
+    cluster.set_link(CUT, "up")
     write_hosts(hosts_file, cluster, (0, 1, 2))
     grown = run.wait_for(lambda line: "world 2: 3 ranks on" in line)
     run.wait_for(after(grown[0], steps_at(3)))
@@ -245,11 +249,72 @@ def test_a_cut_host_rejoins_at_a_later_commit_when_its_link_returns(cluster, cut
     wait_until_nothing_runs(cluster, range(3), timeout=60)
 
 
+def cut_until_a_world_cannot_start_there(cluster, name):
+    """A run whose host CUT is cut off at commit 4 while discovery still
+    lists it: its rank is lost, the host is left out for its first cool-down
+    (5 s), and when that ends with the link still cut, the next world cannot
+    start there (Note [Hosts a world cannot start on] in
+    mxplugin/elastic/start_failures.py). Returns (run, seconds from the cut,
+    the line that names the host)."""
+    hosts_file = os.path.join(cluster.dir, f"hosts-{name}")
+    write_hosts(hosts_file, cluster, (0, 1, 2))
+    run = Run(cluster, name, "--host-discovery-script", f"cat {hosts_file}", "--blacklist-cooldown-range", "5", "20",
+              env_extra={"MXPLUGIN_PEER_TIMEOUT_SECONDS": "10"})
+    run.wait_for(commit_line(4))
+    cut_at = cluster.set_link(CUT, "down")
+    host = re.escape(cluster.hosts[CUT])
+    lost = run.wait_for(re.compile(rf"lost rank 2 on {host} \(.*\); left out: {host} for 5 s").search)
+    # mpiexec's proxy there cannot connect back (the cause is the kernel's:
+    # "No route to host" once ARP gives up).
+    refused = run.wait_for(after(lost[0], re.compile(
+        rf"^mxplugin-run: elastic: world \d+ could not start on {host} \(its MPI proxy could not connect back to "
+        rf"mpiexec: [^)]+\); left out: {host} for 10 s; a new world starts without it$").search))
+    return run, refused[1] - cut_at, refused
+
+
+@needs_cluster
+def test_a_host_still_cut_off_when_its_cool_down_ends_is_left_out_again_and_the_job_finishes(cluster, cut_link):
+    """Issue 48: the cut host's cool-down ends while its link is still cut;
+    the world that tries it again cannot start, and the job goes on without
+    it (it used to stop: "no rank started")."""
+    run, refused_after, refused = cut_until_a_world_cannot_start_there(cluster, "still-cut")
+    resumed = run.wait_for(after(refused[0], steps_at(2)))
+    code = run.finish()
+    text, report = run.text(), run.report()
+    assert code == 0, report
+    host = cluster.hosts[CUT]
+    tried = text.index(f"{host}'s cool-down is over (left out after its fault 1: rank 2 was lost there")
+    assert tried < text.index(refused[2]), report
+    assert "no rank started" not in text, report
+    assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
+    wait_until_nothing_runs(cluster, range(3), timeout=60)
+    print(f"cut to the world that could not start there: {refused_after:.1f} s; from its line to the first step "
+          f"without the host: {resumed[1] - refused[1]:.1f} s")
+
+
+@needs_cluster
+def test_a_host_cut_off_past_its_cool_down_rejoins_once_its_link_returns(cluster, cut_link):
+    """The host that a world could not start on is tried again after its
+    next cool-down (10 s): its link is back by then, and the world grows."""
+    run, _, refused = cut_until_a_world_cannot_start_there(cluster, "back-later")
+    restored_at = cluster.set_link(CUT, "up")
+    grown = run.wait_for(after(refused[0], lambda line: re.search(r"world \d+: 3 ranks on", line) is not None))
+    stepped = run.wait_for(after(grown[0], steps_at(3)))
+    code = run.finish()
+    text, report = run.text(), run.report()
+    assert code == 0, report
+    host = cluster.hosts[CUT]
+    assert f"{host}'s cool-down is over (left out after its fault 2: world " in text, report
+    assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
+    wait_until_nothing_runs(cluster, range(3), timeout=60)
+    print(f"link restored to the first step of 3 ranks: {stepped[1] - restored_at:.1f} s")
+
+
 @needs_cluster
 def test_sigterm_ends_the_launcher_within_10_s_while_a_host_is_cut(cluster, cut_link):
     run = Run(cluster, "sigterm", "-H", cluster.host_list((1, 1, 1)))
     run.wait_for(commit_line(4))
-    set_link(cluster, CUT, "down")  # the ranks are stuck within a step from here on
+    cluster.set_link(CUT, "down")  # the ranks are stuck within a step from here on
     sent = time.monotonic()
     os.kill(run.proc.pid, signal.SIGTERM)  # `ip netns exec` execs: this is the launcher
     try:
@@ -277,13 +342,13 @@ def test_a_plain_job_ends_every_reachable_rank_naming_the_host_cut_off(cluster, 
     mpiexec."""
     peer_timeout = 10
     near, far = cluster.hosts[0], cluster.hosts[CUT]
-    limit_rate(cluster, CUT, "100mbit")
+    cluster.limit_rate(CUT, "100mbit")
     argv = [sys.executable, "-m", "mxplugin.run", "--rsh", cluster.rsh, "--network-interface", IFACE, "-np", "4",
             "-H", f"{near}:2,{far}:2", sys.executable, ALLREDUCE_UNTIL_CUT, str(8 << 20)]
     proc, log = cluster.start(0, argv, env=rank_env({**ENV, "MXPLUGIN_PEER_TIMEOUT_SECONDS": peer_timeout}),
                               cwd=REPO)
     assert log.wait_for(lambda line: line == "round 2", 120), log.text()
-    cut_at = set_link(cluster, CUT, "down")
+    cut_at = cluster.set_link(CUT, "down")
     failed = {}
     for rank in (0, 1):
         named = re.compile(rf"^(mxplugin: )?rank {rank}(:| failed:) .*\branks 2, 3 on {far} cannot be reached from "
@@ -377,3 +442,22 @@ def test_the_hosts_ranks_say_they_cannot_reach():
     assert reported_hosts(line) == {"b", "c.x"}
     assert reported_hosts("MXNetError: mxplugin lost contact with its peers: negotiation timed out") == set()
     assert placed_hosts([("a", 2), ("b", 2), ("c", 2)], 3) == ["a", "b"]
+
+
+def test_the_hosts_mpiexec_says_it_cannot_reach_at_a_jobs_start():
+    """Hydra's lines, numbered by proxy (the hosts with ranks, in order),
+    whole or split between two reads; ssh's naming the host; nothing else."""
+    found = HostsNotReached(placed_hosts([("a", 1), ("b", 1), ("c", 1)], 3))
+    err, out = found.reader(), found.reader()
+    err(b'[proxy:2@vm] HYDU_sock_connect (/mpich/src/pm/hydra/lib/utils/sock.c:140): unable to connect from "vm"')
+    out(b"step 3: epoch 1, 3 ranks\n[proxy:7@vm] HYDU_sock_connect (sock.c:140): unable to connect (x)\n")
+    err(b' to "10.79.0.11" (No route to host)\n[proxy:2@vm] main (pmip.c:100): unable to connect to server '
+        b'10.79.0.11 at port 35525 (check for firewalls!)\n[mpiexec@vm] ui_cmd_cb (pmiserv_pmci.c:51): Launch '
+        b'proxy failed.\n')
+    out(b"ssh: connect to host b port 22: Connection timed out\nssh: connect to host z port 22: No route to host")
+    out.flush()
+    assert found.hosts() == {"c": "its MPI proxy could not connect back to mpiexec: No route to host",
+                             "b": "ssh could not reach it: Connection timed out"}
+    quiet = HostsNotReached(["a", "b"])
+    quiet.reader()(b"[proxy:0@vm] [proxy:0@vm] assert (!upstream_sock_closed) failed\nmxplugin: ssh: no\n")
+    assert quiet.hosts() == {}

@@ -16,8 +16,12 @@ told the service (mxplugin.elastic.service) decides what comes next:
 - the hosts changed: the ranks left at a commit; a new world starts;
 - a host was cut off (Note [Partitions] in world_end.py): the ranks the
   launcher reaches go back to their last commit, mpiexec is abandoned after
-  a bounded wait, and a new world starts without the host.
-Each new world counts as a reset; more than --reset-limit stops the job."""
+  a bounded wait, and a new world starts without the host;
+- the world could not start on some hosts (Note [Hosts a world cannot start
+  on] in start_failures.py): they are left out for a cool-down, and a new
+  world starts without them.
+Each new world after one that started counts as a reset; more than
+--reset-limit stops the job."""
 import fcntl
 import os
 import shlex
@@ -31,6 +35,7 @@ from mxplugin.elastic import protocol
 from mxplugin.elastic.cooldown import DEFAULT_COOLDOWN_RANGE, LeftOutHosts, describe_cooldown
 from mxplugin.elastic.discovery import DiscoveryError, DiscoveryScript, FixedHosts, usable
 from mxplugin.elastic.service import DriverService
+from mxplugin.elastic.start_failures import hosts_not_started, leave_out_not_started
 from mxplugin.elastic.world_end import SETTLE_QUIET_S, SETTLE_S, WorldEnd, left_behind
 from mxplugin.launch.hosts import UsageError, is_local_host, unreachable_hosts
 from mxplugin.launch import signal_wait
@@ -217,6 +222,11 @@ class ElasticDriver:
             service.end_world("mpiexec was abandoned" if job.abandoned else
                               f"mpiexec ended (exit {code}): a host was probably lost")
             service.wait_settled(SETTLE_S, SETTLE_QUIET_S)
+            not_started = hosts_not_started(service, record, job.hosts_not_reached())
+            if not_started:  # no reset: nothing trained (Note [Hosts a world cannot start on])
+                self.say(leave_out_not_started(number, not_started, self.left_out))
+                number += 1
+                continue
             verdict = self.judge(service, record, code)
             if verdict is None:
                 self.say(f"world {number} finished")

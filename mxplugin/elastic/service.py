@@ -1,13 +1,13 @@
 """The launcher's end of an elastic job: a small HTTP service the ranks of
 the current world talk to.
 
-Ranks register when they start, ask at every commit whether the hosts
+Ranks register when MPI has started, ask at every commit whether the hosts
 changed, hand over their last committed state when their world ends, and
 say why they leave; the rank supervisors (mxplugin.elastic.supervisor) say
-how each rank's process ended. From that the launcher tells a rank that died
-(a fault: restart without its host) from one that raised an ordinary error
-(a bug in the script: stop), and the next world gets the newest committed
-state.
+hello as they start their rank, and how its process ended. From that the
+launcher tells a rank that died (a fault: restart without its host) from
+one that raised an ordinary error (a bug in the script: stop), and the next
+world gets the newest committed state.
 
 Requests carry the job's token (a random secret in the ranks' environment):
 state travels as a pickle, which only the job's own ranks may send."""
@@ -19,71 +19,8 @@ import time
 import urllib.parse
 
 from mxplugin.elastic.protocol import COMMIT_HEADER, STOP_HEADER, TOKEN_HEADER
-from mxplugin.launch.placement import host_of_rank, slot_count
-
-
-# Note [Ranks that never started]: MPI's start (MPI_Init, and the core's
-# set-up after it) waits for every rank of the world. A rank lost before
-# it gets there (killed while MXNet loads, say) leaves the others waiting
-# inside it for good: they never register, so no watcher of theirs hears
-# that the world is broken, and mpiexec, which keeps them, never ends (a
-# chaos run hung so, issue 38). So once the world is broken, a rank that
-# has not registered within START_GRACE_S is not waited for: it counts as
-# having left, NOT_STARTED (not lost: its host did nothing wrong), and the
-# world's end abandons mpiexec (Note [Partitions] in world_end.py), whose
-# proxies' going ends those ranks' MPI start (MPICH exits them, code 255).
-# Their ends, whenever they come, are not errors of the training script.
-NOT_STARTED = "not started"
-
-
-class WorldRecord:
-    """What the ranks of one world said."""
-
-    def __init__(self, number, hosts):
-        self.number = number
-        self.hosts = list(hosts)  # [(host, slots)] in rank order
-        self.registered = {}      # rank -> pid
-        self.left = {}            # rank -> reason ("failure", "hosts", "done", NOT_STARTED)
-        self.exits = {}           # rank -> "code N" | "signal N", from the supervisors
-        self.hosts_updated = False
-        # Why the world cannot go on (a rank ended without leaving, a rank
-        # lost contact with its peers, a host went away), once the launcher
-        # learns it: the other ranks stop waiting for their peers.
-        self.broken = None
-        self.gone = {}            # host -> why: hosts discovery stopped listing while this world ran
-        self.heard = {}           # rank -> when it last made a request (its watcher polls, Note [Partitions])
-        self.out_of_reach = {}    # rank -> why it is not waited for any more (silent, or quiet at the end)
-        # The user stopped the job and ranks still run after the grace
-        # (stuck in a collective with an unreachable peer, Note [Partitions]
-        # in world_end.py): they end at once, handing nothing over.
-        self.stopping = False
-
-    def unaccounted(self):
-        """Ranks that neither left nor were reported ended, in order."""
-        size = slot_count(self.hosts)
-        return [r for r in range(size) if r not in self.left and r not in self.exits]
-
-    def waited_for(self, rank):
-        """Whether the end of this world waits for `rank` to leave or end:
-        not when it did, nor when it is out of reach."""
-        return not (rank in self.left or rank in self.exits or self.unreachable(rank))
-
-    def unreachable(self, rank):
-        """Out of reach: silent, or on a host discovery dropped."""
-        return rank in self.out_of_reach or self.host_of(rank) in self.gone
-
-    def only_out_of_reach_run(self):
-        """Whether every rank still running is out of reach: the others
-        ended, or left to end at once (a rank whose training function
-        returned may still work, and keeps mpiexec)."""
-        size = slot_count(self.hosts)
-        return all(r in self.exits or self.unreachable(r) or self.left.get(r, "done") != "done"
-                   for r in range(size))
-
-    def host_of(self, rank):
-        # Where the launcher placed the rank, not the name the rank's machine
-        # gives itself: that may differ from the name the hosts are listed by.
-        return host_of_rank(self.hosts, rank)
+from mxplugin.elastic.world_record import NOT_STARTED, WorldRecord  # noqa: F401  (NOT_STARTED: tests' import)
+from mxplugin.launch.placement import slot_count
 
 
 class DriverService:
@@ -226,6 +163,26 @@ class DriverService:
                 listed = ", ".join(f"rank {r} on {world.host_of(r)}" for r in silent)
                 self._break(world, f"{listed} not heard from for {after_s:g} s (cut off?)")
 
+    def break_if_not_started(self, after_s):
+        """Note [Hosts a world cannot start on] in start_failures.py: breaks
+        the current world when, `after_s` seconds after it began, no rank
+        has registered and some host has a rank whose supervisor never said
+        hello (nothing started there); those hosts are noted in the world's
+        record. The ranks that did start wait inside MPI's start for the
+        others: the world's end gives up on them (Note [Ranks that never
+        started])."""
+        with self.lock:
+            world = self.world
+            if world is None or world.registered or world.broken is not None:
+                return
+            if time.monotonic() - world.began < after_s:
+                return
+            silent = world.hosts_without_hello()
+            for host in silent:
+                world.not_started[host] = f"no process of its ranks started within {after_s:g} s"
+            if silent:
+                self._break(world, f"nothing started on {', '.join(silent)} within {after_s:g} s")
+
     def ending(self):
         """Whether the current world is over for the launcher: broken, or
         every rank's process ended."""
@@ -275,6 +232,9 @@ class DriverService:
                 return 400, {}, f"bad request: rank {rank} is not a rank of world {world.number}".encode()
             if rank >= 0:
                 world.heard[rank] = time.monotonic()
+            if path == "/hello" and method == "POST":  # Note [Hosts a world cannot start on]
+                world.hello.setdefault(rank, time.monotonic())
+                return 200, {}, b""
             if path == "/register" and method == "POST":
                 world.registered[rank] = int(query.get("pid", 0))
                 return 200, {}, b""
@@ -314,7 +274,7 @@ class DriverService:
 
 
 # Requests about one rank of the current world: the rank must be one.
-_RANK_REQUESTS = ("/register", "/leave", "/exit")
+_RANK_REQUESTS = ("/hello", "/register", "/leave", "/exit")
 # The longest a rank's long poll may ask to be held (its watcher asks for 5 s).
 MAX_WAIT_S = 600.0
 # Note [What the service reads]: the service listens on every interface,

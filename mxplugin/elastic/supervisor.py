@@ -36,21 +36,35 @@ def rank_from_environment():
     return -1
 
 
-def report_exit(how):
-    """Tells the launcher's service how this rank ended (nothing outside an
-    elastic launch)."""
+def tell_launcher(path, what, **query):
+    """POSTs `path` with this rank's world and number to the launcher's
+    service (nothing outside an elastic launch); says on stderr when it
+    could not tell it `what` (None: says nothing)."""
     address = os.environ.get(protocol.ENV_DRIVER)
     if not address:
         return
     query = urllib.parse.urlencode({"world": os.environ.get(protocol.ENV_WORLD, "0"),
-                                    "rank": rank_from_environment(), "how": how})
-    request = urllib.request.Request(f"http://{address}/exit?{query}", data=b"", method="POST",
+                                    "rank": rank_from_environment(), **query})
+    request = urllib.request.Request(f"http://{address}{path}?{query}", data=b"", method="POST",
                                      headers={protocol.TOKEN_HEADER: os.environ.get(protocol.ENV_TOKEN, "")})
     try:
         urllib.request.urlopen(request, timeout=protocol.REQUEST_TIMEOUT_S).close()
     except OSError as exc:  # the launcher is gone, or says this world is over: nothing to tell
-        print(f"mxplugin: rank {rank_from_environment()}: could not tell the launcher how it ended: {exc}",
-              file=sys.stderr)
+        if what is not None:
+            print(f"mxplugin: rank {rank_from_environment()}: could not tell the launcher {what}: {exc}",
+                  file=sys.stderr)
+
+
+def report_exit(how):
+    """Tells the launcher's service how this rank ended."""
+    tell_launcher("/exit", "how it ended", how=how)
+
+
+def say_hello():
+    """Tells the launcher's service that this rank's process runs: its host
+    was reached (Note [Hosts a world cannot start on] in start_failures.py).
+    Quiet when it cannot: the rank's own registration then fails, saying why."""
+    tell_launcher("/hello", None)
 
 
 def main(argv):
@@ -88,6 +102,7 @@ def main(argv):
     for signum in stops:
         child.send_signal(signum)
     segments.clean_up_after(child.pid)  # Note [Segments of a rank that ended] in segments.py
+    say_hello()  # after the start: the rank loads meanwhile
     returncode = child.wait()
     report_exit(f"signal {-returncode}" if returncode < 0 else f"code {returncode}")
     return 128 - returncode if returncode < 0 else returncode

@@ -31,8 +31,10 @@ its proxy there, which can never say that it ended. So:
   ends with it, or when the link returns and the proxy finds mpiexec gone.
 - A host that discovery dropped is not left out for good: listed again, it
   joins at the next commit. A host whose rank was lost while discovery still
-  listed it (or with a fixed host list) is left out for the rest of the job,
-  as for a crashed rank.
+  listed it (or with a fixed host list) is left out for a cool-down, as for
+  a crashed rank (Note [Cool-downs] in cooldown.py); tried again while still
+  cut off, it is one a world cannot start on (Note [Hosts a world cannot
+  start on] in start_failures.py).
 - The user's stop: Note [Bounded stops] in mxplugin/launch/job.py; an elastic
   launcher also tells the ranks still running to end (their watchers do).
 From the cut to the new world's first step: the discovery interval, the
@@ -42,6 +44,7 @@ import sys
 import threading
 
 from mxplugin.elastic.protocol import RANK_SILENT_S
+from mxplugin.elastic.start_failures import START_HELLO_S
 
 # How long mpiexec may take to end once every rank the launcher can hear
 # from has left or ended (it ends in well under a second when it reaches
@@ -54,7 +57,7 @@ SETTLE_S = 30
 SETTLE_QUIET_S = 3
 # How long ranks that have not registered when their world is broken get
 # to do so before they are taken for stuck in MPI's start (Note [Ranks that
-# never started] in service.py). One given up on too soon still leaves at
+# never started] in world_record.py). One given up on too soon still leaves at
 # once when it registers: its watcher hears that the world is over.
 START_GRACE_S = 5
 # MXPLUGIN_PEER_TIMEOUT_SECONDS for the ranks of an elastic job unless the
@@ -76,6 +79,7 @@ class WorldEnd(threading.Thread):
     def run(self):
         while not self.job.wait(1.0):
             self.service.break_if_silent(RANK_SILENT_S)
+            self.service.break_if_not_started(START_HELLO_S)  # Note [Hosts a world cannot start on]
             if self.service.ending():
                 break
         else:

@@ -25,10 +25,11 @@ import sys
 import threading
 import time
 
+from mxplugin.launch.hosts_not_reached import HostsNotReached
 from mxplugin.launch.line_relay import EXIT_MARKER, RANK_MARKER
 from mxplugin.launch.lost_hosts import MARKER, LostHostsWatch, reported_hosts
 from mxplugin.launch.rank_deaths import RankDeaths
-from mxplugin.launch.remote_shells import end, remote_shells
+from mxplugin.launch.remote_shells import end, placed_hosts, remote_shells
 from mxplugin.launch.signal_wait import wait_for_exit
 
 # Signals that stop the job: SIGHUP too, since in its own session the job
@@ -50,11 +51,12 @@ class _Pump(threading.Thread):
     without the relays' rank lines and MPICH's banner (Note [Naming the
     rank that died] in rank_deaths.py)."""
 
-    def __init__(self, source, sink, stream, stopping, deaths, on_unreachable=None):
+    def __init__(self, source, sink, stream, stopping, deaths, on_unreachable=None, not_reached=None):
         super().__init__(daemon=True)
         self.source, self.sink, self.stream, self.stopping = source, sink, stream, stopping
         self.deaths = deaths
         self.on_unreachable = on_unreachable  # called with the hosts a rank's line says it cannot reach
+        self.not_reached = not_reached  # reads what mpiexec says of hosts it cannot reach (hosts_not_reached.py)
         self.pending = b""
         self.sink_gone = False  # our output was closed (`| head`): keep draining, drop the rest
 
@@ -65,11 +67,15 @@ class _Pump(threading.Thread):
                 break
             if self.on_unreachable is not None and MARKER in chunk:  # Note [Lost hosts]
                 self.on_unreachable(reported_hosts(chunk.decode("utf-8", "replace")))
+            if self.not_reached is not None:
+                self.not_reached(chunk)
             if self.stopping.is_set() or self.pending or self._may_hold_a_report(chunk):
                 self.filter(chunk)
             else:
                 self.write(chunk)
         self.filter(b"", final=True)
+        if self.not_reached is not None:
+            self.not_reached.flush()
         for text in self.deaths.flush(self.stream):
             self.write_line(text)
 
@@ -167,6 +173,7 @@ class Job:
         self.stopping = threading.Event()
         self.abandoned = False
         self.unreachable = set()  # hosts the ranks say they cannot reach (Note [Lost hosts])
+        self.not_reached = HostsNotReached(placed_hosts(self.hosts, num_proc))  # what mpiexec says it cannot reach
         self.deaths = RankDeaths()  # Note [Naming the rank that died]
         self.lock = threading.Lock()
 
@@ -177,6 +184,10 @@ class Job:
     def reported_unreachable(self):
         with self.lock:
             return set(self.unreachable)
+
+    def hosts_not_reached(self):
+        """{host: why} of the hosts mpiexec said it could not reach (hosts_not_reached.py)."""
+        return self.not_reached.hosts()
 
     def _add_unreachable(self, hosts):
         with self.lock:
@@ -250,8 +261,10 @@ class Job:
         # elastic one hears from its ranks (unreached) and needs no watch.
         plain = self.unreached is None
         watch = self._add_unreachable if plain else None
-        pumps = [_Pump(child.stdout, sys.stdout.buffer, "out", self.stopping, self.deaths, watch),
-                 _Pump(child.stderr, sys.stderr.buffer, "err", self.stopping, self.deaths, watch)]
+        pumps = [_Pump(child.stdout, sys.stdout.buffer, "out", self.stopping, self.deaths, watch,
+                       self.not_reached.reader()),
+                 _Pump(child.stderr, sys.stderr.buffer, "err", self.stopping, self.deaths, watch,
+                       self.not_reached.reader())]
         previous = {sig: signal.signal(sig, self._interrupt) for sig in _STOP_SIGNALS}
         try:
             for pump in pumps:

@@ -91,7 +91,8 @@ def build_parser():
              "--discovery-interval seconds (instead of -H or --hostfile)")
     elastic.add_argument(
         "--reset-limit", type=int, metavar="K",
-        help="stop the job rather than start an (K+1)th new world (default: no limit)")
+        help="stop the job rather than start a (K+1)th new world (default: no limit); a world that could not "
+             "start on some host, which trained nothing, does not count")
     elastic.add_argument(
         "--elastic-timeout", type=float, metavar="SECONDS", default=600.0,
         help="how long a new world waits for --min-np slots before the job stops (default 600)")
