@@ -188,6 +188,7 @@ class ElasticDriver:
             env[protocol.ENV_DRIVER] = f"{advertised_address(self.args.network_interface, hosts)}:{service.port}"
             env[protocol.ENV_TOKEN] = service.token
             env[protocol.ENV_WORLD] = str(number)
+            env[protocol.ENV_START_CRASH_EXIT] = str(protocol.EXIT_RESET)
             if self.args.checkpoint_path:
                 env[protocol.ENV_CHECKPOINT] = os.path.abspath(self.args.checkpoint_path)
             command = self.make_command(hosts, size)

@@ -40,6 +40,10 @@ struct Config {
   // ranks with the same local rank, when every host runs the same number (>1)
   // of a group's ranks. MXPLUGIN_HIERARCHICAL_ALLREDUCE=0 turns it off.
   bool hierarchical_allreduce = true;
+  // Non-zero: a crash inside MPI's start ends the process with this code
+  // (Note [Crashes in MPI's start], backend/mpi/start_crash_exit.h); the
+  // elastic launcher sets it. MXPLUGIN_START_CRASH_EXIT_CODE
+  int start_crash_exit_code = 0;
 
   static Config FromEnvironment();
 };

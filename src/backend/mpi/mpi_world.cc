@@ -9,6 +9,7 @@
 
 #include "backend/mpi/host_segment.h"
 #include "backend/mpi/mpi_communicator.h"
+#include "backend/mpi/start_crash_exit.h"
 #include "backend/shm/host_doorbell.h"
 #include "common/reduce.h"
 
@@ -51,7 +52,7 @@ void FreeOps(MPI_Op* ops) {
 
 }  // namespace
 
-MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_seconds)
+MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_seconds, int start_crash_exit_code)
     : hierarchical_(hierarchical), peer_timeout_seconds_(peer_timeout_seconds) {
   int initialized = 0;
   CheckSetup(MPI_Initialized(&initialized), "MPI_Initialized");
@@ -67,6 +68,7 @@ MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_
     // MXPLUGIN_MPI_THREADS=funneled selects FUNNELED for runs with a core to
     // spare per rank.
     const int wanted = thread_multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
+    StartCrashExit crash_exit(start_crash_exit_code);  // Note [Crashes in MPI's start]
     if (MPI_Init_thread(nullptr, nullptr, wanted, &provided) != MPI_SUCCESS) {
       throw Error(Status::Internal("MPI_Init_thread failed"));
     }
@@ -185,7 +187,7 @@ Status MpiWorld::CreateGroup(const std::vector<int>& members, Group* out) {
 
 std::unique_ptr<World> MakeMpiWorld(const Config& config) {
   return std::make_unique<MpiWorld>(config.mpi_thread_multiple, config.hierarchical_allreduce,
-                                    config.peer_timeout_seconds);
+                                    config.peer_timeout_seconds, config.start_crash_exit_code);
 }
 
 }  // namespace mxplugin
