@@ -14,9 +14,11 @@ LAST_WORDS_S = 1.0
 
 
 def say(text, rank):
-    """One line of rank `rank`'s."""
+    """One line of rank `rank`'s (a number, or a function that gives it:
+    mxplugin.rank, called here, inside bounded(), as it may wait on a core
+    stuck with its peers gone)."""
     try:
-        sys.stderr.write(f"mxplugin: elastic: rank {rank}: {text}\n")
+        sys.stderr.write(f"mxplugin: elastic: rank {rank() if callable(rank) else rank}: {text}\n")
         sys.stderr.flush()
     except OSError:  # MPICH's proxy, which read our output, is gone with a lost host
         pass
@@ -40,7 +42,7 @@ def flush(stream):
 
 def end(code, text=None, rank=None):
     """Ends this process now, without MPI's clean-up (a peer is gone: it
-    could wait forever), after saying `text` as rank `rank`."""
+    could wait forever), after saying `text` as rank `rank` (see say())."""
     if text:
         bounded(lambda: say(text, rank))
     for stream in (sys.stdout, sys.stderr):

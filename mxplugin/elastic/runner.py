@@ -53,7 +53,7 @@ def is_peer_failure(exc):
 
 def _log(text):
     """One line of this rank's."""
-    last_words.say(text, hvd.rank())
+    last_words.say(text, hvd.rank)
 
 
 def _start(state, client):
@@ -91,7 +91,7 @@ _bounded = last_words.bounded
 def _end(code, text=None):
     """Ends this process now, without MPI's clean-up (a peer is gone: it
     could wait forever), saying `text` first (last_words.end)."""
-    last_words.end(code, text, hvd.rank() if text else None)
+    last_words.end(code, text, hvd.rank)  # called within the bounded write: it may wait on a stuck core
 
 
 def _leave(state, client, reason, hand_over):
