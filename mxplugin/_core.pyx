@@ -57,6 +57,12 @@ def cuda_built():
     return bool(mxp_cuda_built())
 
 
+def arm_crash_exit(int exit_code):
+    """Note [Crashes while leaving] (src/common/crash_exit.h): from now on a
+    crash signal ends this process with `exit_code` and one line."""
+    mxp_arm_crash_exit(exit_code)
+
+
 def nccl_built():
     return int(mxp_nccl_built())
 

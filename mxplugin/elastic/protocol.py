@@ -7,7 +7,7 @@ ENV_TOKEN = "MXPLUGIN_ELASTIC_TOKEN"            # the job's secret, sent with ev
 ENV_WORLD = "MXPLUGIN_ELASTIC_WORLD"            # this world's number, 0 for the first
 ENV_CHECKPOINT = "MXPLUGIN_ELASTIC_CHECKPOINT"  # --checkpoint-path, absolute
 # A crash inside MPI's start ends a rank with EXIT_RESET (Note [Crashes in
-# MPI's start] in src/backend/mpi/start_crash_exit.h; the core's config)
+# MPI's start] in src/common/crash_exit.h; the core's config)
 ENV_START_CRASH_EXIT = "MXPLUGIN_START_CRASH_EXIT_CODE"
 TOKEN_HEADER = "X-Mxplugin-Token"
 COMMIT_HEADER = "X-Mxplugin-Commit"

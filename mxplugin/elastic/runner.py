@@ -98,6 +98,7 @@ def _leave(state, client, reason, hand_over):
     with _leaving:
         if _finished.is_set():
             return
+        _arm_crash_exit()
         try:
             if hand_over:
                 commits = state.commits_saved()
@@ -109,6 +110,16 @@ def _leave(state, client, reason, hand_over):
             _bounded(lambda: _log(text))
         finally:
             _end(EXIT_RESET)
+
+
+def _arm_crash_exit():
+    """Note [Crashes while leaving] (src/common/crash_exit.h): this rank
+    leaves with EXIT_RESET, also should MPICH crash under its core's thread
+    as its peers leave too."""
+    try:
+        _basics._core_module().arm_crash_exit(EXIT_RESET)
+    except Exception:  # noqa: BLE001 - an older build: the crash stays a crash
+        pass
 
 
 def _watch(state, client):

@@ -41,7 +41,7 @@ struct Config {
   // of a group's ranks. MXPLUGIN_HIERARCHICAL_ALLREDUCE=0 turns it off.
   bool hierarchical_allreduce = true;
   // Non-zero: a crash inside MPI's start ends the process with this code
-  // (Note [Crashes in MPI's start], backend/mpi/start_crash_exit.h); the
+  // (Note [Crashes in MPI's start], common/crash_exit.h); the
   // elastic launcher sets it. MXPLUGIN_START_CRASH_EXIT_CODE
   int start_crash_exit_code = 0;
 

@@ -9,8 +9,8 @@
 
 #include "backend/mpi/host_segment.h"
 #include "backend/mpi/mpi_communicator.h"
-#include "backend/mpi/start_crash_exit.h"
 #include "backend/shm/host_doorbell.h"
+#include "common/crash_exit.h"
 #include "common/reduce.h"
 
 namespace mxplugin {
@@ -68,7 +68,10 @@ MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_
     // MXPLUGIN_MPI_THREADS=funneled selects FUNNELED for runs with a core to
     // spare per rank.
     const int wanted = thread_multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
-    StartCrashExit crash_exit(start_crash_exit_code);  // Note [Crashes in MPI's start]
+    static const char kLine[] =
+        "mxplugin: elastic: MPI's start failed here: MPICH's process manager connection broke as the world was "
+        "torn down (a crash inside MPI_Init): leaving\n";
+    CrashExit crash_exit(start_crash_exit_code, kLine);  // Note [Crashes in MPI's start] in common/crash_exit.h
     if (MPI_Init_thread(nullptr, nullptr, wanted, &provided) != MPI_SUCCESS) {
       throw Error(Status::Internal("MPI_Init_thread failed"));
     }

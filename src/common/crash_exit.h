@@ -1,0 +1,50 @@
+// Ending a process whose crash is an expected way out (an elastic rank's
+// world torn down under it), with a code and one line, rather than by the
+// crash signal.
+//
+// Note [Crashes in MPI's start]: in an elastic world, a rank killed while
+// its peers are still inside MPI_Init makes MPICH tear the world down, and
+// its proxies' going closes the PMI socket the peers wait on: MPICH 5.0.2's
+// PMI client then dies reading it (SIGSEGV in PMIU_cmd_read under
+// PMI_Barrier, MPII_Init_thread: cores read by gdb, issue 48). Nothing can
+// be saved of a start whose process manager is gone, and the launcher must
+// not take such an end for a crash of the host (a crash costs the host a
+// cool-down). So while MPI starts, and only when the caller asks for it (an
+// elastic launch: MXPLUGIN_START_CRASH_EXIT_CODE), a crash signal ends the
+// process with that code after one line; the previous handlers come back
+// when the start is over (CrashExit). Ranks whose world broke before MPI's
+// start leave on their own earlier (Note [Leaving MPI's start] in
+// mxplugin/elastic/start_guard.py); this is for the teardown that is faster.
+//
+// Note [Crashes while leaving]: a rank told that its world is broken hands
+// its state over and exits, while its core's thread may still be inside MPI
+// with peers that are leaving too: MPICH then crashes under it (SIGSEGV,
+// or heap corruption and SIGABRT, 0.05 s after the launcher's word: the
+// chaos test of a fresh-clone CI run, a host dropped by discovery). The rank
+// is leaving with the elastic exit code anyway, so from the moment it
+// decides to leave a crash ends it with that code and one line
+// (ArmCrashExit, mxplugin/elastic/runner.py's _leave).
+#pragma once
+
+#include <csignal>
+
+namespace mxplugin {
+
+// While it lives, SIGSEGV, SIGBUS and SIGABRT write `line` (static storage)
+// to stderr and _exit(exit_code); exit_code 0: does nothing.
+class CrashExit {
+ public:
+  CrashExit(int exit_code, const char* line);
+  ~CrashExit();
+  CrashExit(const CrashExit&) = delete;
+  CrashExit& operator=(const CrashExit&) = delete;
+
+ private:
+  bool armed_ = false;
+  struct sigaction previous_[3] {};
+};
+
+// The same for the rest of the process's life (a rank that is leaving).
+void ArmCrashExit(int exit_code, const char* line);
+
+}  // namespace mxplugin
