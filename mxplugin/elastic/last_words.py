@@ -34,6 +34,7 @@ def bounded(action):
 
 
 def flush(stream):
+    """Flushes `stream`, ignoring a reader that is gone (MPICH's proxy with a lost host)."""
     try:
         stream.flush()
     except OSError:

@@ -18,6 +18,7 @@ from mxplugin.ops import grouped_allgather
 
 
 def is_row_sparse(array):
+    """Whether `array` is a row_sparse NDArray (any object without stype is not)."""
     return getattr(array, "stype", "default") == "row_sparse"
 
 
