@@ -63,6 +63,9 @@ def main():
                         help=f"the ranks' MXPLUGIN_PEER_TIMEOUT_SECONDS (default {chaos.PEER_TIMEOUT_S})")
     parser.add_argument("--work", help="where the runs' logs and cores go (default: a new folder in /tmp)")
     parser.add_argument("--keep-cores", action="store_true", help="keep the core files after reading them")
+    parser.add_argument("--crashes-stay", action="store_true",
+                        help="MXPLUGIN_CRASH_EXIT=0: a crash inside MPI's start or while a rank leaves stays a crash "
+                             "(with its core) instead of the elastic exit code and one line")
     args = parser.parse_args()
     why = chaos.unavailable()
     if why:
@@ -71,9 +74,10 @@ def main():
     os.makedirs(work, exist_ok=True)
     pool = fault_pool(args.more)
     settings = {"runs": args.runs, "faults": args.faults, "first_seed": args.seed, "pool": pool,
-                "peer_timeout_s": args.peer_timeout, "crash_capture": "PYTHONFAULTHANDLER=1, core dumps, gdb"}
+                "peer_timeout_s": args.peer_timeout, "crash_capture": "PYTHONFAULTHANDLER=1, core dumps, gdb"
+                + (", MXPLUGIN_CRASH_EXIT=0" if args.crashes_stay else "")}
     runs = []
-    with crash_capture(work):
+    with crash_capture(work, args.crashes_stay):
         for i in range(args.runs):
             runs.append(one_run(args.seed + i, args, pool, work))
             write_result(args.output, summarise(settings, runs))  # as it goes: a loop may be stopped
@@ -99,8 +103,9 @@ class crash_capture:
     """Note [Catching a rank's crash]: for the block, the job's ranks dump
     core into `work` and run Python's fault handler."""
 
-    def __init__(self, work):
+    def __init__(self, work, crashes_stay=False):
         self.work = work
+        self.crashes_stay = crashes_stay
 
     def __enter__(self):
         with open(CORE_PATTERN) as f:
@@ -113,6 +118,8 @@ class crash_capture:
             f.write(os.path.join(self.work, "core.%p"))
         resource.setrlimit(resource.RLIMIT_CORE, (self.limit[1], self.limit[1]))
         os.environ["PYTHONFAULTHANDLER"] = "1"  # the job's environment is this process's (mpi_harness.rank_env)
+        if self.crashes_stay:
+            os.environ["MXPLUGIN_CRASH_EXIT"] = "0"
         return self
 
     def __exit__(self, *exc):
@@ -123,6 +130,8 @@ class crash_capture:
             os.environ.pop("PYTHONFAULTHANDLER", None)
         else:
             os.environ["PYTHONFAULTHANDLER"] = self.handler
+        if self.crashes_stay:
+            os.environ.pop("MXPLUGIN_CRASH_EXIT", None)
 
 
 def one_run(seed, args, pool, work):

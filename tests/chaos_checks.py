@@ -104,14 +104,19 @@ def rank_ends(ranks, injected):
 # Note [Rank ends]: how each rank process of a chaos run ended, read as
 # one of: a clean exit (code 0: the training function returned), the
 # elastic exit (code 75, EXIT_RESET: a rank leaving its world for the
-# next, whatever ended the world, with its line in the output), a signal
+# next, whatever ended the world, with its line in the output), a crash
+# while leaving (code 76, EXIT_LEFT_CRASHED: MPICH crashed under a rank
+# that had decided to leave, Note [Crashes while leaving]; counted apart,
+# as it is a crash however it is explained), a signal
 # the run sent (its fault's kind named), or unexplained: anything else (an
 # exit code no part of the job documents, a signal nobody sent, still
 # running), kept with the evidence: what the job's output says of that
 # rank, the lines around its end and, where bench/chaos_loop.py caught its
 # core dump, its threads' native stacks. Every end must be explained.
 CLEAN, ELASTIC, INJECTED, UNEXPLAINED = "clean exit", "elastic exit", "injected signal", "unexplained"
-EXIT_RESET = 75  # mxplugin.elastic.protocol's; not imported, which would load MXNet into the driver
+CRASHED_LEAVING = "crash while leaving"
+# mxplugin.elastic.protocol's; not imported, which would load MXNet into the driver
+EXIT_RESET, EXIT_LEFT_CRASHED = 75, 76
 # The lines kept as evidence: from this long before a rank's end to this
 # long after (its last words, MPICH's or the launcher's on it), at most
 # EVIDENCE_LINES of them, and as many naming it.
@@ -150,6 +155,8 @@ def explain_end(how, sent, fault):
         return CLEAN, "its training function returned"
     if kind == "code" and number == EXIT_RESET:
         return ELASTIC, "left its world for the next (EXIT_RESET)"
+    if kind == "code" and number == EXIT_LEFT_CRASHED:
+        return CRASHED_LEAVING, "MPI crashed under it as it left its world (EXIT_LEFT_CRASHED)"
     if kind == "signal" and number in sent:
         return INJECTED, f"{signal.Signals(number).name} sent by the run ({fault or 'a fault'})"
     if kind == "signal":

@@ -190,6 +190,50 @@ def test_a_frozen_rank_hears_that_its_world_is_over_on_the_connection_it_kept(se
         service.stop()
 
 
+def test_a_rank_that_crashed_as_it_left_is_a_leaver_and_keeps_its_host(service):
+    """Note [Crashes while leaving]: rank 1 decided to leave (its world was
+    broken by rank 2's end) and crashed inside MPI before it said so: its
+    exit code says it was leaving, and only rank 2's host is left out. Such
+    an end alone breaks the world, as a leave after a failure does."""
+    driver = driver_with(service)
+    world = service.new_world(0, [("a", 1), ("b", 1), ("c", 1)])
+    world.registered.update({0: 1000, 1: 1001, 2: 1002})
+    service.handle("POST", "/exit", {"world": "0", "rank": "1", "how": "code 76"}, b"")
+    assert world.broken == "rank 1 on b left (crashed inside MPI as it left)", world.broken
+    service.handle("POST", "/exit", {"world": "0", "rank": "2", "how": "signal 9"}, b"")
+    service.handle("POST", "/leave", {"world": "0", "rank": "0", "reason": "failure"}, b"")
+    verdict = driver.judge(service, world, 137)
+    assert verdict == "world 0: lost rank 2 on c (signal 9); left out: c for 30 s", verdict
+    assert driver.left_out.now() == {"c": "rank 2 was lost there (signal 9)"}
+    # Without the code (a plain EXIT_RESET with no leave said) it is a lost rank.
+    other = finished_world(service, left={0: "failure"}, exits={1: "code 75", 2: "signal 9"})
+    assert "lost rank 1 on b (code 75), rank 2 on c (signal 9)" in driver.judge(service, other, 137)
+
+
+@pytest.mark.parametrize("how", ["signal 11", "signal 6", "code 255"])
+def test_a_crash_once_the_world_is_broken_keeps_its_host_and_is_no_script_error(service, how):
+    """Note [Collateral crashes]: rank 2's host is cut off (no rank ended)
+    and the launcher has broken the world; then rank 1's MPI crashes (code
+    255: MXNet's own SIGSEGV handler). Only rank 2's host is left out, and
+    the job goes on."""
+    driver = driver_with(service)
+    world = service.new_world(0, [("a", 1), ("b", 1), ("c", 1)])
+    world.registered.update({0: 1000, 1: 1001, 2: 1002})
+    world.out_of_reach[2] = "not heard from for 15 s"
+    service.break_world("rank 2 on c is out of reach")
+    service.handle("POST", "/exit", {"world": "0", "rank": "1", "how": how}, b"")
+    service.handle("POST", "/leave", {"world": "0", "rank": "0", "reason": "failure"}, b"")
+    verdict = driver.judge(service, world, 137)
+    assert verdict.startswith(f"world 0: lost rank 1 on b ({how}), rank 2 on c (not heard from for 15 s) "
+                              "(kept for the next world: b,"), verdict
+    assert driver.left_out.now() == {"c": "rank 2 was lost there (not heard from for 15 s)"}
+    # The same crash before anything broke the world is held against its host.
+    first = service.new_world(1, [("a", 1), ("b", 1), ("c", 1)])
+    first.registered.update({0: 1000, 1: 1001, 2: 1002})
+    service.handle("POST", "/exit", {"world": "1", "rank": "1", "how": how}, b"")
+    assert first.broken == f"rank 1 on b ended ({how})" and first.crashed_when_broken == set()
+
+
 def test_a_crash_after_a_peer_was_lost_keeps_its_host(service):
     """Note [Collateral crashes]: rank 2 killed, then rank 1's MPI crashes:
     only rank 2's host is left out. A host whose rank crashes first is."""

@@ -44,6 +44,8 @@ STEP = re.compile(r"^step (\d+): epoch (\d+), (\d+) ranks")
 COMMIT = re.compile(r"^commit (\d+): step (\d+)")
 COMMITTING = re.compile(r"^committing (\d+): ")
 RESUMES_AT = re.compile(r"^rank 0 of \d+ resumes at step (\d+)")
+# Lines every step or epoch prints, left out of a failure's message.
+QUIET = re.compile(r"^\s*(step \d+: |commit \d+: |committing \d+: |epoch \d+: test accuracy)")
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +91,11 @@ class Run:
 
     def report(self):
         """The output without its step and commit lines, for a failure's message."""
-        lines = [line for line in self.text().splitlines() if not STEP.match(line) and not COMMIT.match(line)]
-        return f"exit {self.proc.poll()}\n" + "\n".join(lines)[-6000:]
+        lines = [line for line in self.text().splitlines() if not QUIET.match(line)]
+        text = "\n".join(lines)
+        if len(text) > 8000:  # the start says how the worlds formed, the end where it stopped
+            text = text[:3000] + "\n[...]\n" + text[-5000:]
+        return f"exit {self.proc.poll()}\n" + text
 
 
 def steps_at(ranks):

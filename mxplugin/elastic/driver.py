@@ -188,7 +188,8 @@ class ElasticDriver:
             env[protocol.ENV_DRIVER] = f"{advertised_address(self.args.network_interface, hosts)}:{service.port}"
             env[protocol.ENV_TOKEN] = service.token
             env[protocol.ENV_WORLD] = str(number)
-            env[protocol.ENV_START_CRASH_EXIT] = str(protocol.EXIT_RESET)
+            if env.get(protocol.ENV_CRASH_EXIT) != "0":
+                env[protocol.ENV_START_CRASH_EXIT] = str(protocol.EXIT_RESET)
             if self.args.checkpoint_path:
                 env[protocol.ENV_CHECKPOINT] = os.path.abspath(self.args.checkpoint_path)
             command = self.make_command(hosts, size)
@@ -260,6 +261,7 @@ class ElasticDriver:
         lost, errors = [], []
         with service.lock:
             gone, out_of_reach = dict(record.gone), dict(record.out_of_reach)
+            collateral = record.collateral_crashes()
         for rank in range(size):
             if rank in left:
                 continue
@@ -268,7 +270,7 @@ class ElasticDriver:
                 host = record.host_of(rank)
                 lost.append((rank, f"{host} is gone: {gone[host]}" if host in gone else
                              out_of_reach.get(rank, "gone without a word: its host was probably lost")))
-            elif how.startswith("signal") or how == f"code {protocol.EXIT_RESET}":
+            elif how.startswith("signal") or how == f"code {protocol.EXIT_RESET}" or rank in collateral:
                 lost.append((rank, how))
             elif how != "code 0":
                 errors.append((rank, how))
@@ -295,7 +297,6 @@ class ElasticDriver:
                                    "to resume from (no survivor handed one over; --checkpoint-path keeps one "
                                    "on disk)")
             return f"world {record.number}: every rank was lost; resuming from the newest committed state"
-        collateral = collateral_crashes(exits)
         cooling = {}  # host -> its cool-down, for each host left out now
         for rank, how in lost:
             host = record.host_of(rank)
@@ -306,7 +307,8 @@ class ElasticDriver:
         if lost:
             listed = ", ".join(f"rank {r} on {record.host_of(r)} ({how})" for r, how in lost)
             hosts = sorted({record.host_of(r) for r, _ in lost})
-            kept = {record.host_of(r) for r in collateral} - {record.host_of(r) for r, _ in lost if r not in collateral}
+            kept = ({record.host_of(r) for r, _ in lost if r in collateral}
+                    - {record.host_of(r) for r, _ in lost if r not in collateral})
             excluded = [f"{h} {describe_cooldown(cooling[h])}" for h in hosts if h in cooling]
             if kept:
                 listed += (f" (kept for the next world: {', '.join(sorted(kept))}, whose rank crashed only after "
@@ -321,29 +323,6 @@ class ElasticDriver:
 
     def checkpoint_exists(self):
         return bool(self.args.checkpoint_path) and os.path.exists(self.args.checkpoint_path)
-
-
-# Note [Collateral crashes]: MPI is not fault tolerant. When a rank is
-# killed mid-collective, a survivor's MPI (UCX) may itself crash (SIGSEGV,
-# seen in the elastic tests) before its watcher hands over and leaves. Such
-# a rank's host is healthy: leaving it out would shrink every later world
-# for a fault that was not its own. So a rank that died by a crash signal
-# after another rank of its world had already ended by a signal is not
-# held against its host. A host whose own ranks crash first still is, and
-# worlds that keep failing stop at --reset-limit or after
-# MAX_WORLDS_WITHOUT_PROGRESS.
-CRASH_SIGNALS = ("signal 11", "signal 6", "signal 7", "signal 4", "signal 8")
-
-
-def collateral_crashes(exits):
-    """Ranks of `exits` ({rank: how}, in the order their ends were reported)
-    that crashed after another rank had already ended by a signal."""
-    collateral, peer_lost = set(), False
-    for rank, how in exits.items():
-        if peer_lost and how in CRASH_SIGNALS:
-            collateral.add(rank)
-        peer_lost = peer_lost or how.startswith("signal")
-    return collateral
 
 
 def fmt_hosts(hosts):

@@ -9,11 +9,18 @@ ENV_CHECKPOINT = "MXPLUGIN_ELASTIC_CHECKPOINT"  # --checkpoint-path, absolute
 # A crash inside MPI's start ends a rank with EXIT_RESET (Note [Crashes in
 # MPI's start] in src/common/crash_exit.h; the core's config)
 ENV_START_CRASH_EXIT = "MXPLUGIN_START_CRASH_EXIT_CODE"
+# "0" keeps such crashes (and those while leaving) crashes, with their core
+# dumps: for catching one (bench/chaos_loop.py --crashes-stay)
+ENV_CRASH_EXIT = "MXPLUGIN_CRASH_EXIT"
 TOKEN_HEADER = "X-Mxplugin-Token"
 COMMIT_HEADER = "X-Mxplugin-Commit"
 STOP_HEADER = "X-Mxplugin-Stop"  # on /broken's answer: the user stopped the job, end now
 # Exit code of a rank that leaves so that the launcher starts a new world.
 EXIT_RESET = 75
+# Exit code of a rank that had decided to leave and crashed inside MPI
+# before it could tell the launcher (Note [Crashes while leaving] in
+# src/common/crash_exit.h): a leaver, not a lost rank; its host keeps its place.
+EXIT_LEFT_CRASHED = 76
 REQUEST_TIMEOUT_S = 30
 # The launcher answers a rank's long poll (/broken) within LONG_POLL_S and
 # the rank asks again at once: a rank that hears nothing for

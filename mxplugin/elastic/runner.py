@@ -34,7 +34,7 @@ import mxplugin as hvd
 from mxplugin import basics as _basics
 from mxplugin.elastic import client as _client
 from mxplugin.elastic import last_words
-from mxplugin.elastic.protocol import EXIT_RESET, LAUNCHER_GONE_S, LONG_POLL_S
+from mxplugin.elastic.protocol import ENV_CRASH_EXIT, EXIT_LEFT_CRASHED, EXIT_RESET, LAUNCHER_GONE_S, LONG_POLL_S
 from mxplugin.elastic.state import HostsUpdatedInterrupt, read_checkpoint
 from mxplugin.errors import LOST_CONTACT, PeerFailureError
 
@@ -113,11 +113,15 @@ def _leave(state, client, reason, hand_over):
 
 
 def _arm_crash_exit():
-    """Note [Crashes while leaving] (src/common/crash_exit.h): this rank
-    leaves with EXIT_RESET, also should MPICH crash under its core's thread
-    as its peers leave too."""
+    """Note [Crashes while leaving] (src/common/crash_exit.h): should MPICH
+    crash under its core's thread as its peers leave too, this rank ends
+    with EXIT_LEFT_CRASHED, which tells the launcher it was leaving even if
+    its leave was not said yet (unless MXPLUGIN_CRASH_EXIT=0: a crash stays
+    one, to be caught)."""
+    if os.environ.get(ENV_CRASH_EXIT) == "0":
+        return
     try:
-        _basics._core_module().arm_crash_exit(EXIT_RESET)
+        _basics._core_module().arm_crash_exit(EXIT_LEFT_CRASHED)
     except Exception:  # noqa: BLE001 - an older build: the crash stays a crash
         pass
 

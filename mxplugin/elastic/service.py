@@ -18,8 +18,8 @@ import threading
 import time
 import urllib.parse
 
-from mxplugin.elastic.protocol import COMMIT_HEADER, STOP_HEADER, TOKEN_HEADER
-from mxplugin.elastic.world_record import NOT_STARTED, WorldRecord  # noqa: F401  (NOT_STARTED: tests' import)
+from mxplugin.elastic.protocol import COMMIT_HEADER, EXIT_LEFT_CRASHED, STOP_HEADER, TOKEN_HEADER
+from mxplugin.elastic.world_record import CRASH_ENDS, NOT_STARTED, WorldRecord  # noqa: F401  (NOT_STARTED: tests' import)
 from mxplugin.launch.placement import slot_count
 
 
@@ -252,6 +252,15 @@ class DriverService:
                 if world.broken is not None and rank not in world.registered:
                     world.left.setdefault(rank, NOT_STARTED)  # Note [Ranks that never started]
                 how = world.exits[rank] = query.get("how", "?")
+                if world.broken is not None and how in CRASH_ENDS:
+                    world.crashed_when_broken.add(rank)  # Note [Collateral crashes]
+                if how == f"code {EXIT_LEFT_CRASHED}" and rank not in world.left:
+                    # It was leaving, as after a failure (Note [Crashes while
+                    # leaving]): its peers must not wait for it.
+                    world.left[rank] = "failure"
+                    if self.judging:
+                        self._break(world, f"rank {rank} on {world.host_of(rank)} left (crashed inside MPI as it "
+                                           "left)")
                 if how != "code 0" and rank not in world.left and self.judging:
                     self._break(world, f"rank {rank} on {world.host_of(rank)} ended ({how})")
                 self.changed.notify_all()

@@ -22,6 +22,19 @@ from mxplugin.launch.placement import host_of_rank, slot_count
 # whenever they come, are not errors of the training script.
 NOT_STARTED = "not started"
 
+# Note [Collateral crashes]: MPI is not fault tolerant. When a rank is
+# killed mid-collective, or its host cut off, or its peers leave as their
+# world ends, a survivor's MPI (UCX) may itself crash (SIGSEGV, or heap
+# corruption and SIGABRT; exit code 255 where MXNet's own SIGSEGV handler
+# ran) before its watcher hands over and leaves. Such a rank's host is
+# healthy: leaving it out would shrink every later world for a fault that
+# was not its own, and its end is no error of the training script. So a
+# rank that crashed after another rank of its world had already ended by a
+# signal, or after the launcher knew its world was broken, is not held
+# against its host. A host whose own ranks crash first still is, and worlds
+# that keep failing stop at --reset-limit or after MAX_WORLDS_WITHOUT_PROGRESS.
+CRASH_ENDS = ("signal 11", "signal 6", "signal 7", "signal 4", "signal 8", "code 255")
+
 
 class WorldRecord:
     """What the ranks of one world said."""
@@ -33,7 +46,8 @@ class WorldRecord:
         self.hello = {}           # rank -> when its supervisor said it runs (Note [Hosts a world cannot start on])
         self.registered = {}      # rank -> pid
         self.left = {}            # rank -> reason ("failure", "hosts", "done", NOT_STARTED)
-        self.exits = {}           # rank -> "code N" | "signal N", from the supervisors
+        self.exits = {}           # rank -> "code N" | "signal N", from the supervisors, in the order they came
+        self.crashed_when_broken = set()  # ranks whose crash came after the world was broken (Note [Collateral crashes])
         self.hosts_updated = False
         # Why the world cannot go on (a rank ended without leaving, a rank
         # lost contact with its peers, a host went away), once the launcher
@@ -47,6 +61,16 @@ class WorldRecord:
         # (stuck in a collective with an unreachable peer, Note [Partitions]
         # in world_end.py): they end at once, handing nothing over.
         self.stopping = False
+
+    def collateral_crashes(self):
+        """Ranks whose crash followed another rank's end by a signal or the
+        world's break (Note [Collateral crashes])."""
+        collateral, peer_lost = set(self.crashed_when_broken), False
+        for rank, how in self.exits.items():
+            if peer_lost and how in CRASH_ENDS:
+                collateral.add(rank)
+            peer_lost = peer_lost or how.startswith("signal")
+        return collateral
 
     def unaccounted(self):
         """Ranks that neither left nor were reported ended, in order."""

@@ -21,9 +21,11 @@
 // with peers that are leaving too: MPICH then crashes under it (SIGSEGV,
 // or heap corruption and SIGABRT, 0.05 s after the launcher's word: the
 // chaos test of a fresh-clone CI run, a host dropped by discovery). The rank
-// is leaving with the elastic exit code anyway, so from the moment it
-// decides to leave a crash ends it with that code and one line
-// (ArmCrashExit, mxplugin/elastic/runner.py's _leave).
+// is leaving anyway, so from the moment it decides to leave a crash ends it
+// with one line and a code of its own, EXIT_LEFT_CRASHED (ArmCrashExit,
+// mxplugin/elastic/runner.py's _leave): it may crash before it has told the
+// launcher it leaves (a CI run: the launcher took it for lost and left its
+// healthy host out), and the code tells the launcher instead.
 #pragma once
 
 #include <csignal>
