@@ -13,7 +13,7 @@ import subprocess
 import time
 
 from chaos_job import ChaosError
-from chaos_log import COMMITTING, RANK_RESUMES, WORLD
+from chaos_log import COMMITTING, RANK_RESUMES, WORLD, WORLD_NOT_STARTED, World
 
 # A frozen rank stays stopped this long past the peer timeout, so that its
 # peers give up on it for sure (a stop shorter than the timeout is no fault).
@@ -77,6 +77,29 @@ def cut_link(job, rng):
     _set_link(job, host, "down")
     try:
         job.next_world(world, "a world without the host cut off")
+    finally:
+        _set_link(job, host, "up")
+    record["cut_s"] = round(time.monotonic() - record["at"], 1)
+    return record
+
+
+def cut_past_cooldown(job, rng):
+    """A host's link down past its cool-down: the launcher tries it again
+    while it is still cut, the world cannot start there, and the job goes
+    on without it (Note [Hosts a world cannot start on]); the link comes
+    back once a world trains without it, and the host rejoins later."""
+    world = job.ready_world()
+    host = rng.choice(_spare_first(job, world))
+    rank = job.rank_on(host)
+    name = job.cluster.hosts[host]
+    record = _record("cut_past_cooldown", job, world, host, pid=rank.pid)
+    _set_link(job, host, "down")
+    try:
+        new = job.next_world(world, "a world without the host cut off")
+        i, when, text = job.wait_line(lambda t: WORLD_NOT_STARTED.match(t) is not None and name in t, new.index,
+                                      f"a world that could not start on {name}")
+        record["refused_s"] = round(when - record["at"], 1)
+        job.first_step_after(World(int(WORLD_NOT_STARTED.match(text).group(1)), [], i, when), without=name)
     finally:
         _set_link(job, host, "up")
     record["cut_s"] = round(time.monotonic() - record["at"], 1)
@@ -160,5 +183,5 @@ def kill_in_reset(job, rng):
     return record
 
 
-KINDS = {f.__name__: f for f in (kill_rank, freeze_rank, cut_link, kill_host, readd_host, kill_in_commit,
-                                 kill_in_reset)}
+KINDS = {f.__name__: f for f in (kill_rank, freeze_rank, cut_link, cut_past_cooldown, kill_host, readd_host,
+                                 kill_in_commit, kill_in_reset)}

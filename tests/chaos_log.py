@@ -8,6 +8,8 @@ import time
 
 # The launcher's lines.
 WORLD = re.compile(r"^mxplugin-run: elastic: world (\d+): (\d+) ranks? on (\S+)$")
+# Note [Hosts a world cannot start on] (mxplugin/elastic/start_failures.py).
+WORLD_NOT_STARTED = re.compile(r"^mxplugin-run: elastic: world (\d+) could not start on ")
 RESET = re.compile(r"^mxplugin-run: elastic: (world (\d+): .*); reset (\d+)(?: of at most \d+)?, starting a new world$")
 # Rank 0's lines (the example's and the elastic runner's).
 STEP = re.compile(r"^step (\d+): epoch (\d+), (\d+) ranks")

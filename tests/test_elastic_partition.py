@@ -109,6 +109,15 @@ def after(index, predicate):
     return lambda line: next(position) > index and predicate(line)
 
 
+def lost_line(host, cooldown_s):
+    """The launcher's line on rank 2 lost with `host` (a regex-escaped
+    name), left out for `cooldown_s`; a healthy rank whose MPI crashed once
+    the world was broken may be listed with it, its host kept (Note
+    [Collateral crashes] in mxplugin/elastic/world_record.py)."""
+    return (rf"lost (rank \d on \S+ \([^)]*\), )?rank 2 on {host} \(.*\)( \(kept for the next world: [^)]*\))?; "
+            rf"left out: {host} for {cooldown_s} s")
+
+
 def commit_line(n):
     return lambda line: (m := COMMIT.match(line)) is not None and int(m.group(1)) >= n
 
@@ -227,7 +236,7 @@ def test_a_host_cut_off_that_the_launcher_is_not_told_of(cluster, cut_link):
     text, report = run.text(), run.report()
     assert code == 0, report
     host = cluster.hosts[CUT]
-    assert re.search(rf"lost rank 2 on {host} \(.*\); left out: {host} for 30 s", text), report
+    assert re.search(lost_line(host, 30), text), report
     assert re.search(rf"left behind: {host} \(rank 2\)", text), report
     lost = resumed_from_last_commit(run, 1)
     assert 0 <= lost <= COMMIT_EVERY, report
@@ -277,7 +286,7 @@ def cut_until_a_world_cannot_start_there(cluster, name):
     run.wait_for(commit_line(4))
     cut_at = cluster.set_link(CUT, "down")
     host = re.escape(cluster.hosts[CUT])
-    lost = run.wait_for(re.compile(rf"lost rank 2 on {host} \(.*\); left out: {host} for 5 s").search)
+    lost = run.wait_for(re.compile(lost_line(host, 5)).search)
     # mpiexec's proxy there cannot connect back (the cause is the kernel's:
     # "No route to host" once ARP gives up).
     refused = run.wait_for(after(lost[0], re.compile(

@@ -312,7 +312,7 @@ class ElasticDriver:
             excluded = [f"{h} {describe_cooldown(cooling[h])}" for h in hosts if h in cooling]
             if kept:
                 listed += (f" (kept for the next world: {', '.join(sorted(kept))}, whose rank crashed only after "
-                           "a peer was lost)")
+                           "a peer was lost or the world broken)")
             dropped = [h for h in hosts if h in gone]
             return (f"world {record.number}: lost {listed}"
                     + (f"; left out: {', '.join(excluded)}" if excluded else "")
