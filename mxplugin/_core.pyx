@@ -218,6 +218,18 @@ cdef class Core:
         """Report a stuck data plane (stuck_transfer()) rather than end the process."""
         _check(mxp_core_keep_running_when_stuck(self.c))
 
+    def leave_world(self, double seconds):
+        """Note [Leaving a broken world] (src/backend/leaving.h): this rank's
+        core makes no MPI call from now on, and its thread parks; pending and
+        later ops fail. Whether the thread parked within `seconds`. Only for
+        a process about to end."""
+        cdef int32_t parked = 0
+        cdef int rc
+        with nogil:
+            rc = mxp_core_leave_world(self.c, seconds, &parked)
+        _check(rc)
+        return bool(parked)
+
     def add_process_set(self, ranks):
         cdef int n = len(ranks)
         cdef int32_t* r = <int32_t*>malloc(max(n, 1) * sizeof(int32_t))

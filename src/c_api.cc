@@ -190,6 +190,10 @@ int mxp_core_keep_running_when_stuck(mxp_core* core) {
   return Guard([&] { CoreOf(core).KeepRunningWhenStuck(); });
 }
 
+int mxp_core_leave_world(mxp_core* core, double seconds, int32_t* parked) {
+  return Guard([&] { *parked = CoreOf(core).LeaveWorld(seconds) ? 1 : 0; });
+}
+
 int mxp_add_process_set(mxp_core* core, const int32_t* ranks, int32_t n, int32_t* id) {
   return Guard([&] { *id = CoreOf(core).AddProcessSet(std::vector<int>(ranks, ranks + n)); });
 }

@@ -88,6 +88,10 @@ int mxp_core_topology(mxp_core* core, mxp_topology* out);
  * not); and the choice to be told that rather than have the process ended. */
 int mxp_core_stuck_transfer(mxp_core* core, char* text, int32_t capacity);
 int mxp_core_keep_running_when_stuck(mxp_core* core);
+/* Note [Leaving a broken world] (src/backend/leaving.h): no more calls of
+ * this rank's planes; *parked: whether the core's thread parked within
+ * `seconds`. */
+int mxp_core_leave_world(mxp_core* core, double seconds, int32_t* parked);
 
 int mxp_add_process_set(mxp_core* core, const int32_t* ranks, int32_t n, int32_t* id);
 int mxp_remove_process_set(mxp_core* core, int32_t id, int32_t* removed);

@@ -107,16 +107,17 @@ def rank_ends(ranks, injected):
 # next, whatever ended the world, with its line in the output), a crash
 # while leaving (code 76, EXIT_LEFT_CRASHED: MPICH crashed under a rank
 # that had decided to leave, Note [Crashes while leaving]; counted apart,
-# as it is a crash however it is explained), a signal
+# as it is a crash however it is explained), a crash in MPI's start (code
+# 77, EXIT_START_CRASHED: Note [Crashes in MPI's start]; apart too), a signal
 # the run sent (its fault's kind named), or unexplained: anything else (an
 # exit code no part of the job documents, a signal nobody sent, still
 # running), kept with the evidence: what the job's output says of that
 # rank, the lines around its end and, where bench/chaos_loop.py caught its
 # core dump, its threads' native stacks. Every end must be explained.
 CLEAN, ELASTIC, INJECTED, UNEXPLAINED = "clean exit", "elastic exit", "injected signal", "unexplained"
-CRASHED_LEAVING = "crash while leaving"
+CRASHED_LEAVING, CRASHED_STARTING = "crash while leaving", "crash in MPI's start"
 # mxplugin.elastic.protocol's; not imported, which would load MXNet into the driver
-EXIT_RESET, EXIT_LEFT_CRASHED = 75, 76
+EXIT_RESET, EXIT_LEFT_CRASHED, EXIT_START_CRASHED = 75, 76, 77
 # The lines kept as evidence: from this long before a rank's end to this
 # long after (its last words, MPICH's or the launcher's on it), at most
 # EVIDENCE_LINES of them, and as many naming it.
@@ -157,6 +158,8 @@ def explain_end(how, sent, fault):
         return ELASTIC, "left its world for the next (EXIT_RESET)"
     if kind == "code" and number == EXIT_LEFT_CRASHED:
         return CRASHED_LEAVING, "MPI crashed under it as it left its world (EXIT_LEFT_CRASHED)"
+    if kind == "code" and number == EXIT_START_CRASHED:
+        return CRASHED_STARTING, "MPI's start crashed under it as its world was torn down (EXIT_START_CRASHED)"
     if kind == "signal" and number in sent:
         return INJECTED, f"{signal.Signals(number).name} sent by the run ({fault or 'a fault'})"
     if kind == "signal":

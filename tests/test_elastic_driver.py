@@ -210,6 +210,23 @@ def test_a_rank_that_crashed_as_it_left_is_a_leaver_and_keeps_its_host(service):
     assert "lost rank 1 on b (code 75), rank 2 on c (signal 9)" in driver.judge(service, other, 137)
 
 
+def test_a_rank_whose_mpi_start_crashed_never_started_and_keeps_its_host(service):
+    """Note [Crashes in MPI's start]: mpiexec gave up on world 0 (host c
+    unreachable) and ranks 0 and 1 crashed inside MPI's start: their code
+    says so; the world is broken, only c is blamed, and nothing is an error
+    of the training script."""
+    driver = driver_with(service)
+    world = service.new_world(0, [("a", 1), ("b", 1), ("c", 1)])
+    service.handle("POST", "/exit", {"world": "0", "rank": "0", "how": "code 77"}, b"")
+    assert world.broken == "rank 0 on a: MPI's start failed there as the world was torn down", world.broken
+    service.handle("POST", "/exit", {"world": "0", "rank": "1", "how": "code 77"}, b"")
+    assert world.left == {0: NOT_STARTED, 1: NOT_STARTED}
+    world.out_of_reach[2] = "its MPI proxy could not connect back to mpiexec"
+    verdict = driver.judge(service, world, 1)
+    assert verdict.startswith("world 0: lost rank 2 on c (its MPI proxy"), verdict
+    assert set(driver.left_out.now()) == {"c"}
+
+
 @pytest.mark.parametrize("how", ["signal 11", "signal 6", "code 255"])
 def test_a_crash_once_the_world_is_broken_keeps_its_host_and_is_no_script_error(service, how):
     """Note [Collateral crashes]: rank 2's host is cut off (no rank ended)

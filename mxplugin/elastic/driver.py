@@ -189,7 +189,7 @@ class ElasticDriver:
             env[protocol.ENV_TOKEN] = service.token
             env[protocol.ENV_WORLD] = str(number)
             if env.get(protocol.ENV_CRASH_EXIT) != "0":
-                env[protocol.ENV_START_CRASH_EXIT] = str(protocol.EXIT_RESET)
+                env[protocol.ENV_START_CRASH_EXIT] = str(protocol.EXIT_START_CRASHED)
             if self.args.checkpoint_path:
                 env[protocol.ENV_CHECKPOINT] = os.path.abspath(self.args.checkpoint_path)
             command = self.make_command(hosts, size)

@@ -6,8 +6,8 @@ ENV_DRIVER = "MXPLUGIN_ELASTIC_DRIVER"          # host:port of the launcher's se
 ENV_TOKEN = "MXPLUGIN_ELASTIC_TOKEN"            # the job's secret, sent with every request
 ENV_WORLD = "MXPLUGIN_ELASTIC_WORLD"            # this world's number, 0 for the first
 ENV_CHECKPOINT = "MXPLUGIN_ELASTIC_CHECKPOINT"  # --checkpoint-path, absolute
-# A crash inside MPI's start ends a rank with EXIT_RESET (Note [Crashes in
-# MPI's start] in src/common/crash_exit.h; the core's config)
+# A crash inside MPI's start ends a rank with EXIT_START_CRASHED (Note
+# [Crashes in MPI's start] in src/common/crash_exit.h; the core's config)
 ENV_START_CRASH_EXIT = "MXPLUGIN_START_CRASH_EXIT_CODE"
 # "0" keeps such crashes (and those while leaving) crashes, with their core
 # dumps: for catching one (bench/chaos_loop.py --crashes-stay)
@@ -21,6 +21,10 @@ EXIT_RESET = 75
 # before it could tell the launcher (Note [Crashes while leaving] in
 # src/common/crash_exit.h): a leaver, not a lost rank; its host keeps its place.
 EXIT_LEFT_CRASHED = 76
+# Exit code of a rank whose MPI start crashed as its world was torn down
+# (Note [Crashes in MPI's start] in src/common/crash_exit.h): it never
+# started; its host is not to blame.
+EXIT_START_CRASHED = 77
 REQUEST_TIMEOUT_S = 30
 # The launcher answers a rank's long poll (/broken) within LONG_POLL_S and
 # the rank asks again at once: a rank that hears nothing for

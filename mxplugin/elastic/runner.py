@@ -84,6 +84,9 @@ def _start(state, client):
 _leaving = threading.Lock()
 _finished = threading.Event()
 EXIT_STOPPED = last_words.EXIT_STOPPED
+# How long a leaving rank waits for its core's thread to park (it does
+# within a poll, 0.2 ms, unless a transfer is blocked inside MPI).
+LEAVE_WORLD_S = 0.1
 LAST_WORDS_S = last_words.LAST_WORDS_S
 _bounded = last_words.bounded
 
@@ -99,6 +102,7 @@ def _leave(state, client, reason, hand_over):
         if _finished.is_set():
             return
         _arm_crash_exit()
+        _leave_world()
         try:
             if hand_over:
                 commits = state.commits_saved()
@@ -123,6 +127,16 @@ def _arm_crash_exit():
     try:
         _basics._core_module().arm_crash_exit(EXIT_LEFT_CRASHED)
     except Exception:  # noqa: BLE001 - an older build: the crash stays a crash
+        pass
+
+
+def _leave_world():
+    """Note [Leaving a broken world] (src/backend/leaving.h): this rank's
+    core stops calling MPI before the rank hands over and exits, as its
+    peers leave too. Waits a moment for the core's thread to park."""
+    try:
+        _basics._core().leave_world(LEAVE_WORLD_S)
+    except Exception:  # noqa: BLE001 - shut down, not started, or an older build: nothing to stop
         pass
 
 
@@ -250,6 +264,11 @@ def run(func):
                 _log(f"hosts changed: ending this world at commit {state.commits}")
             _leave(state, client, "hosts", hand_over=hvd.rank() == 0)
         except Exception as exc:  # noqa: BLE001 - a peer failure is told from others below
+            if client is not None and _leaving.locked():
+                # The watcher is leaving, and this rank's ops fail from then
+                # on (Note [Leaving a broken world]): wait for it to end the
+                # process rather than end it with this error.
+                _leave(state, client, "failure", hand_over=True)
             if client is None or not is_peer_failure(exc):
                 raise
             _log(f"a peer failed ({str(exc).splitlines()[0][:400]}); back to commit {state.commits_saved()}")

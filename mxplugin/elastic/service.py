@@ -18,7 +18,8 @@ import threading
 import time
 import urllib.parse
 
-from mxplugin.elastic.protocol import COMMIT_HEADER, EXIT_LEFT_CRASHED, STOP_HEADER, TOKEN_HEADER
+from mxplugin.elastic.protocol import (COMMIT_HEADER, EXIT_LEFT_CRASHED, EXIT_START_CRASHED, STOP_HEADER,
+                                      TOKEN_HEADER)
 from mxplugin.elastic.world_record import CRASH_ENDS, NOT_STARTED, WorldRecord  # noqa: F401  (NOT_STARTED: tests' import)
 from mxplugin.launch.placement import slot_count
 
@@ -254,6 +255,13 @@ class DriverService:
                 how = world.exits[rank] = query.get("how", "?")
                 if world.broken is not None and how in CRASH_ENDS:
                     world.crashed_when_broken.add(rank)  # Note [Collateral crashes]
+                if how == f"code {EXIT_START_CRASHED}" and rank not in world.left:
+                    # MPI's start crashed under it as its world was torn down
+                    # (Note [Crashes in MPI's start]): it never started.
+                    world.left[rank] = NOT_STARTED
+                    if self.judging:
+                        self._break(world, f"rank {rank} on {world.host_of(rank)}: MPI's start failed there as "
+                                           "the world was torn down")
                 if how == f"code {EXIT_LEFT_CRASHED}" and rank not in world.left:
                     # It was leaving, as after a failure (Note [Crashes while
                     # leaving]): its peers must not wait for it.

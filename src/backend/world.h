@@ -14,6 +14,7 @@
 #include "backend/communicator.h"
 #include "backend/control_plane.h"
 #include "backend/doorbell.h"
+#include "backend/leaving.h"
 #include "common/config.h"
 #include "common/topology.h"
 
@@ -61,6 +62,10 @@ class World {
   // Rung to wake every rank of this host (Note [Doorbell]); null where the
   // world has none. Held beyond the world's life by whoever keeps it.
   virtual std::shared_ptr<Doorbell> doorbell() const { return nullptr; }
+  // Set when this rank leaves its world (Note [Leaving a broken world] in
+  // backend/leaving.h): its planes make no call from then on. Null where the
+  // world has no such switch (its calls end by their deadlines alone).
+  virtual std::shared_ptr<Leaving> leaving() const { return nullptr; }
 };
 
 // Builds this rank's world; called once, on the core's background thread

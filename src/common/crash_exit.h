@@ -10,9 +10,13 @@
 // be saved of a start whose process manager is gone, and the launcher must
 // not take such an end for a crash of the host (a crash costs the host a
 // cool-down). So while MPI starts, and only when the caller asks for it (an
-// elastic launch: MXPLUGIN_START_CRASH_EXIT_CODE), a crash signal ends the
-// process with that code after one line; the previous handlers come back
-// when the start is over (CrashExit). Ranks whose world broke before MPI's
+// elastic launch: MXPLUGIN_START_CRASH_EXIT_CODE, EXIT_START_CRASHED), a
+// crash signal ends the process with that code after one line; the code
+// tells the launcher the rank never started, though its line may be lost
+// with the proxy. The previous handlers come back when the start is over
+// (CrashExit). The same start torn down under a world that could not start
+// on one host (mpiexec gives up: "Launch proxy failed") ends the ranks of
+// the other hosts the same way (a chaos run's cores, issue 48). Ranks whose world broke before MPI's
 // start leave on their own earlier (Note [Leaving MPI's start] in
 // mxplugin/elastic/start_guard.py); this is for the teardown that is faster.
 //

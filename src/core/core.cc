@@ -86,6 +86,7 @@ void Core::Loop() {
     doorbell_reaches_all_ = doorbell_ && world_->topology().local_size == world_->topology().size;
     doorbell_ring_.store(doorbell_.get());
     std::lock_guard<std::mutex> lock(mutex_);
+    leaving_ = world_->leaving();
     topology_ = world_->topology();
     logger_.set_rank(topology_.rank);
     watchdog_ = std::make_unique<TransferWatchdog>(config_.peer_timeout_seconds, reach_, host_, topology_.rank,
@@ -177,6 +178,23 @@ void Core::RunCycle(bool* stop) {
   {
     std::unique_lock<std::mutex> lock(mutex_);
     WaitForWork(lock);
+    if (leave_requested_) {
+      // Note [Leaving a broken world]: no MPI call from here on, nor MPI's
+      // collective shutdown; what is pending fails now, what comes later
+      // at once (Check: stopped_).
+      lost_peers_ = true;
+      stopped_ = true;
+      if (stop_status_.ok()) stop_status_ = Status::Aborted("this rank has left its world (mxplugin.elastic)");
+      const Status left = stop_status_;
+      lock.unlock();
+      FailEverything(left);
+      lock.lock();
+      parked_ = true;
+      parked_cv_.notify_all();
+      wake_.wait(lock, [this] { return shutdown_requested_; });
+      *stop = true;
+      return;
+    }
     incoming.swap(queue_);
     want_shutdown = shutdown_requested_;
     i_failed = failed_;

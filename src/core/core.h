@@ -86,6 +86,12 @@ class Core {
   // to be told that rather than have the process ended. Any thread.
   std::string StuckTransfer() const;
   void KeepRunningWhenStuck();
+  // Note [Leaving a broken world] (backend/leaving.h): from now on this
+  // rank's planes make no call and the background thread parks; pending and
+  // later ops fail. Returns whether the thread parked within `seconds` (not
+  // while a call already inside MPI is blocked). For a process about to end.
+  // Any thread.
+  bool LeaveWorld(double seconds);
   // Asks every rank to stop after a failure on this rank (a GPU failure,
   // Note [GPU failures are fatal]), with `why` as this rank's reason for
   // failing later ops; peers abort their GPU work at once. Any thread; does
@@ -152,6 +158,10 @@ class Core {
   // before the loop starts until the core is destroyed, so that any thread
   // may ring it; read through doorbell_ring_, set once by the loop.
   std::shared_ptr<Doorbell> doorbell_;
+  std::shared_ptr<Leaving> leaving_;           // from the world, null if it has none; set before the loop starts
+  bool leave_requested_ = false;               // LeaveWorld was called; guarded by mutex_
+  bool parked_ = false;                        // the loop parked for it; guarded by mutex_
+  std::condition_variable parked_cv_;
   std::atomic<Doorbell*> doorbell_ring_{nullptr};
   bool doorbell_reaches_all_ = false;          // background thread only: every rank is on this host
   Clock::time_point last_work_;                // background thread only: when a cycle last had work

@@ -23,7 +23,7 @@ void Core::WaitForWork(std::unique_lock<std::mutex>& lock) {
   const double wait_ms = doorbell_reaches_all_ ? std::max(config_.cycle_time_ms, kIdleWaitMs) : config_.cycle_time_ms;
   const auto until = Clock::now() + std::chrono::microseconds(static_cast<int64_t>(wait_ms * 1000));
   if (!doorbell_) {
-    wake_.wait_until(lock, until, [this] { return !queue_.empty() || shutdown_requested_; });
+    wake_.wait_until(lock, until, [this] { return !queue_.empty() || shutdown_requested_ || leave_requested_; });
     return;
   }
   // Right after work more tends to follow within microseconds (the next
@@ -34,7 +34,10 @@ void Core::WaitForWork(std::unique_lock<std::mutex>& lock) {
   for (;;) {
     // Read before looking, so that a ring after the look ends the wait.
     const uint32_t seen = doorbell_->Rings();
-    if (!queue_.empty() || shutdown_requested_ || doorbell_->PeerAhead(cycles_) || Clock::now() >= until) break;
+    if (!queue_.empty() || shutdown_requested_ || leave_requested_ || doorbell_->PeerAhead(cycles_) ||
+        Clock::now() >= until) {
+      break;
+    }
     lock.unlock();
     auto nothing_new = [&] { return doorbell_->Rings() == seen && !doorbell_->PeerAhead(cycles_); };
     const auto look_until = last_work_ + kLookAfterWork;

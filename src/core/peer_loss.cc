@@ -56,4 +56,14 @@ void Core::KeepRunningWhenStuck() {
   if (watchdog_) watchdog_->KeepRunning();
 }
 
+bool Core::LeaveWorld(double seconds) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  leave_requested_ = true;
+  if (leaving_) leaving_->Set();  // a round being polled fails at its next poll
+  lock.unlock();
+  WakeLoops();
+  lock.lock();
+  return parked_cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return parked_ || stopped_; });
+}
+
 }  // namespace mxplugin

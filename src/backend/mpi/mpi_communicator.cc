@@ -46,6 +46,11 @@ Status MpiCommunicator::Checked(int rc, const char* what) const {
                          (st.ok() ? "" : " (" + st.reason() + ")"));
 }
 
+Status MpiCommunicator::NotLeaving(const char* what) const {
+  if (!leaving_ || !leaving_->IsSet()) return Status::Ok();
+  return Status::Aborted(std::string(what) + " not started: this rank is leaving its world");
+}
+
 MPI_Datatype MpiCommunicator::MpiType(DataType dtype) const {
   switch (dtype) {
     case DataType::kUInt8: return MPI_UINT8_T;
@@ -81,7 +86,9 @@ Status MpiCommunicator::Allreduce(const void* send, void* recv, int64_t count, D
     int n = static_cast<int>(std::min(kMaxChunk, count - offset));
     char* r = static_cast<char*>(recv) + offset * esize;
     const void* s = send == recv ? MPI_IN_PLACE : static_cast<const char*>(send) + offset * esize;
-    Status st = Checked(MPI_Allreduce(s, r, n, MpiType(dtype), MpiOp(dtype, op), comm_->get()), "MPI_Allreduce");
+    Status st = NotLeaving("MPI_Allreduce");
+    if (!st.ok()) return st;
+    st = Checked(MPI_Allreduce(s, r, n, MpiType(dtype), MpiOp(dtype, op), comm_->get()), "MPI_Allreduce");
     if (!st.ok()) return st;
   }
   return Status::Ok();
@@ -91,7 +98,8 @@ Status MpiCommunicator::Allgatherv(const void* send, int64_t send_count, void* r
                                    const std::vector<int64_t>& counts,
                                    const std::vector<int64_t>& displs, DataType dtype) {
   std::vector<int> c, d;
-  Status st = ToIntVector(counts, &c, "allgather");
+  Status st = NotLeaving("MPI_Allgatherv");
+  if (st.ok()) st = ToIntVector(counts, &c, "allgather");
   if (st.ok()) st = ToIntVector(displs, &d, "allgather");
   if (!st.ok()) return st;
   return Checked(MPI_Allgatherv(send, static_cast<int>(send_count), MpiType(dtype), recv, c.data(),
@@ -103,7 +111,9 @@ Status MpiCommunicator::Broadcast(void* buffer, int64_t count, DataType dtype, i
   const size_t esize = DataTypeSize(dtype);
   for (int64_t offset = 0; offset < count; offset += kMaxChunk) {
     int n = static_cast<int>(std::min(kMaxChunk, count - offset));
-    Status st = Checked(MPI_Bcast(static_cast<char*>(buffer) + offset * esize, n, MpiType(dtype), root, comm_->get()),
+    Status st = NotLeaving("MPI_Bcast");
+    if (!st.ok()) return st;
+    st = Checked(MPI_Bcast(static_cast<char*>(buffer) + offset * esize, n, MpiType(dtype), root, comm_->get()),
                       "MPI_Bcast");
     if (!st.ok()) return st;
   }
@@ -115,7 +125,8 @@ Status MpiCommunicator::Alltoallv(const void* send, const std::vector<int64_t>& 
                                   const std::vector<int64_t>& recv_counts,
                                   const std::vector<int64_t>& recv_displs, DataType dtype) {
   std::vector<int> sc, sd, rc, rd;
-  Status st = ToIntVector(send_counts, &sc, "alltoall");
+  Status st = NotLeaving("MPI_Alltoallv");
+  if (st.ok()) st = ToIntVector(send_counts, &sc, "alltoall");
   if (st.ok()) st = ToIntVector(send_displs, &sd, "alltoall");
   if (st.ok()) st = ToIntVector(recv_counts, &rc, "alltoall");
   if (st.ok()) st = ToIntVector(recv_displs, &rd, "alltoall");
@@ -129,7 +140,8 @@ Status MpiCommunicator::ReduceScatter(const void* send, void* recv,
                                       const std::vector<int64_t>& recv_counts, DataType dtype,
                                       ReduceOp op) {
   std::vector<int> rc;
-  Status st = ToIntVector(recv_counts, &rc, "reducescatter");
+  Status st = NotLeaving("MPI_Reduce_scatter");
+  if (st.ok()) st = ToIntVector(recv_counts, &rc, "reducescatter");
   if (!st.ok()) return st;
   return Checked(MPI_Reduce_scatter(send, recv, rc.data(), MpiType(dtype), MpiOp(dtype, op), comm_->get()),
                "MPI_Reduce_scatter");

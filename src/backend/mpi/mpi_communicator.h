@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/communicator.h"
+#include "backend/leaving.h"
 #include "backend/mpi/mpi_comm.h"
 #include "backend/mpi/peer_probe.h"
 
@@ -15,10 +16,11 @@ namespace mxplugin {
 class MpiCommunicator : public Communicator {
  public:
   // `peers`, when given, is asked after each call whether a rank of this
-  // host ended meanwhile (Note [Peers ended mid-call] in the .cc).
+  // host ended meanwhile (Note [Peers ended mid-call] in the .cc); once
+  // `leaving` is set no call starts (Note [Leaving a broken world]).
   MpiCommunicator(std::shared_ptr<const MpiComm> comm, std::shared_ptr<const MpiHalfOps> half_ops,
-                  std::shared_ptr<const PeerProbe> peers = nullptr)
-      : comm_(std::move(comm)), half_ops_(std::move(half_ops)), peers_(std::move(peers)) {}
+                  std::shared_ptr<const PeerProbe> peers = nullptr, std::shared_ptr<const Leaving> leaving = nullptr)
+      : comm_(std::move(comm)), half_ops_(std::move(half_ops)), peers_(std::move(peers)), leaving_(std::move(leaving)) {}
 
   int rank() const override { return comm_->rank(); }
   int size() const override { return comm_->size(); }
@@ -40,10 +42,14 @@ class MpiCommunicator : public Communicator {
   MPI_Op MpiOp(DataType dtype, ReduceOp op) const;
   // MPI's verdict on a call named `what`, failed when a local peer ended meanwhile.
   Status Checked(int rc, const char* what) const;
+  // Note [Leaving a broken world]: an error for a call named `what` that must
+  // not start, OK while this rank stays in its world.
+  Status NotLeaving(const char* what) const;
 
   std::shared_ptr<const MpiComm> comm_;
   std::shared_ptr<const MpiHalfOps> half_ops_;
   std::shared_ptr<const PeerProbe> peers_;
+  std::shared_ptr<const Leaving> leaving_;
 };
 
 }  // namespace mxplugin

@@ -11,6 +11,10 @@ constexpr auto kNotRunning = std::chrono::seconds(1);
 // How long the probe of peers that ended may take: a refusal is one round trip.
 constexpr double kEndedProbeSeconds = 0.3;
 
+Status LeavingStatus(const char* what) {
+  return Status::Aborted(std::string(what) + " not finished: this rank is leaving its world");
+}
+
 }  // namespace
 
 // Note [A rank that was stopped]: a process stopped (SIGSTOP, a frozen
@@ -33,6 +37,7 @@ constexpr double kEndedProbeSeconds = 0.3;
 // A thread stopped inside an MPI call resumes there: only that narrow window
 // is left.
 Status MpiControlPlane::CheckStopped(Clock::time_point now, Clock::duration budget, const char* what) {
+  if (leaving_ && leaving_->IsSet()) return LeavingStatus(what);
   const Clock::duration idle = now - last_run_;
   last_run_ = now;
   if (idle < budget || idle < kNotRunning || !peers_) return Status::Ok();
@@ -59,6 +64,9 @@ Status MpiControlPlane::WaitUntil(MPI_Request* request, Clock::time_point deadli
                              std::to_string(static_cast<int>(seconds)) + " s (stopped?)");
     }
     last_run_ = now;
+    // Note [Leaving a broken world]: the request is left as it is; the
+    // process ends without another MPI call.
+    if (leaving_ && leaving_->IsSet()) return LeavingStatus(what);
     int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return MpiStatus(rc, what);
     if (done) return Status::Ok();

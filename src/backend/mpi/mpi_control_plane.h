@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/control_plane.h"
+#include "backend/leaving.h"
 #include "backend/mpi/mpi_comm.h"
 #include "backend/mpi/peer_probe.h"
 
@@ -15,9 +16,11 @@ namespace mxplugin {
 class MpiControlPlane : public ControlPlane {
  public:
   // `peers`, when given, is asked which peers ended after this thread did
-  // not run for a whole wait (Note [A rank that was stopped] in the .cc).
-  explicit MpiControlPlane(std::shared_ptr<const MpiComm> comm, std::shared_ptr<const PeerProbe> peers = nullptr)
-      : comm_(std::move(comm)), peers_(std::move(peers)) {}
+  // not run for a whole wait (Note [A rank that was stopped] in the .cc);
+  // once `leaving` is set no call touches MPI (Note [Leaving a broken world]).
+  explicit MpiControlPlane(std::shared_ptr<const MpiComm> comm, std::shared_ptr<const PeerProbe> peers = nullptr,
+                           std::shared_ptr<const Leaving> leaving = nullptr)
+      : comm_(std::move(comm)), peers_(std::move(peers)), leaving_(std::move(leaving)) {}
 
   int rank() const override { return comm_->rank(); }
   int size() const override { return comm_->size(); }
@@ -38,6 +41,7 @@ class MpiControlPlane : public ControlPlane {
 
   std::shared_ptr<const MpiComm> comm_;
   std::shared_ptr<const PeerProbe> peers_;
+  std::shared_ptr<const Leaving> leaving_;
   Clock::time_point last_run_ = Clock::now();  // the end of this plane's last call; MPI's thread only
 };
 

@@ -56,10 +56,11 @@ std::unique_ptr<Communicator> MpiWorld::MakeHierarchical(const std::shared_ptr<c
   }
   MPI_Comm_split(sub, local_rank, rank, &cross);
   MPI_Comm_size(cross, &cross_size);
-  auto flat = std::make_unique<MpiCommunicator>(comm, half_ops_, probe_);
+  auto flat = std::make_unique<MpiCommunicator>(comm, half_ops_, probe_, leaving_);
   std::unique_ptr<Communicator> cross_comm;
   if (cross_size > 1) {
-    cross_comm = std::make_unique<MpiCommunicator>(std::make_shared<const MpiComm>(cross), half_ops_);
+    cross_comm = std::make_unique<MpiCommunicator>(std::make_shared<const MpiComm>(cross), half_ops_, nullptr,
+                                                   leaving_);
   } else {
     MPI_Comm_free(&cross);
   }

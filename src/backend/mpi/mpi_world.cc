@@ -111,7 +111,7 @@ MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_
   CheckSetup(MPI_Comm_free(&cross), "MPI_Comm_free");
   probe_ = std::make_shared<PeerProbe>();
   probe_->Exchange(MPI_COMM_WORLD, t.rank);
-  control_ = std::make_unique<MpiControlPlane>(std::make_shared<MpiComm>(MPI_COMM_WORLD), probe_);
+  control_ = std::make_unique<MpiControlPlane>(std::make_shared<MpiComm>(MPI_COMM_WORLD), probe_, leaving_);
 }
 
 // Note [Doorbell]: every rank has one or none does (a rank without one would
@@ -181,10 +181,10 @@ Status MpiWorld::CreateGroup(const std::vector<int>& members, Group* out) {
   if (out->data) {
     out->how = "hierarchical allreduce (shared memory within hosts)";
   } else {
-    out->data = std::make_unique<MpiCommunicator>(comm, half_ops_, probe_);
+    out->data = std::make_unique<MpiCommunicator>(comm, half_ops_, probe_, leaving_);
     out->how = "flat MPI allreduce (" + why_not + ")";
   }
-  out->control = std::make_unique<MpiControlPlane>(comm, probe_);
+  out->control = std::make_unique<MpiControlPlane>(comm, probe_, leaving_);
   return Status::Ok();
 }
 

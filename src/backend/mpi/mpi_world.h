@@ -40,6 +40,7 @@ class MpiWorld : public World {
   ReachabilityProbe reachability() const override;
   std::string host() const override { return probe_->host(); }
   std::shared_ptr<Doorbell> doorbell() const override { return doorbell_; }
+  std::shared_ptr<Leaving> leaving() const override { return leaving_; }
 
  private:
   // The members' hierarchical data plane over `comm`, or null (saying why
@@ -60,6 +61,8 @@ class MpiWorld : public World {
   std::unique_ptr<MpiControlPlane> control_;
   std::shared_ptr<PeerProbe> probe_;
   std::shared_ptr<Doorbell> doorbell_;  // null if some host could not make one
+  // Shared with every plane made here (Note [Leaving a broken world]).
+  const std::shared_ptr<Leaving> leaving_ = std::make_shared<Leaving>();
 };
 
 // The WorldFactory of MPI worlds.
