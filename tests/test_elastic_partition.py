@@ -19,6 +19,7 @@ import time
 
 import pytest
 
+from chaos_log import MIN_ACCURACY, reached_accuracy
 from fake_cluster import ENV, IFACE, FakeCluster
 from mpi_harness import HANG_S, REPO, rank_env
 from mxplugin.elastic.protocol import LAUNCHER_GONE_S, LONG_POLL_S, STOP_HEADER
@@ -62,7 +63,7 @@ class Run:
         self.release_file = os.path.join(cluster.dir, f"release-{name}")
         argv = [sys.executable, "-m", "mxplugin.run", "--rsh", cluster.rsh, "--network-interface", IFACE,
                 "--min-np", "2", "--max-np", "3", *options, sys.executable, EXAMPLE, "--epochs", "8", "--log-steps",
-                "--commit-every", str(COMMIT_EVERY), "--min-accuracy", "0.95", "--until-exists", self.release_file]
+                "--commit-every", str(COMMIT_EVERY), "--min-accuracy", str(MIN_ACCURACY), "--until-exists", self.release_file]
         env = rank_env({**ENV, **(env_extra or {})})
         for name in drop_env:
             env.pop(name, None)
@@ -213,7 +214,7 @@ def test_a_host_cut_off_that_discovery_drops_costs_only_the_steps_since_the_last
     assert f"left out while discovery does not list them: {host}" in text, report
     lost = resumed_from_last_commit(run, 1)
     assert 0 <= lost <= COMMIT_EVERY, report
-    assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
+    assert reached_accuracy(text), report
     wait_until_nothing_runs(cluster, range(3), timeout=30)
     print(f"cut to first step at 2 ranks (discovery drops the host): {took:.1f} s; steps lost {lost}; "
           f"the cut rank's processes gone {gone_after:.1f} s after the cut")
@@ -240,7 +241,7 @@ def test_a_host_cut_off_that_the_launcher_is_not_told_of(cluster, cut_link):
     assert re.search(rf"left behind: {host} \(rank 2\)", text), report
     lost = resumed_from_last_commit(run, 1)
     assert 0 <= lost <= COMMIT_EVERY, report
-    assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
+    assert reached_accuracy(text), report
     wait_until_nothing_runs(cluster, range(3), timeout=30)
     print(f"cut to first step at 2 ranks (nobody tells the launcher): {took:.1f} s; steps lost {lost}; "
           f"the cut rank's processes gone {gone_after:.1f} s after the cut")
@@ -268,7 +269,7 @@ def test_a_cut_host_rejoins_at_a_later_commit_when_its_link_returns(cluster, cut
     ended = re.search(r"hosts changed: ending this world at commit (\d+)", text)
     resumed = re.findall(r"world 2 of 3 ranks resumes from commit (\d+)", text)
     assert ended and resumed == [ended.group(1)], report
-    assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
+    assert reached_accuracy(text), report
     wait_until_nothing_runs(cluster, range(3), timeout=60)
 
 
@@ -309,7 +310,7 @@ def test_a_host_still_cut_off_when_its_cool_down_ends_is_left_out_again_and_the_
     tried = text.index(f"{host}'s cool-down is over (left out after its fault 1: rank 2 was lost there")
     assert tried < text.index(refused[2]), report
     assert "no rank started" not in text, report
-    assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
+    assert reached_accuracy(text), report
     wait_until_nothing_runs(cluster, range(3), timeout=60)
     print(f"cut to the world that could not start there: {refused_after:.1f} s; from its line to the first step "
           f"without the host: {resumed[1] - refused[1]:.1f} s")
@@ -328,7 +329,7 @@ def test_a_host_cut_off_past_its_cool_down_rejoins_once_its_link_returns(cluster
     assert code == 0, report
     host = cluster.hosts[CUT]
     assert f"{host}'s cool-down is over (left out after its fault 2: world " in text, report
-    assert re.search(r"final test accuracy (0\.9[5-9]|1\.0)", text), report
+    assert reached_accuracy(text), report
     wait_until_nothing_runs(cluster, range(3), timeout=60)
     print(f"link restored to the first step of 3 ranks: {stepped[1] - restored_at:.1f} s")
 
