@@ -13,7 +13,7 @@ import subprocess
 import time
 
 from chaos_job import ChaosError
-from chaos_log import COMMITTING, RANK_RESUMES, WORLD, WORLD_NOT_STARTED, World
+from chaos_log import CANNOT_REACH_BACK, COMMITTING, RANK_RESUMES, WORLD, WORLD_NOT_STARTED, World
 
 # A frozen rank stays stopped this long past the peer timeout, so that its
 # peers give up on it for sure (a stop shorter than the timeout is no fault).
@@ -84,10 +84,11 @@ def cut_link(job, rng):
 
 
 def cut_past_cooldown(job, rng):
-    """A host's link down past its cool-down: the launcher tries it again
-    while it is still cut, the world cannot start there, and the job goes
-    on without it (Note [Hosts a world cannot start on]); the link comes
-    back once a world trains without it, and the host rejoins later."""
+    """A host's link down past its cool-down: when that ends the launcher
+    finds it still cut off (Note [Hosts that cannot reach the launcher]) or,
+    failing that, a world cannot start there (Note [Hosts a world cannot
+    start on]), and the job goes on without it; the link comes back then
+    (once a world trains without it), and the host rejoins later."""
     world = job.ready_world()
     host = rng.choice(_spare_first(job, world))
     rank = job.rank_on(host)
@@ -96,10 +97,14 @@ def cut_past_cooldown(job, rng):
     _set_link(job, host, "down")
     try:
         new = job.next_world(world, "a world without the host cut off")
-        i, when, text = job.wait_line(lambda t: WORLD_NOT_STARTED.match(t) is not None and name in t, new.index,
-                                      f"a world that could not start on {name}")
+        i, when, text = job.wait_line(
+            lambda t: (WORLD_NOT_STARTED.match(t) is not None or CANNOT_REACH_BACK.match(t) is not None) and name in t,
+            new.index, f"{name} left out again after its cool-down")
         record["refused_s"] = round(when - record["at"], 1)
-        job.first_step_after(World(int(WORLD_NOT_STARTED.match(text).group(1)), [], i, when), without=name)
+        refused = WORLD_NOT_STARTED.match(text)
+        record["refused_by"] = "mpiexec" if refused else "the launcher's reach-back check"
+        if refused:
+            job.first_step_after(World(int(refused.group(1)), [], i, when), without=name)
     finally:
         _set_link(job, host, "up")
     record["cut_s"] = round(time.monotonic() - record["at"], 1)

@@ -18,9 +18,15 @@ when `ip` returns: on some kernels the bridge port starts forwarding only
 once the kernel's link watch (a work item, late on a busy machine) has seen
 the carrier, and a world started on a host whose link does not forward yet
 fails there ("No route to host" from MPICH's proxy). (This machine's kernel,
-6.18, forwards before `ip` returns, loaded or not.) So the cluster waits
-until the host's eth0 is there, up with carrier and its address, and its
-bridge port forwards (or, cut, eth0 without carrier); a change that fails
+6.18, forwards before `ip` returns, loaded or not.) The host's own eth0 is
+the same: its carrier shows at once, but it sends nothing until that work
+item has run for it too (its queues are started there, and its
+operational state turns UP then): a partition test, the link restored and
+the next test's world started at once on a busy machine, had its proxy
+there fail "No route to host" (3 s of unanswered ARP). So the cluster
+waits until the host's eth0 is there, up with carrier, operationally up
+and with its address, and its bridge port forwards (or, cut, eth0 without
+carrier); a change that fails
 says why, with what the kernel shows of the host's link (a CI run had `tc`
 exit 1 on a host's eth0 and said no more). Processes are killed until none
 is left, so that nothing of one test runs into the next."""
@@ -188,14 +194,15 @@ class FakeCluster:
         return line, addresses, port
 
     def link_is(self, i, state):
-        """Whether host i's link is `state`: "up" (eth0 up with carrier and
-        its address, its bridge port forwarding) or "down" (eth0 there,
-        without carrier)."""
+        """Whether host i's link is `state`: "up" (eth0 up with carrier,
+        operationally up and its address, its bridge port forwarding) or
+        "down" (eth0 there, without carrier)."""
         line, addresses, port = self.link_view(i)
         flags = line.partition("<")[2].partition(">")[0].split(",")
         if state == "down":
             return bool(line) and "LOWER_UP" not in flags
-        return {"UP", "LOWER_UP"} <= set(flags) and f" {self.address(i)}/" in addresses and port == FORWARDING
+        return ({"UP", "LOWER_UP"} <= set(flags) and " state UP " in line and f" {self.address(i)}/" in addresses
+                and port == FORWARDING)
 
     def wait_for_link(self, i, state):
         _wait_for(lambda: self.link_is(i, state), READY_S,

@@ -4,6 +4,7 @@ elastic launch on this machine, and the launcher's pieces on their own
 service's token, usage errors)."""
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -76,7 +77,7 @@ def test_usable_hosts_leave_out_excluded_and_cut_at_max_np():
 def driver_with(service, checkpoint=None):
     args = argparse.Namespace(host_discovery_script=None, static_hosts=[("a", 1), ("b", 1), ("c", 1)], max_np=3,
                               num_proc=None, min_np=2, checkpoint_path=checkpoint, blacklist_cooldown_range=None,
-                              rsh="ssh", ssh_connect_timeout=1)
+                              rsh="ssh", ssh_connect_timeout=1, network_interface=None)
     return ElasticDriver(args, {}, "test", None)
 
 
@@ -314,6 +315,60 @@ def test_a_left_out_host_comes_back_after_its_cool_down_and_waits_longer_each_fa
     cut_off.clear()
     clock.t += 100
     assert driver.usable_now(listed) == listed
+
+
+def test_a_host_that_answers_the_shell_but_cannot_reach_the_launcher_is_left_out_again(service, capsys,
+                                                                                     monkeypatch):
+    """Note [Hosts that cannot reach the launcher]: c's cool-down ends while
+    its link is cut (its remote shell still works): reach_back.py fails
+    there, and c is left out again, longer, without a world being tried on
+    it; once it connects, it is tried again."""
+    from mxplugin.elastic import driver as driver_module
+
+    link_cut = {"c"}
+
+    def remote_shell(hosts, rsh, timeout, command=("true",)):
+        if command == ("true",):
+            return []
+        assert command[1] == driver_module.REACH_BACK and command[3] == "4321", command
+        return [(h, f"{h} (cannot connect to the launcher at {command[2]}:4321: No route to host)")
+                for h, _ in hosts if h in link_cut]
+    monkeypatch.setattr(driver_module, "unreachable_hosts", remote_shell)
+    monkeypatch.setattr(driver_module, "is_local_host", lambda host: False)
+    driver = driver_with(service)
+    driver.service_port = 4321
+    clock = FakeClock()
+    driver.left_out = LeftOutHosts((30, 100), clock)
+    listed = [("a", 1), ("b", 1), ("c", 1)]
+    driver.judge(service, finished_world(service, left={0: "failure", 1: "failure"}, exits={2: "signal 9"}), 137)
+    clock.t += 30
+    assert driver.usable_now(listed) == [("a", 1), ("b", 1)]
+    said = capsys.readouterr().err
+    assert re.search(r"c's cool-down is over but it cannot reach the launcher: c \(cannot connect to the launcher "
+                     r"at \S+:4321: No route to host\); left out for 60 s", said), said
+    link_cut.clear()
+    clock.t += 60
+    assert driver.usable_now(listed) == listed
+    assert "c's cool-down is over (left out after its fault 2: it could not reach the launcher" \
+        in capsys.readouterr().err
+
+
+def test_reach_back_connects_or_says_why():
+    """mxplugin/elastic/reach_back.py, as the remote shell runs it."""
+    import socket
+    from mxplugin.elastic.driver import REACH_BACK
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(1)
+        port = listening.getsockname()[1]
+        ok = subprocess.run([sys.executable, REACH_BACK, "127.0.0.1", str(port), "5"], capture_output=True,
+                            text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    refused = subprocess.run([sys.executable, REACH_BACK, "127.0.0.1", str(port), "5"], capture_output=True,
+                             text=True, timeout=60)  # the port is closed now
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(f"cannot connect to the launcher at 127.0.0.1:{port}: "), refused.stderr
 
 
 def say_hello(service, world, *ranks):

@@ -2,8 +2,8 @@
 link set down: its processes live on, nothing reaches them; Note
 [Partitions] in mxplugin/elastic/world_end.py). Elastic training: with and
 without discovery reporting the host gone, the link restored, the host
-tried again after its cool-down while still cut (Note [Hosts a world cannot
-start on]) and once its link is back, and SIGTERM to the launcher while the
+found still cut when its cool-down ends (Note [Hosts that cannot reach
+the launcher] in mxplugin/elastic/driver.py) and tried once its link is back, and SIGTERM to the launcher while the
 host is cut; the digits MLP of examples/mxnet_elastic_digits.py trains,
 past its epochs until the test has seen what it waits for. A plain job: every reachable rank fails naming the
 host (Note [Stuck transfers], Note [Lost hosts]). Every test waits until
@@ -273,13 +273,16 @@ def test_a_cut_host_rejoins_at_a_later_commit_when_its_link_returns(cluster, cut
     wait_until_nothing_runs(cluster, range(3), timeout=60)
 
 
-def cut_until_a_world_cannot_start_there(cluster, name):
+def cut_past_its_cool_down(cluster, name):
     """A run whose host CUT is cut off at commit 4 while discovery still
     lists it: its rank is lost, the host is left out for its first cool-down
-    (5 s), and when that ends with the link still cut, the next world cannot
-    start there (Note [Hosts a world cannot start on] in
-    mxplugin/elastic/start_failures.py). Returns (run, seconds from the cut,
-    the line that names the host)."""
+    (5 s), and when that ends with the link still cut, the host answers the
+    remote shell but cannot connect to the launcher from there: it is left
+    out again (10 s) before any world is tried on it (Note [Hosts that
+    cannot reach the launcher] in mxplugin/elastic/driver.py; a world started
+    there could not start, and mpiexec's giving up would tear it down under
+    the other hosts' ranks inside MPI's start). Returns (run, seconds from
+    the cut, the line that names the host)."""
     hosts_file = os.path.join(cluster.dir, f"hosts-{name}")
     write_hosts(hosts_file, cluster, (0, 1, 2))
     run = Run(cluster, name, "--host-discovery-script", f"cat {hosts_file}", "--blacklist-cooldown-range", "5", "20",
@@ -288,39 +291,38 @@ def cut_until_a_world_cannot_start_there(cluster, name):
     cut_at = cluster.set_link(CUT, "down")
     host = re.escape(cluster.hosts[CUT])
     lost = run.wait_for(re.compile(lost_line(host, 5)).search)
-    # mpiexec's proxy there cannot connect back (the cause is the kernel's:
-    # "No route to host" once ARP gives up).
+    # The cause is the kernel's: "No route to host" once ARP gives up, or
+    # "Network is unreachable".
     refused = run.wait_for(after(lost[0], re.compile(
-        rf"^mxplugin-run: elastic: world \d+ could not start on {host} \(its MPI proxy could not connect back to "
-        rf"mpiexec: [^)]+\); left out: {host} for 10 s; a new world starts without it$").search))
+        rf"^mxplugin-run: elastic: {host}'s cool-down is over but it cannot reach the launcher: {host} \(cannot "
+        rf"connect to the launcher at \S+: [^)]+\); left out for 10 s$").search))
     return run, refused[1] - cut_at, refused
 
 
 @needs_cluster
 def test_a_host_still_cut_off_when_its_cool_down_ends_is_left_out_again_and_the_job_finishes(cluster, cut_link):
     """Issue 48: the cut host's cool-down ends while its link is still cut;
-    the world that tries it again cannot start, and the job goes on without
-    it (it used to stop: "no rank started")."""
-    run, refused_after, refused = cut_until_a_world_cannot_start_there(cluster, "still-cut")
+    it is left out again, no world is tried on it, and the job goes on
+    without it (it used to stop: "no rank started")."""
+    run, refused_after, refused = cut_past_its_cool_down(cluster, "still-cut")
     resumed = run.wait_for(after(refused[0], steps_at(2)))
     code = run.finish()
     text, report = run.text(), run.report()
     assert code == 0, report
     host = cluster.hosts[CUT]
-    tried = text.index(f"{host}'s cool-down is over (left out after its fault 1: rank 2 was lost there")
-    assert tried < text.index(refused[2]), report
-    assert "no rank started" not in text, report
+    assert "no rank started" not in text and "could not start on" not in text, report
+    assert not re.search(rf"world \d+: 3 ranks on .*{re.escape(host)}", text[text.index(refused[2]):]), report
     assert reached_accuracy(text), report
     wait_until_nothing_runs(cluster, range(3), timeout=60)
-    print(f"cut to the world that could not start there: {refused_after:.1f} s; from its line to the first step "
-          f"without the host: {resumed[1] - refused[1]:.1f} s")
+    print(f"cut to the host left out again after its cool-down: {refused_after:.1f} s; from its line to the next "
+          f"step: {resumed[1] - refused[1]:.1f} s")
 
 
 @needs_cluster
 def test_a_host_cut_off_past_its_cool_down_rejoins_once_its_link_returns(cluster, cut_link):
-    """The host that a world could not start on is tried again after its
+    """The host still cut when its cool-down ended is tried again after its
     next cool-down (10 s): its link is back by then, and the world grows."""
-    run, _, refused = cut_until_a_world_cannot_start_there(cluster, "back-later")
+    run, _, refused = cut_past_its_cool_down(cluster, "back-later")
     restored_at = cluster.set_link(CUT, "up")
     grown = run.wait_for(after(refused[0], lambda line: re.search(r"world \d+: 3 ranks on", line) is not None))
     stepped = run.wait_for(after(grown[0], steps_at(3)))
@@ -328,7 +330,8 @@ def test_a_host_cut_off_past_its_cool_down_rejoins_once_its_link_returns(cluster
     text, report = run.text(), run.report()
     assert code == 0, report
     host = cluster.hosts[CUT]
-    assert f"{host}'s cool-down is over (left out after its fault 2: world " in text, report
+    assert f"{host}'s cool-down is over (left out after its fault 2: it could not reach the launcher after its " \
+        "cool-down" in text, report
     assert reached_accuracy(text), report
     wait_until_nothing_runs(cluster, range(3), timeout=60)
     print(f"link restored to the first step of 3 ranks: {stepped[1] - restored_at:.1f} s")

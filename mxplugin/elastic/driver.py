@@ -45,6 +45,12 @@ SIOCGIFADDR = 0x8915
 # A job whose worlds keep ending before anything new is committed (ranks
 # dying at start-up, say) stops rather than restart forever.
 MAX_WORLDS_WITHOUT_PROGRESS = 3
+# Note [Hosts that cannot reach the launcher]: the check run on a host back
+# from its cool-down, and how long its connection may take (a host whose
+# route is gone fails at once; one whose neighbour never answers, once ARP
+# gives up: about 3 s).
+REACH_BACK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reach_back.py")
+REACH_BACK_S = 5.0
 
 
 class ElasticError(Exception):
@@ -81,6 +87,7 @@ class ElasticDriver:
         # Hosts whose ranks were lost, each left out for a cool-down (Note [Cool-downs] in cooldown.py).
         self.left_out = LeftOutHosts(args.blacklist_cooldown_range or DEFAULT_COOLDOWN_RANGE)
         self.unreachable = set()  # hosts the last world left out, not seen as a change while it runs
+        self.service_port = None  # the launcher's service, once it runs (Note [Hosts that cannot reach the launcher])
         self.world_hosts = []
         self.stop_watching = threading.Event()
 
@@ -113,8 +120,38 @@ class ElasticDriver:
                 seconds = self.left_out.leave_out(host, f"unreachable after its cool-down ({why})")
                 self.say(f"{host}'s cool-down is over but it does not answer: left out {describe_cooldown(seconds)}")
                 continue
+            cut = self.cannot_reach_back(host)
+            if cut:
+                seconds = self.left_out.leave_out(host, f"it could not reach the launcher after its cool-down ({why})")
+                self.say(f"{host}'s cool-down is over but it cannot reach the launcher: {cut}; left out "
+                         f"{describe_cooldown(seconds)}")
+                continue
             self.say(f"{host}'s cool-down is over (left out after its fault {faults}: {why}): trying it again")
         return self.left_out.now()
+
+    # Note [Hosts that cannot reach the launcher]: a host left out after a
+    # fault may answer the remote shell when its cool-down ends and still be
+    # cut off from the launcher (its link down, a console or a namespace's
+    # shell still working). A world started there cannot start (Note [Hosts
+    # a world cannot start on] in start_failures.py), and mpiexec giving up
+    # on it ("Launch proxy failed") tears the world down under the ranks of
+    # the healthy hosts while they are inside MPI's start: MPICH's PMI
+    # client crashes (SIGSEGV) or PMI_Init fails (exit 15, MPI_ERR_OTHER):
+    # 4 ranks in 3 of 20 chaos runs, each a host cut past its cool-down. So
+    # before such a host is tried again it must open a connection to the
+    # launcher's service from there (reach_back.py, run through the remote
+    # shell, as the ranks' supervisors will); one that cannot is left out
+    # again, for longer, and no world is started on it.
+    def cannot_reach_back(self, host):
+        """Why `host` cannot connect to this launcher's service (the remote
+        shell's word on reach_back.py), or "" when it can or is this machine."""
+        if self.service_port is None or is_local_host(host):
+            return ""
+        address = advertised_address(self.args.network_interface, [(host, 1)])
+        connect_s = min(REACH_BACK_S, self.args.ssh_connect_timeout)
+        command = (sys.executable, REACH_BACK, address, str(self.service_port), f"{connect_s:g}")
+        failed = unreachable_hosts([(host, 1)], self.args.rsh, self.args.ssh_connect_timeout + connect_s, command)
+        return failed[0][1] if failed else ""
 
     def wait_for_hosts(self):
         """Hosts with at least --min-np slots, waiting up to --elastic-timeout."""
@@ -177,6 +214,7 @@ class ElasticDriver:
             service.stop()
 
     def _run(self, service):
+        self.service_port = service.port
         resets, number = 0, 0
         stalled, last_progress = 0, -1
         while True:

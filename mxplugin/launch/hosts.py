@@ -71,12 +71,12 @@ def is_local_host(name):
         return False
 
 
-def reach_command(rsh, host, timeout):
+def reach_command(rsh, host, timeout, command=("true",)):
     cmd = shlex.split(rsh)
     if os.path.basename(cmd[0]) == "ssh":
         # BatchMode: fail instead of prompting for a password nobody will type.
         cmd += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={max(1, int(round(timeout)))}"]
-    return cmd + [host, "true"]
+    return cmd + [host, *command]
 
 
 def check_hosts_reachable(hosts, rsh, timeout):
@@ -89,16 +89,16 @@ def check_hosts_reachable(hosts, rsh, timeout):
                          "(docs/guides/several-machines.md)")
 
 
-def unreachable_hosts(hosts, rsh, timeout):
-    """[(host, why)] for the remote hosts that do not run `true` through the
-    remote shell within `timeout` seconds (all tried at once). Each try runs
-    in a process session of its own, killed whole on timeout, so nothing is
-    left running."""
+def unreachable_hosts(hosts, rsh, timeout, command=("true",)):
+    """[(host, why)] for the remote hosts that do not run `true` (or
+    `command`, which must succeed there) through the remote shell
+    within `timeout` seconds (all tried at once). Each try runs in a process
+    session of its own, killed whole on timeout, so nothing is left running."""
     remote = [name for name, _ in hosts if not is_local_host(name)]
     tries = {}
     for host in remote:
         try:
-            tries[host] = subprocess.Popen(reach_command(rsh, host, timeout), stdin=subprocess.DEVNULL,
+            tries[host] = subprocess.Popen(reach_command(rsh, host, timeout, command), stdin=subprocess.DEVNULL,
                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                            start_new_session=True)
         except OSError as exc:

@@ -1,0 +1,26 @@
+"""Whether this host reaches the elastic launcher: run through the remote
+shell on a host whose cool-down is over, before a world is started there
+(Note [Hosts that cannot reach the launcher] in driver.py):
+
+    python .../mxplugin/elastic/reach_back.py ADDRESS PORT SECONDS
+
+Exit 0 when a TCP connection to ADDRESS:PORT (the launcher's service) opens
+within SECONDS; else 1, with why on stderr. Run by path, standard library
+only, as the supervisor is: importing mxplugin's package would load MXNet."""
+import socket
+import sys
+
+
+def main(argv):
+    address, port, seconds = argv[1], int(argv[2]), float(argv[3])
+    try:
+        socket.create_connection((address, port), timeout=seconds).close()
+    except OSError as exc:
+        why = exc.strerror or str(exc) or type(exc).__name__
+        sys.stderr.write(f"cannot connect to the launcher at {address}:{port}: {why}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
