@@ -94,7 +94,7 @@ def rank_ends(ranks, injected):
     for rank in ranks:
         how = rank.how or "still running"
         counts[how] = counts.get(how, 0) + 1
-        cause, why = explain_end(rank.how, injected.get(rank.pid, ()), None)
+        cause, why = explain_end(rank.how, injected.get(rank.pid, ()), None, killed_peer(rank, ranks, injected))
         if cause == UNEXPLAINED:
             problems.append(f"rank process {rank.pid} on host {rank.host} (world {getattr(rank, 'world', '?')}, "
                             f"rank {getattr(rank, 'rank', '?')}): {why}")
@@ -108,7 +108,11 @@ def rank_ends(ranks, injected):
 # while leaving (code 76, EXIT_LEFT_CRASHED: MPICH crashed under a rank
 # that had decided to leave, Note [Crashes while leaving]; counted apart,
 # as it is a crash however it is explained), a crash in MPI's start (code
-# 77, EXIT_START_CRASHED: Note [Crashes in MPI's start]; apart too), a signal
+# 77, EXIT_START_CRASHED: Note [Crashes in MPI's start]; apart too), a
+# collateral crash (a crash signal, or MXNet's exit 255, within
+# COLLATERAL_S of the run's kill of a peer of its world: MPICH crashed under
+# the core's thread as it worked against the killed peer, a stack read in
+# issue 48; apart too, and not yet prevented), a signal
 # the run sent (its fault's kind named), or unexplained: anything else (an
 # exit code no part of the job documents, a signal nobody sent, still
 # running), kept with the evidence: what the job's output says of that
@@ -116,6 +120,13 @@ def rank_ends(ranks, injected):
 # core dump, its threads' native stacks. Every end must be explained.
 CLEAN, ELASTIC, INJECTED, UNEXPLAINED = "clean exit", "elastic exit", "injected signal", "unexplained"
 CRASHED_LEAVING, CRASHED_STARTING = "crash while leaving", "crash in MPI's start"
+COLLATERAL = "collateral crash"
+# A crash of a rank counts as collateral when a peer of its world was
+# killed by the run this long before it (Note [Collateral crashes] in
+# mxplugin/elastic/world_record.py: MPICH crashed under the core's thread
+# 0.03-0.4 s after a peer's SIGKILL, before the launcher's word came).
+COLLATERAL_S = 2.0
+CRASH_ENDS = ("signal 11", "signal 6", "signal 7", "signal 4", "signal 8", "code 255")
 # mxplugin.elastic.protocol's; not imported, which would load MXNet into the driver
 EXIT_RESET, EXIT_LEFT_CRASHED, EXIT_START_CRASHED = 75, 76, 77
 # The lines kept as evidence: from this long before a rank's end to this
@@ -133,7 +144,8 @@ def rank_records(ranks, injected, faults, killed_with_host, lines, start):
     fault_of.update((pid, "kill_host") for pid in killed_with_host)
     records = []
     for rank in ranks:
-        cause, why = explain_end(rank.how, injected.get(rank.pid, ()), fault_of.get(rank.pid))
+        cause, why = explain_end(rank.how, injected.get(rank.pid, ()), fault_of.get(rank.pid),
+                                 killed_peer(rank, ranks, injected))
         record = {"pid": rank.pid, "host": rank.host, "world": getattr(rank, "world", None),
                   "rank": getattr(rank, "rank", None), "how": rank.how or "still running",
                   "started_s": round(rank.started - start, 2),
@@ -145,9 +157,22 @@ def rank_records(ranks, injected, faults, killed_with_host, lines, start):
     return records
 
 
-def explain_end(how, sent, fault):
+def killed_peer(rank, ranks, injected):
+    """A peer of `rank`'s world that the run killed at most COLLATERAL_S
+    before `rank` ended (a rank process record), or None."""
+    if rank.ended is None or getattr(rank, "world", None) is None:
+        return None
+    for peer in ranks:
+        if (peer is not rank and peer.pid in injected and getattr(peer, "world", None) == rank.world
+                and peer.ended is not None and 0 <= rank.ended - peer.ended <= COLLATERAL_S):
+            return peer
+    return None
+
+
+def explain_end(how, sent, fault, killed=None):
     """(cause, why) of a rank end `how` ("code N", "signal N", None while it
-    runs), given the signals the run sent it and its fault's kind."""
+    runs), given the signals the run sent it, its fault's kind and a peer
+    of its world the run killed just before (killed_peer)."""
     if how is None:
         return UNEXPLAINED, "still running when the run ended"
     kind, number = how.split()
@@ -162,6 +187,9 @@ def explain_end(how, sent, fault):
         return CRASHED_STARTING, "MPI's start crashed under it as its world was torn down (EXIT_START_CRASHED)"
     if kind == "signal" and number in sent:
         return INJECTED, f"{signal.Signals(number).name} sent by the run ({fault or 'a fault'})"
+    if how in CRASH_ENDS and killed is not None:
+        return COLLATERAL, (f"{how}: MPI crashed under it after the run killed rank process "
+                            f"{killed.pid} of its world (Note [Collateral crashes])")
     if kind == "signal":
         return UNEXPLAINED, f"{signal.Signals(number).name}, which the run did not send"
     return UNEXPLAINED, f"exit code {number}, which no part of the job documents"
