@@ -77,6 +77,10 @@ def advertised_address(iface, hosts):
 
 
 class ElasticDriver:
+    """The elastic launcher: starts a world on the usable hosts, judges how it
+    ended, and starts the next one until the job is done (Note [Worlds] in
+    runner.py)."""
+
     def __init__(self, args, env, prog, make_command):
         """make_command(hosts, num_proc) -> the mpiexec command line of a world."""
         self.args, self.env, self.prog, self.make_command = args, env, prog, make_command
@@ -92,6 +96,7 @@ class ElasticDriver:
         self.stop_watching = threading.Event()
 
     def say(self, text):
+        """One line of the launcher's, on stderr."""
         sys.stderr.write(f"{self.prog}: elastic: {text}\n")
         sys.stderr.flush()
 
@@ -109,6 +114,7 @@ class ElasticDriver:
         return self.usable_now(found)
 
     def usable_now(self, found):
+        """The hosts of `found` a world may use now, cut at --max-np."""
         return usable(found, {**self.left_out_now(), **dict.fromkeys(self.unreachable)}, self.max_np)
 
     def left_out_now(self):
@@ -201,6 +207,7 @@ class ElasticDriver:
 
     # -- worlds -----------------------------------------------------------------------------
     def run(self):
+        """Runs the job; the launcher's exit code."""
         service = DriverService().start()
         try:
             return self._run(service)
@@ -360,8 +367,10 @@ class ElasticDriver:
         return f"world {record.number}: ranks lost contact with each other, though none ended"
 
     def checkpoint_exists(self):
+        """Whether --checkpoint-path names a file that is there."""
         return bool(self.args.checkpoint_path) and os.path.exists(self.args.checkpoint_path)
 
 
 def fmt_hosts(hosts):
+    """[(host, slots)] as 'host:slots,...'."""
     return ",".join(f"{h}:{s}" for h, s in hosts) or "no hosts"

@@ -12,6 +12,7 @@ import sys
 
 
 def main(argv):
+    """Exit code of the check of ADDRESS PORT SECONDS in `argv`."""
     address, port, seconds = argv[1], int(argv[2]), float(argv[3])
     try:
         socket.create_connection((address, port), timeout=seconds).close()

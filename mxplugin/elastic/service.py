@@ -23,6 +23,15 @@ from mxplugin.elastic.protocol import (COMMIT_HEADER, EXIT_LEFT_CRASHED, EXIT_ST
 from mxplugin.elastic.world_record import CRASH_ENDS, NOT_STARTED, WorldRecord  # noqa: F401  (NOT_STARTED: tests' import)
 from mxplugin.launch.placement import slot_count
 
+# The exit codes a rank ends with when MPI crashed under it at a moment it
+# was not lost: how it counts as having left, and why its world is broken.
+_CRASH_EXIT_CODES = {
+    # Note [Crashes in MPI's start]: torn down as its world was; it never started.
+    f"code {EXIT_START_CRASHED}": (NOT_STARTED, ": MPI's start failed there as the world was torn down"),
+    # Note [Crashes while leaving]: it was leaving, as after a failure.
+    f"code {EXIT_LEFT_CRASHED}": ("failure", " left (crashed inside MPI as it left)"),
+}
+
 
 class DriverService:
     """Holds the current world's record and the newest committed state."""
@@ -41,23 +50,28 @@ class DriverService:
 
     @property
     def port(self):
+        """The port the service listens on."""
         return self.server.server_address[1]
 
     def start(self):
+        """Serves on a thread of its own; returns self."""
         self.thread.start()
         return self
 
     def stop(self):
+        """Stops serving and closes the socket."""
         self.server.shutdown()
         self.server.server_close()
 
     def new_world(self, number, hosts):
+        """The record of world `number` on `hosts` ([(host, slots)]), now the current one."""
         with self.lock:
             self.world = WorldRecord(number, hosts)
             self.changed.notify_all()
             return self.world
 
     def stop_judging(self):
+        """The user stopped the job: ranks that end from now on are not lost."""
         with self.lock:
             self.judging = False
 
@@ -193,10 +207,12 @@ class DriverService:
             return world is None or world.broken is not None or all(r in world.exits for r in range(size))
 
     def only_out_of_reach_run(self):
+        """WorldRecord.only_out_of_reach_run of the current world."""
         with self.lock:
             return self.world is None or self.world.only_out_of_reach_run()
 
     def mark_hosts_updated(self):
+        """Tells the current world's ranks to end it at their next commit."""
         with self.lock:
             if self.world is not None:
                 self.world.hosts_updated = True
@@ -210,6 +226,7 @@ class DriverService:
             return True
 
     def state_commit(self):
+        """The commit of the newest state handed over (-1: none)."""
         with self.lock:
             return -1 if self.state is None else self.state[0]
 
@@ -255,20 +272,11 @@ class DriverService:
                 how = world.exits[rank] = query.get("how", "?")
                 if world.broken is not None and how in CRASH_ENDS:
                     world.crashed_when_broken.add(rank)  # Note [Collateral crashes]
-                if how == f"code {EXIT_START_CRASHED}" and rank not in world.left:
-                    # MPI's start crashed under it as its world was torn down
-                    # (Note [Crashes in MPI's start]): it never started.
-                    world.left[rank] = NOT_STARTED
+                said = _CRASH_EXIT_CODES.get(how)
+                if said is not None and rank not in world.left:
+                    world.left[rank], why = said
                     if self.judging:
-                        self._break(world, f"rank {rank} on {world.host_of(rank)}: MPI's start failed there as "
-                                           "the world was torn down")
-                if how == f"code {EXIT_LEFT_CRASHED}" and rank not in world.left:
-                    # It was leaving, as after a failure (Note [Crashes while
-                    # leaving]): its peers must not wait for it.
-                    world.left[rank] = "failure"
-                    if self.judging:
-                        self._break(world, f"rank {rank} on {world.host_of(rank)} left (crashed inside MPI as it "
-                                           "left)")
+                        self._break(world, f"rank {rank} on {world.host_of(rank)}{why}")
                 if how != "code 0" and rank not in world.left and self.judging:
                     self._break(world, f"rank {rank} on {world.host_of(rank)} ended ({how})")
                 self.changed.notify_all()

@@ -100,6 +100,7 @@ class WorldRecord:
         return list(dict.fromkeys(self.host_of(r) for r in range(size) if r not in self.hello))
 
     def host_of(self, rank):
+        """The host the launcher placed `rank` on."""
         # Where the launcher placed the rank, not the name the rank's machine
         # gives itself: that may differ from the name the hosts are listed by.
         return host_of_rank(self.hosts, rank)

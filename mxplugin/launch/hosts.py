@@ -72,6 +72,7 @@ def is_local_host(name):
 
 
 def reach_command(rsh, host, timeout, command=("true",)):
+    """The remote shell's command line that runs `command` on `host`."""
     cmd = shlex.split(rsh)
     if os.path.basename(cmd[0]) == "ssh":
         # BatchMode: fail instead of prompting for a password nobody will type.
@@ -119,12 +120,14 @@ def unreachable_hosts(hosts, rsh, timeout, command=("true",)):
 
 
 def check_slots(hosts, num_proc):
+    """UsageError when the hosts have fewer slots than `num_proc`."""
     total = slot_count(hosts)
     if total < num_proc:
         raise UsageError(f"-np {num_proc} asks for more ranks than the host list has slots ({total})")
 
 
 def usable_cores():
+    """The cores this process may run on."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
