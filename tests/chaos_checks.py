@@ -109,10 +109,12 @@ def rank_ends(ranks, injected):
 # that had decided to leave, Note [Crashes while leaving]; counted apart,
 # as it is a crash however it is explained), a crash in MPI's start (code
 # 77, EXIT_START_CRASHED: Note [Crashes in MPI's start]; apart too), a
-# collateral crash (a crash signal, or MXNet's exit 255, within
+# crash under a running world (code 78, EXIT_WORLD_CRASHED, within
 # COLLATERAL_S of the run's kill of a peer of its world: MPICH crashed under
-# the core's thread as it worked against the killed peer, a stack read in
-# issue 48; apart too, and not yet prevented), a signal
+# the core's thread as it worked against the killed peer, Note [Crashes
+# under a running world]; the rank's line and its thread's stack are in the
+# output; apart too), a collateral crash (the same as a crash signal, or
+# MXNet's exit 255, where the rank ran with MXPLUGIN_CRASH_EXIT=0), a signal
 # the run sent (its fault's kind named), or unexplained: anything else (an
 # exit code no part of the job documents, a signal nobody sent, still
 # running), kept with the evidence: what the job's output says of that
@@ -120,7 +122,7 @@ def rank_ends(ranks, injected):
 # core dump, its threads' native stacks. Every end must be explained.
 CLEAN, ELASTIC, INJECTED, UNEXPLAINED = "clean exit", "elastic exit", "injected signal", "unexplained"
 CRASHED_LEAVING, CRASHED_STARTING = "crash while leaving", "crash in MPI's start"
-COLLATERAL = "collateral crash"
+COLLATERAL, CRASHED_UNDER_WORLD = "collateral crash", "crash under a running world"
 # A crash of a rank counts as collateral when a peer of its world was
 # killed by the run this long before it (Note [Collateral crashes] in
 # mxplugin/elastic/world_record.py: MPICH crashed under the core's thread
@@ -128,7 +130,7 @@ COLLATERAL = "collateral crash"
 COLLATERAL_S = 2.0
 CRASH_ENDS = ("signal 11", "signal 6", "signal 7", "signal 4", "signal 8", "code 255")
 # mxplugin.elastic.protocol's; not imported, which would load MXNet into the driver
-EXIT_RESET, EXIT_LEFT_CRASHED, EXIT_START_CRASHED = 75, 76, 77
+EXIT_RESET, EXIT_LEFT_CRASHED, EXIT_START_CRASHED, EXIT_WORLD_CRASHED = 75, 76, 77, 78
 # The lines kept as evidence: from this long before a rank's end to this
 # long after (its last words, MPICH's or the launcher's on it), at most
 # EVIDENCE_LINES of them, and as many naming it.
@@ -185,6 +187,9 @@ def explain_end(how, sent, fault, killed=None):
         return CRASHED_LEAVING, "MPI crashed under it as it left its world (EXIT_LEFT_CRASHED)"
     if kind == "code" and number == EXIT_START_CRASHED:
         return CRASHED_STARTING, "MPI's start crashed under it as its world was torn down (EXIT_START_CRASHED)"
+    if kind == "code" and number == EXIT_WORLD_CRASHED and killed is not None:
+        return CRASHED_UNDER_WORLD, (f"MPI crashed under its core's thread after the run killed rank process "
+                                     f"{killed.pid} of its world (EXIT_WORLD_CRASHED)")
     if kind == "signal" and number in sent:
         return INJECTED, f"{signal.Signals(number).name} sent by the run ({fault or 'a fault'})"
     if how in CRASH_ENDS and killed is not None:

@@ -266,6 +266,23 @@ def test_a_crash_after_a_peer_was_lost_keeps_its_host(service):
     assert "left out: b for 30 s, c for 60 s" in verdict, verdict  # c's second fault: twice as long
 
 
+def test_a_crash_under_a_running_world_keeps_its_host_whichever_end_came_first(service):
+    """Note [Crashes under a running world]: rank 1's MPI crashed under its
+    core's thread (EXIT_WORLD_CRASHED) as rank 2 was killed; the crash's
+    report may come first. Either way only rank 2's host is left out, and
+    the crash is no script error. Alone (no peer ended by a signal nor out
+    of reach), it is held against its host like any crash."""
+    for exits in ({1: "code 78", 2: "signal 9"}, {2: "signal 9", 1: "code 78"}):
+        driver = driver_with(service)
+        verdict = driver.judge(service, finished_world(service, left={0: "failure"}, exits=exits), 137)
+        assert "rank 1 on b (code 78)" in verdict and "kept for the next world: b" in verdict, verdict
+        assert driver.left_out.now() == {"c": "rank 2 was lost there (signal 9)"}
+    driver = driver_with(service)
+    verdict = driver.judge(service, finished_world(service, left={0: "failure", 2: "failure"},
+                                                   exits={1: "code 78"}), 137)
+    assert driver.left_out.now() == {"b": "rank 1 was lost there (code 78)"}, verdict
+
+
 class FakeClock:
     def __init__(self):
         self.t = 1000.0

@@ -37,6 +37,7 @@ from mxplugin.elastic.discovery import DiscoveryError, DiscoveryScript, FixedHos
 from mxplugin.elastic.service import DriverService
 from mxplugin.elastic.start_failures import hosts_not_started, leave_out_not_started
 from mxplugin.elastic.world_end import SETTLE_QUIET_S, SETTLE_S, WorldEnd, left_behind
+from mxplugin.elastic.world_record import WORLD_CRASH_END
 from mxplugin.launch.hosts import UsageError, is_local_host, unreachable_hosts
 from mxplugin.launch import signal_wait
 from mxplugin.launch.job import Job
@@ -235,6 +236,7 @@ class ElasticDriver:
             env[protocol.ENV_WORLD] = str(number)
             if env.get(protocol.ENV_CRASH_EXIT) != "0":
                 env[protocol.ENV_START_CRASH_EXIT] = str(protocol.EXIT_START_CRASHED)
+                env[protocol.ENV_WORLD_CRASH_EXIT] = str(protocol.EXIT_WORLD_CRASHED)
             if self.args.checkpoint_path:
                 env[protocol.ENV_CHECKPOINT] = os.path.abspath(self.args.checkpoint_path)
             command = self.make_command(hosts, size)
@@ -315,7 +317,8 @@ class ElasticDriver:
                 host = record.host_of(rank)
                 lost.append((rank, f"{host} is gone: {gone[host]}" if host in gone else
                              out_of_reach.get(rank, "gone without a word: its host was probably lost")))
-            elif how.startswith("signal") or how == f"code {protocol.EXIT_RESET}" or rank in collateral:
+            elif (how.startswith("signal") or how in (f"code {protocol.EXIT_RESET}", WORLD_CRASH_END)
+                  or rank in collateral):
                 lost.append((rank, how))
             elif how != "code 0":
                 errors.append((rank, how))

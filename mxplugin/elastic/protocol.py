@@ -9,6 +9,9 @@ ENV_CHECKPOINT = "MXPLUGIN_ELASTIC_CHECKPOINT"  # --checkpoint-path, absolute
 # A crash inside MPI's start ends a rank with EXIT_START_CRASHED (Note
 # [Crashes in MPI's start] in src/common/crash_exit.h; the core's config)
 ENV_START_CRASH_EXIT = "MXPLUGIN_START_CRASH_EXIT_CODE"
+# A crash on the core's thread while the world runs ends a rank with
+# EXIT_WORLD_CRASHED (Note [Crashes under a running world], the same file)
+ENV_WORLD_CRASH_EXIT = "MXPLUGIN_WORLD_CRASH_EXIT_CODE"
 # "0" keeps such crashes (and those while leaving) crashes, with their core
 # dumps: for catching one (bench/chaos_loop.py --crashes-stay)
 ENV_CRASH_EXIT = "MXPLUGIN_CRASH_EXIT"
@@ -25,6 +28,11 @@ EXIT_LEFT_CRASHED = 76
 # (Note [Crashes in MPI's start] in src/common/crash_exit.h): it never
 # started; its host is not to blame.
 EXIT_START_CRASHED = 77
+# Exit code of a rank whose MPI crashed under its core's thread while its
+# world ran, most likely as a peer ended (Note [Crashes under a running
+# world] in src/common/crash_exit.h): a crash, judged as any other (Note
+# [Collateral crashes] in world_record.py).
+EXIT_WORLD_CRASHED = 78
 REQUEST_TIMEOUT_S = 30
 # The launcher answers a rank's long poll (/broken) within LONG_POLL_S and
 # the rank asks again at once: a rank that hears nothing for

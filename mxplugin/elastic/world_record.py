@@ -3,6 +3,7 @@ left and why, lost, out of reach, said hello), which DriverService keeps
 and judges."""
 import time
 
+from mxplugin.elastic.protocol import EXIT_WORLD_CRASHED
 from mxplugin.launch.placement import host_of_rank, slot_count
 
 # Note [Ranks that never started]: MPI's start (MPI_Init, and the core's
@@ -33,7 +34,13 @@ NOT_STARTED = "not started"
 # signal, or after the launcher knew its world was broken, is not held
 # against its host. A host whose own ranks crash first still is, and worlds
 # that keep failing stop at --reset-limit or after MAX_WORLDS_WITHOUT_PROGRESS.
-CRASH_ENDS = ("signal 11", "signal 6", "signal 7", "signal 4", "signal 8", "code 255")
+# A crash that MPI made under the core's thread (EXIT_WORLD_CRASHED, Note
+# [Crashes under a running world] in src/common/crash_exit.h) comes within
+# a tenth of a second of the peer's end that caused it, and its report may
+# reach the launcher first: it is collateral whenever another rank of its
+# world ended by a signal or went out of reach, whichever came first.
+WORLD_CRASH_END = f"code {EXIT_WORLD_CRASHED}"
+CRASH_ENDS = ("signal 11", "signal 6", "signal 7", "signal 4", "signal 8", "code 255", WORLD_CRASH_END)
 
 
 class WorldRecord:
@@ -70,6 +77,11 @@ class WorldRecord:
             if peer_lost and how in CRASH_ENDS:
                 collateral.add(rank)
             peer_lost = peer_lost or how.startswith("signal")
+        for rank, how in self.exits.items():
+            if how == WORLD_CRASH_END and any(
+                    other != rank and (self.exits.get(other, "").startswith("signal") or self.unreachable(other))
+                    for other in range(slot_count(self.hosts))):
+                collateral.add(rank)
         return collateral
 
     def unaccounted(self):

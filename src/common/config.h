@@ -44,6 +44,10 @@ struct Config {
   // (Note [Crashes in MPI's start], common/crash_exit.h); the
   // elastic launcher sets it. MXPLUGIN_START_CRASH_EXIT_CODE
   int start_crash_exit_code = 0;
+  // Non-zero: a crash on the core's thread while the world runs ends the
+  // process with this code (Note [Crashes under a running world]); the
+  // elastic launcher sets it. MXPLUGIN_WORLD_CRASH_EXIT_CODE
+  int world_crash_exit_code = 0;
 
   static Config FromEnvironment();
 };

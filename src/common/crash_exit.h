@@ -16,8 +16,8 @@
 // with the proxy. The previous handlers come back when the start is over
 // (CrashExit). The same start torn down under a world that could not start
 // on one host (mpiexec gives up: "Launch proxy failed") ends the ranks of
-// the other hosts the same way (a chaos run's cores, issue 48). Ranks whose world broke before MPI's
-// start leave on their own earlier (Note [Leaving MPI's start] in
+// the other hosts the same way (a chaos run's cores, issue 48). Ranks
+// whose world broke before MPI's start leave on their own earlier (Note [Leaving MPI's start] in
 // mxplugin/elastic/start_guard.py); this is for the teardown that is faster.
 //
 // Note [Crashes while leaving]: a rank told that its world is broken hands
@@ -30,6 +30,21 @@
 // mxplugin/elastic/runner.py's _leave): it may crash before it has told the
 // launcher it leaves (a CI run: the launcher took it for lost and left its
 // healthy host out), and the code tells the launcher instead.
+//
+// Note [Crashes under a running world]: MPI is not fault tolerant. A rank
+// killed mid-collective (or its host cut) can make MPICH crash under a
+// survivor's core thread, inside the negotiation round's MPI_Iallreduce or
+// MPI_Test, before anyone has said the world is broken (a chaos loop's
+// cores: SIGSEGV in libmpi 0.06 s after the run SIGKILLed a peer, issue 48).
+// MPICH's own fault tolerance (MPIR_CVAR_ENABLE_FT=1) cannot be had
+// instead: MPICH 5.0.2 fails an assertion in MPI_Init with it (ch4_request.h
+// line 16, at any rank count). Such a survivor cannot save anything, but its
+// end must say what it was: so in an elastic world a crash signal on the
+// core's thread (where every MPI call runs) ends the process with one line,
+// the thread's stack and a code of its own, EXIT_WORLD_CRASHED, which the
+// launcher judges as it judges any crash (Note [Collateral crashes] in
+// mxplugin/elastic/world_record.py). A crash on any other thread (MXNet's)
+// goes to the handler that was there before, as without it.
 #pragma once
 
 #include <csignal>
@@ -48,6 +63,21 @@ class CrashExit {
  private:
   bool armed_ = false;
   struct sigaction previous_[3] {};
+};
+
+// While it lives, a crash signal on the thread that made it writes `line`
+// (static storage) and that thread's stack to stderr and _exit(exit_code);
+// on any other thread the handler from before runs. exit_code 0, or another
+// one alive: does nothing (Note [Crashes under a running world]).
+class ThreadCrashExit {
+ public:
+  ThreadCrashExit(int exit_code, const char* line);
+  ~ThreadCrashExit();
+  ThreadCrashExit(const ThreadCrashExit&) = delete;
+  ThreadCrashExit& operator=(const ThreadCrashExit&) = delete;
+
+ private:
+  bool armed_ = false;
 };
 
 // The same for the rest of the process's life (a rank that is leaving).

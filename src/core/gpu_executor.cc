@@ -1,5 +1,7 @@
 #include "core/gpu_executor.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <chrono>
 
@@ -27,6 +29,8 @@ GpuExecutor::GpuExecutor(ControlPlane* bootstrap, const Config& config, Timeline
       global_rank_(bootstrap->global_ranks()[bootstrap->rank()]) {
   logger_.set_rank(global_rank_);
   completion_ = std::thread([this] { CompletionLoop(); });
+  // Not its creator's (the core's) name; set here, before anyone can look.
+  pthread_setname_np(completion_.native_handle(), "mxplugin-gpu");
 }
 
 GpuExecutor::~GpuExecutor() {

@@ -1,5 +1,6 @@
 #include "core/transfer_watchdog.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,7 +51,11 @@ TransferWatchdog::TransferWatchdog(double timeout_seconds, ReachabilityProbe pro
                                    std::vector<int> ranks, Logger* logger)
     : timeout_seconds_(timeout_seconds), probe_(std::move(probe)), host_(std::move(host)), rank_(rank),
       ranks_(std::move(ranks)), logger_(logger) {
-  if (probe_ && timeout_seconds_ > 0) thread_ = std::thread([this] { Watch(); });
+  if (probe_ && timeout_seconds_ > 0) {
+    thread_ = std::thread([this] { Watch(); });
+    // Not its creator's (the core's) name; set here, before anyone can look.
+    pthread_setname_np(thread_.native_handle(), "mxplugin-watch");
+  }
 }
 
 TransferWatchdog::~TransferWatchdog() { Stop(); }

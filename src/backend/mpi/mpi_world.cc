@@ -52,7 +52,8 @@ void FreeOps(MPI_Op* ops) {
 
 }  // namespace
 
-MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_seconds, int start_crash_exit_code)
+MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_seconds, int start_crash_exit_code,
+                   int world_crash_exit_code)
     : hierarchical_(hierarchical), peer_timeout_seconds_(peer_timeout_seconds) {
   int initialized = 0;
   CheckSetup(MPI_Initialized(&initialized), "MPI_Initialized");
@@ -85,6 +86,10 @@ MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_
     }
   }
   CheckSetup(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  static const char kCrashLine[] =
+      "mxplugin: elastic: MPI crashed under this rank's core thread (where its MPI calls run), most likely as a "
+      "peer of its world ended (MPI is not fault tolerant): leaving; the thread's stack:\n";
+  crash_exit_ = std::make_unique<ThreadCrashExit>(world_crash_exit_code, kCrashLine);
 
   auto ops = std::make_shared<MpiHalfOps>();
   CheckSetup(MPI_Type_contiguous(2, MPI_BYTE, &ops->half_type), "MPI_Type_contiguous");
@@ -190,7 +195,8 @@ Status MpiWorld::CreateGroup(const std::vector<int>& members, Group* out) {
 
 std::unique_ptr<World> MakeMpiWorld(const Config& config) {
   return std::make_unique<MpiWorld>(config.mpi_thread_multiple, config.hierarchical_allreduce,
-                                    config.peer_timeout_seconds, config.start_crash_exit_code);
+                                    config.peer_timeout_seconds, config.start_crash_exit_code,
+                                    config.world_crash_exit_code);
 }
 
 }  // namespace mxplugin

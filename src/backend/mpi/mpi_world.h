@@ -12,6 +12,7 @@
 #include "backend/mpi/mpi_control_plane.h"
 #include "backend/mpi/peer_probe.h"
 #include "backend/world.h"
+#include "common/crash_exit.h"
 
 namespace mxplugin {
 
@@ -23,9 +24,10 @@ class MpiWorld : public World {
   // hierarchical: groups allreduce through shared memory within hosts where
   // they can (Note [Hierarchical allreduce]); a local peer that stops
   // answering there fails a call after `peer_timeout_seconds`.
-  // start_crash_exit_code: Note [Crashes in MPI's start] (0: off).
+  // start_crash_exit_code: Note [Crashes in MPI's start]; world_crash_exit_code:
+  // Note [Crashes under a running world] (both in common/crash_exit.h; 0: off).
   explicit MpiWorld(bool thread_multiple, bool hierarchical = false, double peer_timeout_seconds = 120,
-                    int start_crash_exit_code = 0);
+                    int start_crash_exit_code = 0, int world_crash_exit_code = 0);
   ~MpiWorld() override;
   MpiWorld(const MpiWorld&) = delete;
   MpiWorld& operator=(const MpiWorld&) = delete;
@@ -63,6 +65,9 @@ class MpiWorld : public World {
   std::shared_ptr<Doorbell> doorbell_;  // null if some host could not make one
   // Shared with every plane made here (Note [Leaving a broken world]).
   const std::shared_ptr<Leaving> leaving_ = std::make_shared<Leaving>();
+  // Armed once MPI has started, on this (the core's) thread, until after
+  // MPI_Finalize (Note [Crashes under a running world]).
+  std::unique_ptr<ThreadCrashExit> crash_exit_;
 };
 
 // The WorldFactory of MPI worlds.
