@@ -112,8 +112,10 @@ def rank_ends(ranks, injected):
 # crash under a running world (code 78, EXIT_WORLD_CRASHED, within
 # COLLATERAL_S of the run's kill of a peer of its world: MPICH crashed under
 # the core's thread as it worked against the killed peer, Note [Crashes
-# under a running world]; the rank's line and its thread's stack are in the
-# output; apart too), a collateral crash (the same as a crash signal, or
+# under a running world]; or of a rank the run froze, as it was let go:
+# its core's thread was stopped inside an MPI call, Note [A rank that was
+# stopped], and resumed there against peers gone; the rank's line and its
+# thread's stack are in the output where its proxy still is; apart too), a collateral crash (the same as a crash signal, or
 # MXNet's exit 255, where the rank ran with MXPLUGIN_CRASH_EXIT=0), a signal
 # the run sent (its fault's kind named), or unexplained: anything else (an
 # exit code no part of the job documents, a signal nobody sent, still
@@ -187,6 +189,10 @@ def explain_end(how, sent, fault, killed=None):
         return CRASHED_LEAVING, "MPI crashed under it as it left its world (EXIT_LEFT_CRASHED)"
     if kind == "code" and number == EXIT_START_CRASHED:
         return CRASHED_STARTING, "MPI's start crashed under it as its world was torn down (EXIT_START_CRASHED)"
+    if kind == "code" and number == EXIT_WORLD_CRASHED and signal.SIGCONT in sent:
+        return CRASHED_UNDER_WORLD, ("MPI crashed under its core's thread as the run let it go (SIGCONT): its world "
+                                     "had ended while it was stopped inside an MPI call (Note [A rank that was "
+                                     "stopped]) (EXIT_WORLD_CRASHED)")
     if kind == "code" and number == EXIT_WORLD_CRASHED and killed is not None:
         return CRASHED_UNDER_WORLD, (f"MPI crashed under its core's thread after the run killed rank process "
                                      f"{killed.pid} of its world (EXIT_WORLD_CRASHED)")

@@ -35,7 +35,9 @@
 // killed mid-collective (or its host cut) can make MPICH crash under a
 // survivor's core thread, inside the negotiation round's MPI_Iallreduce or
 // MPI_Test, before anyone has said the world is broken (a chaos loop's
-// cores: SIGSEGV in libmpi 0.06 s after the run SIGKILLed a peer, issue 48).
+// cores: SIGSEGV in libmpi 0.06 s after the run SIGKILLed a peer, issue 48);
+// so can a rank stopped inside an MPI call and let go after its world ended
+// (Note [A rank that was stopped] in src/backend/mpi/mpi_control_plane.cc).
 // MPICH's own fault tolerance (MPIR_CVAR_ENABLE_FT=1) cannot be had
 // instead: MPICH 5.0.2 fails an assertion in MPI_Init with it (ch4_request.h
 // line 16, at any rank count). Such a survivor cannot save anything, but its

@@ -34,8 +34,11 @@ Status LeavingStatus(const char* what) {
 // when its rounds start after the pause (every peer answers); one paused
 // in the middle of a round for longer than the peer timeout fails, as it
 // did before (raise MXPLUGIN_PEER_TIMEOUT_SECONDS for jobs that are suspended).
-// A thread stopped inside an MPI call resumes there: only that narrow window
-// is left.
+// A thread stopped inside an MPI call resumes there: only that window is
+// left (a transfer of the data plane is one blocking call), and where MPICH
+// crashes in it the rank ends with its own code and its thread's stack
+// (Note [Crashes under a running world] in src/common/crash_exit.h; a chaos
+// loop: 1 frozen rank of 20, let go as its world had ended).
 Status MpiControlPlane::CheckStopped(Clock::time_point now, Clock::duration budget, const char* what) {
   if (leaving_ && leaving_->IsSet()) return LeavingStatus(what);
   const Clock::duration idle = now - last_run_;
