@@ -7,7 +7,7 @@ stacks of its threads where it dumped core. Written to
 bench/results/chaos_loop.json with the machine's facts. Needs root (fake
 hosts, the kernel's process events, the kernel's core pattern).
 
-    python bench/chaos_loop.py --runs 5                    # 7 faults each, seeds from a random first one
+    python bench/chaos_loop.py --runs 5                    # one fault of each kind a run, seeds from a random first one
     python bench/chaos_loop.py --runs 10 --seed 100 --more kill_in_reset=3
 
 Note [Catching a rank's crash]: a rank that crashes leaves nothing behind
@@ -153,7 +153,9 @@ def one_run(seed, args, pool, work):
                 os.unlink(core)
     kept = {k: record[k] for k in ("seed", "duration_s", "resets", "final_accuracy", "problems", "rank_ends")}
     kept["rank_causes"] = chaos.tally(r["cause"] for r in record["ranks"])  # with the cores' word
-    kept["faults"] = [f["kind"] for f in record["faults"]]
+    # Whole, not their kinds only: which pid a fault hit, when, and how a
+    # frozen rank left are what an unexplained end is read against.
+    kept["faults"] = record["faults"]
     kept["ranks"] = record["ranks"]
     kept["other_cores"] = other_cores(work, args.keep_cores)
     kept["log"] = log
