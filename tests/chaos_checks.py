@@ -94,7 +94,8 @@ def rank_ends(ranks, injected):
     for rank in ranks:
         how = rank.how or "still running"
         counts[how] = counts.get(how, 0) + 1
-        cause, why = explain_end(rank.how, injected.get(rank.pid, ()), None, killed_peer(rank, ranks, injected))
+        cause, why = explain_end(rank.how, injected.get(rank.pid, ()), None, killed_peer(rank, ranks, injected),
+                                 left_peer(rank, ranks))
         if cause == UNEXPLAINED:
             problems.append(f"rank process {rank.pid} on host {rank.host} (world {getattr(rank, 'world', '?')}, "
                             f"rank {getattr(rank, 'rank', '?')}): {why}")
@@ -112,7 +113,8 @@ def rank_ends(ranks, injected):
 # crash under a running world (code 78, EXIT_WORLD_CRASHED, within
 # COLLATERAL_S of the run's kill of a peer of its world: MPICH crashed under
 # the core's thread as it worked against the killed peer, Note [Crashes
-# under a running world]; or of a rank the run froze, as it was let go:
+# under a running world]; or as a peer left it, its world ended (Note
+# [Collateral crashes]); or of a rank the run froze, as it was let go:
 # its core's thread was stopped inside an MPI call, Note [A rank that was
 # stopped], and resumed there against peers gone; the rank's line and its
 # thread's stack are in the output where its proxy still is; apart too), a collateral crash (the same as a crash signal, or
@@ -149,7 +151,7 @@ def rank_records(ranks, injected, faults, killed_with_host, lines, start):
     records = []
     for rank in ranks:
         cause, why = explain_end(rank.how, injected.get(rank.pid, ()), fault_of.get(rank.pid),
-                                 killed_peer(rank, ranks, injected))
+                                 killed_peer(rank, ranks, injected), left_peer(rank, ranks))
         record = {"pid": rank.pid, "host": rank.host, "world": getattr(rank, "world", None),
                   "rank": getattr(rank, "rank", None), "how": rank.how or "still running",
                   "started_s": round(rank.started - start, 2),
@@ -173,10 +175,23 @@ def killed_peer(rank, ranks, injected):
     return None
 
 
-def explain_end(how, sent, fault, killed=None):
+def left_peer(rank, ranks):
+    """A peer of `rank`'s world that left it with the elastic exit code at
+    most COLLATERAL_S before `rank` ended, or None."""
+    if rank.ended is None or getattr(rank, "world", None) is None:
+        return None
+    for peer in ranks:
+        if (peer is not rank and getattr(peer, "world", None) == rank.world and peer.how == f"code {EXIT_RESET}"
+                and peer.ended is not None and 0 <= rank.ended - peer.ended <= COLLATERAL_S):
+            return peer
+    return None
+
+
+def explain_end(how, sent, fault, killed=None, left=None):
     """(cause, why) of a rank end `how` ("code N", "signal N", None while it
-    runs), given the signals the run sent it, its fault's kind and a peer
-    of its world the run killed just before (killed_peer)."""
+    runs), given the signals the run sent it, its fault's kind, a peer of
+    its world the run killed just before (killed_peer) and one that left
+    its world just before (left_peer)."""
     if how is None:
         return UNEXPLAINED, "still running when the run ended"
     kind, number = how.split()
@@ -193,6 +208,9 @@ def explain_end(how, sent, fault, killed=None):
         return CRASHED_UNDER_WORLD, ("MPI crashed under its core's thread as the run let it go (SIGCONT): its world "
                                      "had ended while it was stopped inside an MPI call (Note [A rank that was "
                                      "stopped]) (EXIT_WORLD_CRASHED)")
+    if kind == "code" and number == EXIT_WORLD_CRASHED and left is not None:
+        return CRASHED_UNDER_WORLD, (f"MPI crashed under its core's thread as rank process {left.pid} of its world "
+                                     "left it (EXIT_WORLD_CRASHED; Note [Collateral crashes])")
     if kind == "code" and number == EXIT_WORLD_CRASHED and killed is not None:
         return CRASHED_UNDER_WORLD, (f"MPI crashed under its core's thread after the run killed rank process "
                                      f"{killed.pid} of its world (EXIT_WORLD_CRASHED)")

@@ -5,7 +5,7 @@ import signal
 from types import SimpleNamespace
 
 from chaos_checks import (CLEAN, CRASHED_UNDER_WORLD, ELASTIC, INJECTED, UNEXPLAINED, COLLATERAL, explain_end,
-                          killed_peer)
+                          killed_peer, left_peer)
 
 
 def rank(pid, world, ended, how):
@@ -39,3 +39,13 @@ def test_a_frozen_rank_let_go_into_its_ended_world_is_explained_only_after_its_s
     assert cause == CRASHED_UNDER_WORLD and "stopped inside an MPI call" in why
     assert explain_end("code 78", (signal.SIGSTOP,), "freeze_rank")[0] == UNEXPLAINED
     assert explain_end("signal 11", (signal.SIGSTOP, signal.SIGCONT), "freeze_rank")[0] == UNEXPLAINED
+
+
+def test_a_crash_as_its_peers_left_their_world_is_explained_within_the_collateral_window():
+    left = rank(1, world=15, ended=269.10, how="code 75")
+    crashed = rank(2, world=15, ended=269.19, how="code 78")
+    long_after = rank(3, world=15, ended=275.0, how="code 78")
+    ranks = [left, crashed, long_after]
+    assert left_peer(crashed, ranks) is left and left_peer(long_after, ranks) is None
+    assert explain_end("code 78", (), None, None, left)[0] == CRASHED_UNDER_WORLD
+    assert explain_end("signal 11", (), None, None, left)[0] == UNEXPLAINED  # a plain crash is not explained so

@@ -283,6 +283,27 @@ def test_a_crash_under_a_running_world_keeps_its_host_whichever_end_came_first(s
     assert driver.left_out.now() == {"b": "rank 1 was lost there (code 78)"}, verdict
 
 
+def test_a_crash_after_its_peers_left_for_new_hosts_keeps_its_host(service):
+    """Note [Collateral crashes]: the launcher's hosts changed, ranks 0 and 1
+    left the world at its commit, then MPI crashed under rank 2's core
+    thread (EXIT_WORLD_CRASHED): no host is left out. The same crash before
+    any peer left is held against its host."""
+    driver = driver_with(service)
+    world = service.new_world(0, [("a", 1), ("b", 1), ("c", 1)])
+    world.registered.update({0: 1000, 1: 1001, 2: 1002})
+    world.hosts_updated = True
+    for rank in ("0", "1"):
+        service.handle("POST", "/leave", {"world": "0", "rank": rank, "reason": "hosts"}, b"")
+    service.handle("POST", "/exit", {"world": "0", "rank": "2", "how": "code 78"}, b"")
+    verdict = driver.judge(service, world, 1)
+    assert world.crashed_when_broken == {2} and driver.left_out.now() == {}, verdict
+    alone = service.new_world(1, [("a", 1), ("b", 1), ("c", 1)])
+    alone.registered.update({0: 1000, 1: 1001, 2: 1002})
+    alone.hosts_updated = True
+    service.handle("POST", "/exit", {"world": "1", "rank": "2", "how": "code 78"}, b"")
+    assert alone.crashed_when_broken == set() and alone.broken is not None
+
+
 class FakeClock:
     def __init__(self):
         self.t = 1000.0

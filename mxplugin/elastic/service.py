@@ -270,7 +270,7 @@ class DriverService:
                 if world.broken is not None and rank not in world.registered:
                     world.left.setdefault(rank, NOT_STARTED)  # Note [Ranks that never started]
                 how = world.exits[rank] = query.get("how", "?")
-                if world.broken is not None and how in CRASH_ENDS:
+                if how in CRASH_ENDS and world.ending(rank):
                     world.crashed_when_broken.add(rank)  # Note [Collateral crashes]
                 said = _CRASH_EXIT_CODES.get(how)
                 if said is not None and rank not in world.left:

@@ -31,8 +31,12 @@ NOT_STARTED = "not started"
 # healthy: leaving it out would shrink every later world for a fault that
 # was not its own, and its end is no error of the training script. So a
 # rank that crashed after another rank of its world had already ended by a
-# signal, or after the launcher knew its world was broken, is not held
-# against its host. A host whose own ranks crash first still is, and worlds
+# signal, after the launcher knew its world was broken, or after another
+# rank said it leaves the world for the launcher's new hosts (a chaos loop:
+# MPICH crashed under a rank's core thread, in a negotiation round's
+# MPI_Iallreduce, 0.05 s after its peers left at the commit that ended
+# their world for a host coming back; the crash cost its host a cool-down),
+# is not held against its host. A host whose own ranks crash first still is, and worlds
 # that keep failing stop at --reset-limit or after MAX_WORLDS_WITHOUT_PROGRESS.
 # A crash that MPI made under the core's thread (EXIT_WORLD_CRASHED, Note
 # [Crashes under a running world] in src/common/crash_exit.h) comes within
@@ -54,7 +58,7 @@ class WorldRecord:
         self.registered = {}      # rank -> pid
         self.left = {}            # rank -> reason ("failure", "hosts", "done", NOT_STARTED)
         self.exits = {}           # rank -> "code N" | "signal N", from the supervisors, in the order they came
-        self.crashed_when_broken = set()  # ranks whose crash came after the world was broken (Note [Collateral crashes])
+        self.crashed_when_broken = set()  # ranks whose crash came as the world ended (ending; Note [Collateral crashes])
         self.hosts_updated = False
         # Why the world cannot go on (a rank ended without leaving, a rank
         # lost contact with its peers, a host went away), once the launcher
@@ -83,6 +87,11 @@ class WorldRecord:
                     for other in range(slot_count(self.hosts))):
                 collateral.add(rank)
         return collateral
+
+    def ending(self, rank):
+        """Whether this world is over for `rank`'s peers: broken, or
+        another rank has left it for the launcher's new hosts."""
+        return self.broken is not None or any(r != rank and why == "hosts" for r, why in self.left.items())
 
     def unaccounted(self):
         """Ranks that neither left nor were reported ended, in order."""
