@@ -117,8 +117,9 @@ def rank_ends(ranks, injected):
 # [Collateral crashes]); or of a rank the run froze, as it was let go:
 # its core's thread was stopped inside an MPI call, Note [A rank that was
 # stopped], and resumed there against peers gone; the rank's line and its
-# thread's stack are in the output where its proxy still is; apart too), a collateral crash (the same as a crash signal, or
-# MXNet's exit 255, where the rank ran with MXPLUGIN_CRASH_EXIT=0), a signal
+# thread's stack are in the output where its proxy still is; apart too), a
+# collateral crash (the same as a crash signal, or MXNet's exit 255, where
+# the rank ran with MXPLUGIN_CRASH_EXIT=0), a signal
 # the run sent (its fault's kind named), or unexplained: anything else (an
 # exit code no part of the job documents, a signal nobody sent, still
 # running), kept with the evidence: what the job's output says of that
@@ -166,22 +167,22 @@ def rank_records(ranks, injected, faults, killed_with_host, lines, start):
 def killed_peer(rank, ranks, injected):
     """A peer of `rank`'s world that the run killed at most COLLATERAL_S
     before `rank` ended (a rank process record), or None."""
-    if rank.ended is None or getattr(rank, "world", None) is None:
-        return None
-    for peer in ranks:
-        if (peer is not rank and peer.pid in injected and getattr(peer, "world", None) == rank.world
-                and peer.ended is not None and 0 <= rank.ended - peer.ended <= COLLATERAL_S):
-            return peer
-    return None
+    return _peer_ended_just_before(rank, ranks, lambda peer: peer.pid in injected)
 
 
 def left_peer(rank, ranks):
     """A peer of `rank`'s world that left it with the elastic exit code at
     most COLLATERAL_S before `rank` ended, or None."""
+    return _peer_ended_just_before(rank, ranks, lambda peer: peer.how == f"code {EXIT_RESET}")
+
+
+def _peer_ended_just_before(rank, ranks, chosen):
+    """The first peer of `rank`'s world for which `chosen` holds that ended
+    at most COLLATERAL_S before `rank`, or None."""
     if rank.ended is None or getattr(rank, "world", None) is None:
         return None
     for peer in ranks:
-        if (peer is not rank and getattr(peer, "world", None) == rank.world and peer.how == f"code {EXIT_RESET}"
+        if (peer is not rank and chosen(peer) and getattr(peer, "world", None) == rank.world
                 and peer.ended is not None and 0 <= rank.ended - peer.ended <= COLLATERAL_S):
             return peer
     return None

@@ -36,8 +36,9 @@ NOT_STARTED = "not started"
 # MPICH crashed under a rank's core thread, in a negotiation round's
 # MPI_Iallreduce, 0.05 s after its peers left at the commit that ended
 # their world for a host coming back; the crash cost its host a cool-down),
-# is not held against its host. A host whose own ranks crash first still is, and worlds
-# that keep failing stop at --reset-limit or after MAX_WORLDS_WITHOUT_PROGRESS.
+# is not held against its host. A host whose own ranks crash first still
+# is, and worlds that keep failing stop at --reset-limit or after
+# MAX_WORLDS_WITHOUT_PROGRESS.
 # A crash that MPI made under the core's thread (EXIT_WORLD_CRASHED, Note
 # [Crashes under a running world] in src/common/crash_exit.h) comes within
 # a tenth of a second of the peer's end that caused it, and its report may
