@@ -204,6 +204,9 @@ def test_a_host_found_by_discovery_joins_at_the_next_commit_with_the_state(clust
     report = f"exit {code}\n{without_steps(text)}"
     assert code == 0 and grown, report
     assert "world 1: 3 ranks" in text, report
+    # World 0's ranks left together (Note [Leaving together]): none waited
+    # in vain for another, and none crashed as the others left.
+    assert "still in this world" not in text and "MPI crashed" not in text, report
     lines = text.splitlines()
     world1 = next(i for i, line in enumerate(lines) if "world 1: 3 ranks" in line)
     # The world ended at a commit: nothing lost, and every rank of the new

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -302,6 +303,83 @@ def test_a_crash_after_its_peers_left_for_new_hosts_keeps_its_host(service):
     alone.hosts_updated = True
     service.handle("POST", "/exit", {"world": "1", "rank": "2", "how": "code 78"}, b"")
     assert alone.crashed_when_broken == set() and alone.broken is not None
+
+
+def test_ranks_leaving_for_new_hosts_hear_when_every_rank_of_their_world_has_left(service):
+    """Note [Leaving together] in mxplugin/elastic/runner.py: a rank that
+    left for new hosts waits on the launcher until the others have left,
+    ended or are out of reach, and hears which ranks are still in the world
+    when its wait is up."""
+    service.start()
+    try:
+        world = service.new_world(0, [("a", 1), ("b", 1), ("c", 1), ("d", 1)])
+        world.registered.update({0: 1000, 1: 1001, 2: 1002, 3: 1003})
+        client = elastic_client.DriverClient(f"127.0.0.1:{service.port}", service.token, 0, rank=0)
+        client.leave("hosts")
+        assert client.wait_all_left(0) == [1, 2, 3]
+        answers = []
+        waiting = threading.Thread(target=lambda: answers.append(client.wait_all_left(HANG_S)))
+        waiting.start()
+        service.handle("POST", "/leave", {"world": "0", "rank": "1", "reason": "hosts"}, b"")
+        service.handle("POST", "/exit", {"world": "0", "rank": "2", "how": "code 75"}, b"")
+        assert client.wait_all_left(0) == [3] and waiting.is_alive()
+        with service.lock:
+            world.out_of_reach[3] = "not heard from for 15 s"
+            service.changed.notify_all()
+        waiting.join(HANG_S)
+        assert answers == [[]], answers
+        # A world the launcher has moved on from holds nobody back.
+        service.new_world(1, [("a", 1), ("b", 1)])
+        assert client.wait_all_left(HANG_S) == []
+        status, _, body = elastic_client.DriverClient(f"127.0.0.1:{service.port}", service.token, 1,
+                                                      rank=0)._request("GET", "/all_left", wait=-1)
+        assert status == 400 and body == b"bad request: wait -1.0 is not within 0..600 s", body
+    finally:
+        service.stop()
+
+
+class RecordingClient:
+    def __init__(self, still_in_world):
+        self.calls, self.still_in_world = [], still_in_world
+
+    def state_commit(self):
+        return 5
+
+    def leave(self, reason):
+        self.calls.append(("leave", reason))
+
+    def wait_all_left(self, seconds):
+        self.calls.append(("wait_all_left", seconds))
+        return self.still_in_world
+
+
+class Ended(Exception):
+    pass
+
+
+@pytest.mark.parametrize("reason", ["hosts", "failure"])
+def test_a_rank_leaving_for_new_hosts_exits_only_after_it_waited_for_its_peers(monkeypatch, capfd, reason):
+    """Note [Leaving together]: leaving for new hosts, a rank says so, then
+    waits for its peers (naming those still in the world when the wait is
+    up) before it exits; leaving after a failure it does not wait (a peer
+    is gone)."""
+    from mxplugin.elastic import runner
+
+    client = RecordingClient(still_in_world=[2])
+
+    def end(code, text=None):
+        client.calls.append(("end", code))
+        raise Ended()
+
+    monkeypatch.setattr(runner, "_end", end)
+    monkeypatch.setattr(runner, "_finished", threading.Event())
+    monkeypatch.setattr(runner.hvd, "rank", lambda: 1)
+    with pytest.raises(Ended):
+        runner._leave(object(), client, reason, hand_over=False)
+    waited = [("wait_all_left", runner.LEAVE_TOGETHER_S)] if reason == "hosts" else []
+    assert client.calls == [("leave", reason)] + waited + [("end", runner.EXIT_RESET)], client.calls
+    said = capfd.readouterr().err
+    assert ("rank 2 still in this world after 30 s: leaving without waiting longer" in said) == (reason == "hosts"), said
 
 
 class FakeClock:
@@ -612,7 +690,8 @@ def fuzzed_request(rng, token, kept):
     elif kind == "stale world":
         method, path = "POST", rng.choice(["/exit?world=-1&rank=1&how=signal%209", "/leave?world=5&rank=0"])
     elif kind == "bad wait":
-        path = f"/broken?world=0&rank=0&wait={rng.choice(['nan', 'inf', '-1', '1e300', 'soon'])}"
+        poll = rng.choice(["/broken", "/all_left"])
+        path = f"{poll}?world=0&rank=0&wait={rng.choice(['nan', 'inf', '-1', '1e300', 'soon'])}"
     elif kind == "old state":
         method, path, body = "PUT", f"/state?commit={kept - rng.randrange(1, 5)}", b"older state"
     elif kind == "binary path":

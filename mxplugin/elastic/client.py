@@ -53,6 +53,17 @@ class DriverClient:
     def leave(self, reason, timeout=REQUEST_TIMEOUT_S):
         self._request("POST", "/leave", timeout=timeout, reason=reason)
 
+    def wait_all_left(self, seconds):
+        """Waits up to `seconds` until every rank of this world has left it,
+        ended, or is out of the launcher's reach (Note [Leaving together] in
+        runner.py). Returns the ranks still in it when time is up ([] if
+        none, or if the world is over). OSError when no answer comes in
+        time."""
+        status, _, body = self._request("GET", "/all_left", timeout=seconds + ANSWER_SLACK_S, wait=seconds)
+        if status != 200 or not body:
+            return []
+        return [int(r) for r in body.decode().split(",")]
+
     def wait_broken(self, seconds):
         """Why this world cannot go on, waiting up to `seconds` for the
         launcher to learn of a rank that ended: "" if none did, None once

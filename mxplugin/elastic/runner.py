@@ -104,16 +104,46 @@ def _leave(state, client, reason, hand_over):
         _arm_crash_exit()
         _leave_world()
         try:
-            if hand_over:
-                commits = state.commits_saved()
-                if client.state_commit() < commits:
-                    client.hand_over(commits, state.dumps())
-            client.leave(reason)
-        except Exception as exc:  # noqa: BLE001 - whatever failed, this rank must still leave
-            text = f"cannot hand the state over to the launcher: {exc}"
-            _bounded(lambda: _log(text))
+            try:
+                if hand_over:
+                    commits = state.commits_saved()
+                    if client.state_commit() < commits:
+                        client.hand_over(commits, state.dumps())
+                client.leave(reason)
+            except Exception as exc:  # noqa: BLE001 - whatever failed, this rank must still leave
+                text = f"cannot hand the state over to the launcher: {exc}"
+                _bounded(lambda: _log(text))
+            if reason == "hosts":
+                _wait_for_peers_to_leave(client)
         finally:
             _end(EXIT_RESET)
+
+
+# Note [Leaving together]: when the launcher's hosts change, every rank of
+# the world decides at one commit to end it, and all are alive. They used
+# to exit as each came to leave; a slower rank's core was then still in a
+# negotiation round with peers that had gone, and MPICH crashed under it
+# (a chaos loop, seed 7106: ranks 0 and 1 exited 75, and 0.05 s later rank
+# 2 crashed in MPI_Iallreduce, exit 78). So a rank leaving for new hosts
+# has parked its core (Note [Leaving a broken world]) and waits until the
+# launcher says every rank of its world has left, ended or is out of
+# reach, and only then exits: by then no core of the world calls MPI. The
+# wait is bounded (a peer may hang in the user's code); the user's stop, or
+# the launcher moving on to another world, ends it too.
+LEAVE_TOGETHER_S = 30.0
+
+
+def _wait_for_peers_to_leave(client):
+    try:
+        waiting = client.wait_all_left(LEAVE_TOGETHER_S)
+    except (OSError, http.client.HTTPException) as exc:
+        text = f"cannot hear from the launcher whether the other ranks have left: {exc}"
+        _bounded(lambda: _log(text))
+        return
+    if waiting:
+        text = (f"rank{'s' if len(waiting) > 1 else ''} {', '.join(map(str, waiting))} "
+                f"still in this world after {LEAVE_TOGETHER_S:g} s: leaving without waiting longer")
+        _bounded(lambda: _log(text))
 
 
 def _arm_crash_exit():

@@ -282,9 +282,7 @@ class DriverService:
                 self.changed.notify_all()
                 return 200, {}, b""
             if path == "/broken" and method == "GET":
-                wait = float(query.get("wait", 0))
-                if not 0 <= wait <= MAX_WAIT_S:
-                    return 400, {}, f"bad request: wait {wait} is not within 0..{MAX_WAIT_S:g} s".encode()
+                wait = _long_poll_wait(query)
                 self.changed.wait_for(lambda: world.broken is not None or world.stopping or self.world is not world,
                                       timeout=wait)
                 if self.world is not world:
@@ -292,10 +290,31 @@ class DriverService:
                 if world.stopping:
                     return 200, {STOP_HEADER: "1"}, b"the launcher was stopped"
                 return (200, {}, world.broken.encode()) if world.broken else (204, {}, b"")
+            if path == "/all_left" and method == "GET":  # Note [Leaving together] in runner.py
+                wait = _long_poll_wait(query)
+                size = slot_count(world.hosts)
+
+                def all_left():
+                    return not any(world.waited_for(r) for r in range(size))
+
+                self.changed.wait_for(lambda: all_left() or world.stopping or self.world is not world,
+                                      timeout=wait)
+                if self.world is not world:
+                    return 409, {}, b"stale world"
+                # The ranks still waited for (none: every rank left).
+                return 200, {}, ",".join(str(r) for r in range(size) if world.waited_for(r)).encode()
         if path == "/state" and method == "PUT":
             kept = self.offer_state(int(query["commit"]), body)
             return 200, {}, b"kept" if kept else b"older"
         return 404, {}, b"no such request"
+
+
+def _long_poll_wait(query):
+    """How long a long poll asks to be held (ValueError: a bad request)."""
+    wait = float(query.get("wait", 0))
+    if not 0 <= wait <= MAX_WAIT_S:
+        raise ValueError(f"wait {wait} is not within 0..{MAX_WAIT_S:g} s")
+    return wait
 
 
 # Requests about one rank of the current world: the rank must be one.
