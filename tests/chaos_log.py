@@ -109,7 +109,10 @@ def commit_steps(lines):
 def newest_commits(lines):
     """(newest commit rank 0 said it made, newest commit begun) in `lines`;
     -1 where there is none. A commit at which the hosts changed is said made
-    by the line that ends its world, not by a "commit" line."""
+    by the line that ends its world, not by a "commit" line; one a later
+    world resumed from, by that world's line (its world may have ended
+    inside the commit's host check, before rank 0 printed it)."""
     printed = [int(m.group(1)) for m in (COMMIT.match(t) or MADE_AT_HOSTS_CHANGE.search(t) for _, t in lines) if m]
+    printed += [int(m.group(3)) for m in (RESUMED_FROM.search(t) for _, t in lines) if m]
     begun = [int(m.group(1)) for m in (COMMITTING.match(t) for _, t in lines) if m]
     return max(printed, default=-1), max(begun, default=-1)

@@ -5,7 +5,7 @@ import signal
 from types import SimpleNamespace
 
 from chaos_checks import (CLEAN, CRASHED_UNDER_WORLD, ELASTIC, INJECTED, UNEXPLAINED, COLLATERAL, explain_end,
-                          killed_peer, left_peer)
+                          killed_peer, left_peer, resumes)
 
 
 def rank(pid, world, ended, how):
@@ -49,3 +49,50 @@ def test_a_crash_as_its_peers_left_their_world_is_explained_within_the_collatera
     assert left_peer(crashed, ranks) is left and left_peer(long_after, ranks) is None
     assert explain_end("code 78", (), None, None, left)[0] == CRASHED_UNDER_WORLD
     assert explain_end("signal 11", (), None, None, left)[0] == UNEXPLAINED  # a plain crash is not explained so
+
+
+# Seed 7203 of a chaos loop: world 6 ended inside commit 25's host check (a
+# host dropped), world 7 resumed from it, and its rank 1 was killed inside
+# commit 26's: neither commit was printed as made, and world 8 resumed from
+# 26, which rank 0 had made. The check took it for a made-up commit.
+RESUMED_FROM_UNPRINTED_COMMITS = """\
+mxplugin-run: elastic: world 6: 4 ranks on h1:1,h2:1,h3:1,h4:1
+step 60: epoch 4, 4 ranks
+committing 24: states digest 8.357674
+commit 24: step 60
+step 61: epoch 4, 4 ranks
+step 62: epoch 4, 4 ranks
+step 63: epoch 4, 4 ranks
+committing 25: states digest 6.236862
+mxplugin-run: elastic: world 7: 3 ranks on h1:1,h2:1,h3:1
+mxplugin: elastic: rank 0: world 7 of 3 ranks resumes from commit 25 (the state handed over by the last world)
+rank 0 of 3 resumes at step 63, weights digest 76.190748, states digest 6.236862, 38440 bytes of optimizer state held
+rank 1 of 3 resumes at step 63, weights digest 76.190748, states digest 6.236862, 38440 bytes of optimizer state held
+rank 2 of 3 resumes at step 63, weights digest 76.190748, states digest 6.236862, 38440 bytes of optimizer state held
+committing 26: states digest 6.236862
+mxplugin-run: elastic: world 8: 3 ranks on h1:1,h3:1,h4:1
+mxplugin: elastic: rank 0: world 8 of 3 ranks resumes from commit 26 (the state handed over by the last world)
+rank 0 of 3 resumes at step 63, weights digest 76.190748, states digest 6.236862, 38440 bytes of optimizer state held
+rank 1 of 3 resumes at step 63, weights digest 76.190748, states digest 6.236862, 38440 bytes of optimizer state held
+rank 2 of 3 resumes at step 63, weights digest 76.190748, states digest 6.236862, 38440 bytes of optimizer state held
+step 64: epoch 5, 3 ranks
+"""
+
+
+def as_lines(text):
+    return [(float(i), line) for i, line in enumerate(text.splitlines())]
+
+
+def test_a_world_may_resume_from_a_commit_made_after_an_unprinted_one_it_resumed_from():
+    """Note [Resumes in a chaos run]: a commit a world resumed from counts
+    as made, so the next world may resume from the one after it; never from
+    one further on, nor from an older one."""
+    problems, found = resumes(as_lines(RESUMED_FROM_UNPRINTED_COMMITS))
+    assert problems == [], problems
+    assert [(f["world"], f["commit"], f["step"]) for f in found] == [(7, 25, 63), (8, 26, 63)], found
+    too_new = RESUMED_FROM_UNPRINTED_COMMITS.replace("resumes from commit 26", "resumes from commit 27")
+    problems, _ = resumes(as_lines(too_new))
+    assert problems == ["world 8 resumed from commit 27 at step(s) 63: the newest commit before it was 25 "
+                        "(begun: 26), at step 63"], problems
+    too_old = RESUMED_FROM_UNPRINTED_COMMITS.replace("resumes from commit 26", "resumes from commit 24")
+    assert resumes(as_lines(too_old))[0] != []
