@@ -42,16 +42,18 @@ def pytest_pycollect_makemodule(module_path, parent):
 # The modules of the slow part of the suite (`-m slow`; day-to-day work runs
 # `pytest -m "not slow"`, CI runs everything): each starts jobs on fake
 # hosts, builds against other MPIs or packages, waits out timeouts, or
-# trains for long, or (test_trainer.py, test_ops.py, test_join.py) runs
-# many 2-3 rank jobs. A quiet 2-core machine, 2026-11-28, pytest -m "not
-# slow" --durations=0 before the first two moved: 507 s in all (another
-# run: 644 s), of it test_trainer.py 125 s and test_ops.py 105 s; after:
-# 299 s, too close to its 5-minute aim, so test_join.py (about 22 s) too.
+# trains for long, or (test_trainer.py, test_ops.py, test_join.py,
+# test_array_kinds.py) runs many 2-3 rank jobs. A quiet 2-core machine,
+# 2026-11-28, pytest -m "not slow" --durations=0 before the first two
+# moved: 507 s in all (another run: 644 s), of it test_trainer.py 125 s and
+# test_ops.py 105 s; after: 299 s, and 318 s with test_join.py moved too
+# (timings here vary by a fifth), so test_array_kinds.py (60-80 s) too.
 SLOW_MODULES = {"test_chaos.py", "test_clusters.py", "test_elastic.py", "test_elastic_partition.py",
                 "test_examples.py", "test_fuzz.py", "test_gluonts.py", "test_gpu_soak.py", "test_mpi_variants.py",
                 "test_multi_host.py", "test_packaging.py", "test_reliability.py", "test_slurm.py",
                 "test_errors.py", "test_parallel.py", "test_sharding.py", "test_powersgd.py", "test_trainer.py",
-                "test_ops.py", "test_join.py"}
+                "test_ops.py", "test_join.py",
+                "test_array_kinds.py"}
 
 
 def pytest_collection_modifyitems(config, items):
