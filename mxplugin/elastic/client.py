@@ -16,6 +16,8 @@ ANSWER_SLACK_S = 5
 
 
 class DriverClient:
+    """Requests of one rank (or of its supervisor) of world `world` to the launcher's service at `address`."""
+
     def __init__(self, address, token, world, rank=None):
         self.address, self.token, self.world, self.rank = address, token, int(world), rank
 
@@ -30,9 +32,11 @@ class DriverClient:
             return exc.code, dict(exc.headers), exc.read()
 
     def register(self):
+        """Says that this rank's MPI has started (with its pid)."""
         self._request("POST", "/register", pid=os.getpid())
 
     def hosts_updated(self):
+        """Whether the launcher's hosts changed: the world ends at this commit."""
         status, _, body = self._request("GET", "/updates")
         return status == 200 and body == b"1"
 
@@ -44,13 +48,16 @@ class DriverClient:
         return int(headers.get(COMMIT_HEADER, -1)), body
 
     def state_commit(self):
+        """The commit of the newest state the launcher holds (-1: none)."""
         _, _, body = self._request("GET", "/state/commit")
         return int(body or -1)
 
     def hand_over(self, commit, data):
+        """Hands this rank's committed state (`data`, of commit `commit`) to the launcher."""
         self._request("PUT", "/state", body=data, commit=commit)
 
     def leave(self, reason, timeout=REQUEST_TIMEOUT_S):
+        """Says why this rank leaves its world ("failure", "hosts", "done", "stopped")."""
         self._request("POST", "/leave", timeout=timeout, reason=reason)
 
     def wait_all_left(self, seconds):
@@ -110,6 +117,7 @@ class WorldProbe:
             raise OSError("no answer from the launcher")
 
     def close(self):
+        """Closes the kept connection."""
         if self.connection is not None:
             self.connection.close()
             self.connection = None
@@ -124,8 +132,10 @@ def driver(rank=None):
 
 
 def world_number():
+    """The number of the world this process belongs to."""
     return int(os.environ.get(ENV_WORLD, "0"))
 
 
 def checkpoint_path():
+    """The launcher's --checkpoint-path, or None."""
     return os.environ.get(ENV_CHECKPOINT) or None
