@@ -1,4 +1,4 @@
-"""Trains an MLP on scikit-learn's bundled handwritten digits (no download)
+"""Trains an MLP on the handwritten digits bundled with the examples (no download)
 with mxplugin.DistributedTrainer; each rank trains on its shard of every batch.
 
     mxplugin-run -np 2 python examples/mxnet_digits.py
@@ -11,6 +11,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
+import digits_data  # examples/digits_data.py: the data, read from examples/data/
 import mxplugin as hvd
 
 
@@ -30,11 +31,9 @@ def parse_args():
 
 
 def load_digits(seed):
-    from sklearn.datasets import load_digits as sk_digits
-
-    data = sk_digits()
-    x = (data.data / 16.0).astype(np.float32)
-    y = data.target.astype(np.float32)
+    images, labels = digits_data.load_digits()
+    x = (images / 16.0).astype(np.float32)
+    y = labels.astype(np.float32)
     order = np.random.RandomState(seed).permutation(len(x))
     x, y = x[order], y[order]
     split = int(0.8 * len(x))

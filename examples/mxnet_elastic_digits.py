@@ -1,4 +1,4 @@
-"""Elastic training of an MLP on scikit-learn's bundled digits: the job goes
+"""Elastic training of an MLP on the digits bundled with the examples: the job goes
 on when ranks are lost or hosts come and go (mxplugin.elastic).
 
     mxplugin-run --min-np 2 --max-np 3 -H host1:1,host2:1,host3:1 python examples/mxnet_elastic_digits.py

@@ -1,6 +1,6 @@
 """A multilayer perceptron in the style of d2l.ai's MXNet edition (MXNet's
 NumPy interface: `from mxnet import np, npx`, `npx.set_np()`), on
-scikit-learn's bundled handwritten digits (no download), trained on every
+the handwritten digits bundled with the examples (no download), trained on every
 rank with mxplugin.DistributedTrainer: each rank takes its shard of every
 batch of a gluon DataLoader.
 
@@ -16,6 +16,7 @@ import time
 import numpy as onp
 from mxnet import autograd, gluon, init, np, npx
 
+import digits_data  # examples/digits_data.py: the data, read from examples/data/
 import mxplugin as hvd
 
 npx.set_np()
@@ -35,10 +36,8 @@ def parse_args():
 
 
 def load_digits(seed):
-    from sklearn.datasets import load_digits as sk_digits
-
-    data = sk_digits()
-    x, y = (data.data / 16.0).astype(onp.float32), data.target.astype(onp.int32)
+    images, labels = digits_data.load_digits()
+    x, y = (images / 16.0).astype(onp.float32), labels.astype(onp.int32)
     order = onp.random.RandomState(seed).permutation(len(x))
     split = int(0.8 * len(x))
     train, test = order[:split], order[split:]

@@ -1,7 +1,7 @@
 """An embedding-bag classifier with row-sparse gradients
 (`nn.Embedding(..., sparse_grad=True)`), the way large-vocabulary models
-(recommenders, NMT) train embeddings, on scikit-learn's bundled digits (no
-download): each image becomes 64 tokens, one per pixel position and
+(recommenders, NMT) train embeddings, on the digits bundled with the examples
+(no download): each image becomes 64 tokens, one per pixel position and
 intensity (a vocabulary of 64 x 17), whose embeddings are summed and
 classified. Trained with mxplugin.DistributedTrainer: every rank's touched
 rows are gathered, summed, and the optimizer makes its sparse (lazy)
@@ -18,6 +18,7 @@ import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
 
+import digits_data  # examples/digits_data.py: the data, read from examples/data/
 import mxplugin as hvd
 
 LEVELS = 17  # the digits' pixel intensities, 0..16
@@ -40,14 +41,12 @@ def parse_args():
 
 def load_tokens(seed):
     """Each digit as 64 token ids: position * LEVELS + intensity."""
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
-    tokens = (np.arange(64) * LEVELS + data.data.astype(np.int64)).astype(np.float32)
+    images, labels = digits_data.load_digits()
+    tokens = (np.arange(64) * LEVELS + images.astype(np.int64)).astype(np.float32)
     order = np.random.RandomState(seed).permutation(len(tokens))
     split = int(0.8 * len(tokens))
     train, test = order[:split], order[split:]
-    return (tokens[train], data.target[train].astype(np.float32)), (tokens[test], data.target[test])
+    return (tokens[train], labels[train].astype(np.float32)), (tokens[test], labels[test])
 
 
 class EmbeddingBag(gluon.HybridBlock):

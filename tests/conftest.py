@@ -56,7 +56,23 @@ SLOW_MODULES = {"test_chaos.py", "test_clusters.py", "test_elastic.py", "test_el
                 "test_array_kinds.py"}
 
 
+# Modules started first, longest first (quiet 2-core machine, 2026-11-29,
+# whole suite one module after another: elastic_partition 221 s, multi_host
+# 185, chaos 157, ops 123, elastic 121, gluonts 109, reliability 105,
+# parallel 91, mpi_variants 82 and its builds, powersgd 74, sharding 72,
+# errors 71, trainer 71); the rest keep their order. pytest's workers
+# (pytest-xdist, `-n 2` in the README's commands) take whole modules in this
+# order (pytest_xdist_make_scheduler below), so that no long module is left
+# to run alone at the end while the other worker idles.
+LONGEST_FIRST = ["test_mpi_variants.py", "test_elastic_partition.py", "test_multi_host.py", "test_chaos.py",
+                 "test_packaging.py", "test_ops.py", "test_elastic.py", "test_gluonts.py", "test_reliability.py",
+                 "test_parallel.py", "test_powersgd.py", "test_sharding.py", "test_errors.py", "test_trainer.py",
+                 "test_array_kinds.py"]
+
+
 def pytest_collection_modifyitems(config, items):
+    first = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: the rest keep their order
     for item in items:
         if item.path.name in SLOW_MODULES:
             item.add_marker(pytest.mark.slow)
@@ -67,10 +83,28 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason=CORE_ONLY_SKIP))
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under `-n N`: each module whole on one worker (its module fixtures, a
+    fake cluster, a build, made once), the modules handed out in the
+    collection's order (LONGEST_FIRST), not xdist's most-tests-first. While
+    one worker's ranks wait (a peer timeout, a cut link, a cool-down) or it
+    builds, the other's run."""
+    from xdist.scheduler import LoadFileScheduling
+
+    config.option.loadscopereorder = False
+    return LoadFileScheduling(config, log)
+
+
 def pytest_collection_finish(session):
     """The builds the selected tests need start now, in the background
     (tests/prebuild.py)."""
     if session.config.option.collectonly or session.config.option.setupplan:
+        return
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # A worker does not know which modules it will be given (every worker
+        # collects every test): each build runs when its fixture first asks,
+        # on the worker that needs it, while the other worker runs its tests.
         return
     prebuild.start(prebuild.needed_by(session.items))
 

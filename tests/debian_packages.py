@@ -3,10 +3,12 @@ on demand: CI's machine has only what the repository installs, and these
 come from apt, not pip. Installed only as root on a machine with apt-get;
 elsewhere the tests say why they skip. Installing starts no service (the
 tests run their own daemons, with files of their own)."""
+import fcntl
 import os
 import shutil
 import subprocess
 
+APT_LOCK = "/tmp/mxplugin-apt.lock"
 _tried = {}
 
 
@@ -18,7 +20,12 @@ def ensure(packages, present):
     key = tuple(packages)
     if key in _tried:
         return _tried[key]
-    why = _install(packages)
+    # One install at a time on the machine: two test processes (pytest's
+    # workers, tests/conftest.py) may ask at once, and the one that lost
+    # apt's lock would skip its tests. The one that waited finds them there.
+    with open(APT_LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        why = None if present() else _install(packages)
     _tried[key] = why if why or present() else f"apt-get install {' '.join(packages)} left them missing"
     return _tried[key]
 

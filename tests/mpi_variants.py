@@ -67,7 +67,8 @@ class Variant:
             run([self.python, "-m", "pip", "install", "-q", *self.packages], self.root, self.env(),
                 f"pip install {' '.join(self.packages)}", 900)
         run([self.python, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", source], self.root,
-            self.env({"MPICC": self.mpicc, "MXPLUGIN_WITH_CUDA": "0"}), f"building against {self.mpicc}", 900)
+            self.env({"MPICC": self.mpicc, "MXPLUGIN_WITH_CUDA": "0", **prebuild.NO_DEBUG_INFO}),
+            f"building against {self.mpicc}", 900)
         open(os.path.join(self.root, "built"), "w").close()
         self.build_seconds = time.monotonic() - start
         return self

@@ -100,7 +100,7 @@ def make_installed(work):
         "building the sdist")
     sdist, = glob.glob(os.path.join(dist, "mxplugin-*.tar.gz"))
     run([sys.executable, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-w", dist, sdist],
-        work, env, 900, "building a wheel from the sdist")
+        work, {**env, **prebuild.NO_DEBUG_INFO}, 900, "building a wheel from the sdist")
     wheel, = glob.glob(os.path.join(dist, "mxplugin-*.whl"))
     venv = os.path.join(work, "venv")
     run([sys.executable, "-m", "venv", venv], work, env, 120, "creating a fresh venv")

@@ -1,4 +1,4 @@
-"""LocalSGD on real data (scikit-learn digits): converges to within 1% of
+"""LocalSGD on real data (the examples' digits): converges to within 1% of
 synchronous training with K times fewer reductions."""
 from common import finish, hvd, mx, np, start
 
@@ -8,10 +8,10 @@ K, WARMUP, EPOCHS, BATCH = 4, 8, 12, 64
 
 
 def digits():
-    from sklearn.datasets import load_digits
+    from digits_data import load_digits
 
-    d = load_digits()
-    x, y = (d.data / 16.0).astype(np.float32), d.target.astype(np.float32)
+    images, labels = load_digits()
+    x, y = (images / 16.0).astype(np.float32), labels.astype(np.float32)
     order = np.random.RandomState(0).permutation(len(x))
     x, y = x[order], y[order]
     return (x[:1400], y[:1400]), (x[1400:], y[1400:])

@@ -263,10 +263,10 @@ def check_fewer_ranks():
 
 # -- convergence ---------------------------------------------------------------------------
 def digits():
-    from sklearn.datasets import load_digits
+    from digits_data import load_digits
 
-    data = load_digits()
-    x, y = (data.data / 16.0).astype("float32"), data.target.astype("float32")
+    images, labels = load_digits()
+    x, y = (images / 16.0).astype("float32"), labels.astype("float32")
     order = np.random.RandomState(42).permutation(len(x))
     split = int(0.8 * len(x))
     return (x[order[:split]], y[order[:split]]), (x[order[split:]], y[order[split:]])

@@ -11,6 +11,9 @@ import numpy as np  # noqa: E402
 
 import mxplugin as hvd  # noqa: E402
 
+# examples/digits_data.py, the digits the examples train on (check_local_sgd.py, check_powersgd.py)
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples"))
+
 
 def start():
     hvd.init()
