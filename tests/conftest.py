@@ -48,6 +48,8 @@ def pytest_pycollect_makemodule(module_path, parent):
 # moved: 507 s in all (another run: 644 s), of it test_trainer.py 125 s and
 # test_ops.py 105 s; after: 299 s, and 318 s with test_join.py moved too
 # (timings here vary by a fifth), so test_array_kinds.py (60-80 s) too.
+# 2026-11-29, with the suite's other speed-ups and `-n 2`: 167 s
+# (docs/reliability.md, "The suite's time on a quiet machine").
 SLOW_MODULES = {"test_chaos.py", "test_clusters.py", "test_elastic.py", "test_elastic_partition.py",
                 "test_examples.py", "test_fuzz.py", "test_gluonts.py", "test_gpu_soak.py", "test_mpi_variants.py",
                 "test_multi_host.py", "test_packaging.py", "test_reliability.py", "test_slurm.py",
