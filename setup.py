@@ -280,7 +280,7 @@ setup(
     # 20 MB of wheels more).
     # mpi4py (its wheels load whichever libmpi is there) for the tests of
     # mpi4py beside mxplugin in one process.
-    # pytest-xdist: the suite runs on two workers (pytest.ini).
+    # pytest-xdist: the README's test command runs two workers (-n 2).
     extras_require={"test": ["pytest", "pytest-xdist>=3.6", "build", "cython>=3.0", "setuptools>=64", "wheel",
                              "mpi4py>=4"] + GLUONTS_PINS + DOCS,
                     "docs": DOCS,

@@ -62,7 +62,7 @@ SLOW_MODULES = {"test_chaos.py", "test_clusters.py", "test_elastic.py", "test_el
 # whole suite one module after another: elastic_partition 221 s, multi_host
 # 185, chaos 157, ops 123, elastic 121, gluonts 109, reliability 105,
 # parallel 91, mpi_variants 82 and its builds, powersgd 74, sharding 72,
-# errors 71, trainer 71); the rest keep their order. pytest's workers
+# errors 71, trainer 71; packaging for its build); the rest keep their order. pytest's workers
 # (pytest-xdist, `-n 2` in the README's commands) take whole modules in this
 # order (pytest_xdist_make_scheduler below), so that no long module is left
 # to run alone at the end while the other worker idles.

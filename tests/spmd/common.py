@@ -2,9 +2,10 @@
 import os
 import sys
 
+CHECKOUT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # this checkout, unless the test runs an installed mxplugin (tests/mpi_variants.py)
 if not os.environ.get("MXPLUGIN_TEST_INSTALLED"):
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    sys.path.insert(0, CHECKOUT)
 
 import mxnet as mx  # noqa: E402
 import numpy as np  # noqa: E402
@@ -12,7 +13,7 @@ import numpy as np  # noqa: E402
 import mxplugin as hvd  # noqa: E402
 
 # examples/digits_data.py, the digits the examples train on (check_local_sgd.py, check_powersgd.py)
-sys.path.insert(1, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "examples"))
+sys.path.insert(1, os.path.join(CHECKOUT, "examples"))
 
 
 def start():
