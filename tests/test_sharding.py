@@ -26,8 +26,8 @@ def test_sharded_checkpoint_resumes_at_any_size_sharded_or_not(tmp_path):
     """Saved at 2 ranks sharded (the file equals an unsharded trainer's);
     resumed at 1, 2 and 3 ranks, sharded and not, matching one process."""
     assert_spmd_ok("check_sharded_checkpoint.py", 2, args=["save", tmp_path])
-    for np_, mode in ((3, "sharded"), (1, "sharded"), (2, "unsharded"), (3, "unsharded")):
-        assert_spmd_ok("check_sharded_checkpoint.py", np_, args=["resume", tmp_path, mode])
+    for np_, modes in ((3, ["sharded", "unsharded"]), (1, ["sharded"]), (2, ["unsharded"])):
+        assert_spmd_ok("check_sharded_checkpoint.py", np_, args=["resume", tmp_path, *modes])
 
 
 def test_save_states_on_one_rank_fails_at_once_on_every_rank(tmp_path):

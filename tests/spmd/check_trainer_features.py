@@ -1,10 +1,10 @@
 """DistributedTrainer features against single-process gluon.Trainer on the
-whole batch. argv[1]: 'features' (default), 'clipping', 'save' or 'resume'
-(argv[2]: dir)."""
+whole batch. argv: 'features' (default) and/or 'clipping', each run in
+turn and followed by "ok SECTION RANK"; or 'save' or 'resume' DIR."""
 import os
 import sys
 
-from common import assert_close, finish, hvd, mx, np, start
+from common import assert_close, finish, hvd, mx, np, say, start
 
 from mxnet import autograd, gluon
 
@@ -231,6 +231,15 @@ def check_resume(directory, rank, size):
     same(net, ref, "save_states / load_states across a restart")
 
 
+def check_features(rank, size):
+    check_kvstore_plugin(rank, size)
+    check_two_trainers(rank, size)
+    check_deferred_init(rank, size)
+    check_predivide_fp16(rank, size)
+    check_reinit_and_stale(rank, size)
+    check_inference_between_steps(rank, size)
+
+
 def main():
     rank, size = start()
     mode = sys.argv[1] if len(sys.argv) > 1 else "features"
@@ -238,15 +247,10 @@ def main():
         check_save(sys.argv[2], rank, size)
     elif mode == "resume":
         check_resume(sys.argv[2], rank, size)
-    elif mode == "clipping":
-        check_clipping(rank, size)
-    else:
-        check_kvstore_plugin(rank, size)
-        check_two_trainers(rank, size)
-        check_deferred_init(rank, size)
-        check_predivide_fp16(rank, size)
-        check_reinit_and_stale(rank, size)
-        check_inference_between_steps(rank, size)
+    else:  # 'features' and 'clipping', in the order given, in one process
+        for section in sys.argv[1:] or ["features"]:
+            {"features": check_features, "clipping": check_clipping}[section](rank, size)
+            say(f"ok {section} {rank}")
     finish()
 
 
