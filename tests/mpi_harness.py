@@ -2,6 +2,7 @@
 
 Each run gets its own process session, and on timeout only that session is
 killed: tests start and stop only the processes they own."""
+import functools
 import os
 import re
 import signal
@@ -93,6 +94,23 @@ def assert_spmd_ok(script, np, args=(), env=None, timeout=240, launch=()):
     assert rc == 0 and passed == list(range(np)), (
         f"{script} on {np} ranks: exit {rc}, passed ranks {passed}\n--- stdout\n{out}\n--- stderr\n{err}")
     return out, err
+
+
+@functools.lru_cache(maxsize=None)
+def shared_spmd_run(script, np, args, timeout=240):
+    """assert_spmd_ok's stdout for `script` on `np` ranks with the tuple
+    `args`, launched once per test process: cases that run one script at one
+    size share a launch, the script running their sections in turn (a rank
+    start costs 2.5 s of CPU, docs/reliability.md). A module's tests run on
+    one pytest worker (tests/conftest.py), so they share it there too."""
+    out, _ = assert_spmd_ok(script, np, args=args, timeout=timeout)
+    return out
+
+
+def assert_section_passed(out, name, np):
+    """Every rank printed "ok <name> <rank>" (a section of a shared launch)."""
+    passed = sorted(int(r) for r in re.findall(rf"^ok {re.escape(name)} (\d+)$", out, re.M))
+    assert passed == list(range(np)), f"section {name}: passed on ranks {passed} of {np}\n{out}"
 
 
 class Launch:

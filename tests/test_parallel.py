@@ -1,14 +1,12 @@
 """mxplugin.parallel: differentiable collectives, ProcessMesh, tensor-parallel
 layers, the sharded loss and the tensor-parallel example."""
-import functools
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 
-from mpi_harness import REPO, assert_spmd_ok, mpiexec_path, rank_env
+from mpi_harness import REPO, assert_section_passed, assert_spmd_ok, mpiexec_path, rank_env, shared_spmd_run
 
 
 @pytest.mark.parametrize("np_", [1, 2, 3])
@@ -35,24 +33,14 @@ def test_tensor_parallel_example_learns_100k_classes(np_):
     assert "100000 classes, 50000 classes per rank" in result.stdout, result.stdout
 
 
-# What one launch per size runs of check_parallel_partition.py, in order (a
-# rank start costs 2.5 s of CPU, docs/reliability.md): np 2 on the mesh
-# 1 x 2, np 4 on 2 x 2.
-PARTITION_SECTIONS = {2: ["mlp", "transformer", "errors"], 4: ["mlp", "transformer"]}
+# What one launch per size runs of check_parallel_partition.py, in order
+# (mpi_harness.shared_spmd_run): np 2 on the mesh 1 x 2, np 4 on 2 x 2.
+PARTITION_SECTIONS = {2: ("mlp", "transformer", "errors"), 4: ("mlp", "transformer")}
 
 
-@functools.lru_cache(maxsize=None)
-def partitioned(np_):
-    """The output of check_parallel_partition.py's sections at np_ ranks
-    (run once; the module's tests run on one worker)."""
-    out, _ = assert_spmd_ok("check_parallel_partition.py", np_, args=PARTITION_SECTIONS[np_], timeout=480)
-    return out
-
-
-def assert_section_passed(np_, name):
-    out = partitioned(np_)
-    passed = sorted(int(r) for r in re.findall(rf"^ok {name} (\d+)$", out, re.M))
-    assert passed == list(range(np_)), out
+def partition_section(np_, name):
+    out = shared_spmd_run("check_parallel_partition.py", np_, PARTITION_SECTIONS[np_], timeout=480)
+    assert_section_passed(out, name, np_)
     return out
 
 
@@ -61,8 +49,8 @@ def assert_section_passed(np_, name):
 def test_partitioned_model_matches_serial(model, np_):
     # Forward, training with the sharded loss and DistributedTrainer(mesh=),
     # serial checkpoints both ways.
-    print(assert_section_passed(np_, model))
+    print(partition_section(np_, model))
 
 
 def test_partition_refuses_what_cannot_be_split():
-    assert_section_passed(2, "errors")
+    partition_section(2, "errors")

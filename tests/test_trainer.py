@@ -1,13 +1,11 @@
 """DistributedTrainer / DistributedOptimizer / kvstore plug-in, at 2 and 3 ranks."""
-import functools
 import os
-import re
 import subprocess
 import sys
 
 import pytest
 
-from mpi_harness import REPO, assert_spmd_ok, rank_env
+from mpi_harness import REPO, assert_section_passed, assert_spmd_ok, rank_env, shared_spmd_run
 
 
 @pytest.mark.parametrize("np_", [2, 3])
@@ -26,28 +24,19 @@ def test_every_hybridize_mode_matches_gluon_trainer(np_):
     assert out.count("ok ") == 17, out
 
 
-# What one launch per size runs of check_trainer_features.py, in order (a
-# rank start costs 2.5 s of CPU, docs/reliability.md).
-FEATURE_SECTIONS = {1: ["clipping"], 2: ["features", "clipping"], 3: ["features", "clipping"]}
+# What one launch per size runs of check_trainer_features.py, in order
+# (mpi_harness.shared_spmd_run).
+FEATURE_SECTIONS = {1: ("clipping",), 2: ("features", "clipping"), 3: ("features", "clipping")}
 
 
-@functools.lru_cache(maxsize=None)
-def features_run(np_):
-    """The output of check_trainer_features.py's sections at np_ ranks (run
-    once; the module's tests run on one worker)."""
-    out, _ = assert_spmd_ok("check_trainer_features.py", np_, args=FEATURE_SECTIONS[np_], timeout=480)
-    return out
-
-
-def assert_section_passed(np_, name):
-    out = features_run(np_)
-    passed = sorted(int(r) for r in re.findall(rf"^ok {name} (\d+)$", out, re.M))
-    assert passed == list(range(np_)), out
+def feature_section(np_, name):
+    out = shared_spmd_run("check_trainer_features.py", np_, FEATURE_SECTIONS[np_], timeout=480)
+    assert_section_passed(out, name, np_)
 
 
 @pytest.mark.parametrize("np_", [2, 3])
 def test_trainer_features(np_):
-    assert_section_passed(np_, "features")
+    feature_section(np_, "features")
 
 
 @pytest.mark.parametrize("np_", [1, 2, 3])
@@ -55,7 +44,7 @@ def test_clipping_between_allreduce_grads_and_update_matches_one_process(np_):
     """allreduce_grads() leaves one process's gradient sums (Note [Reduced
     gradients are sums]): clipping at one process's threshold gives its
     weights, SGD-momentum and Adam, hybridized and not."""
-    assert_section_passed(np_, "clipping")
+    feature_section(np_, "clipping")
 
 
 @pytest.mark.parametrize("np_, cases", [(2, ["plain", "static_shape", "sharded"]), (3, ["sharded"])])
