@@ -475,6 +475,33 @@ def test_a_rank_that_exited_is_told_from_the_ranks_mpiexec_killed():
                                               "signal 9"), said
 
 
+def test_a_rank_that_exited_is_named_when_mpiexec_printed_no_banner():
+    """Note [Exits and kills]: MPICH may print no banner after a rank exits 1
+    without finishing MPI and the others are killed (a CI run's launcher then
+    said nothing); the ranks' exit lines still tell it. Every rank saying it
+    exited (they finished MPI, then exit(3)) is no such end."""
+    from mxplugin.launch.rank_deaths import RankDeaths
+
+    def summary(lines, ranks=3, returncode=1):
+        deaths = RankDeaths()
+        out = []
+        for text in lines:
+            out += deaths.lines("err", text)
+        assert out + deaths.flush("err") == []
+        return deaths.summary(ranks, returncode)
+
+    exits = ["mxplugin-rank-exit 812 20.3 1\n", "mxplugin-rank-exit 700 20.1 1\n",
+             "mxplugin-relay-ended 1 812 node1 20.35 ?\n", "mxplugin-relay-ended 0 700 node1 20.15 ?\n"]
+    said, code = summary(exits)
+    assert code == 1 and said == ["rank 0 (pid 700 on node1) ended first: it exited with code 1 without finishing "
+                                  "MPI; mpiexec stopped the other ranks"], said
+    said, code = summary(exits[:2])  # the relays' lines lost: the pid still names it
+    assert code == 1 and said[0].startswith("rank ? (pid 700 on ?) ended first: it exited with code 1"), said
+    assert summary(exits, ranks=2, returncode=1) == (None, None)  # every rank exited: nobody was stopped
+    assert summary(exits, returncode=0) == (None, None)
+    assert summary(["mxplugin-rank-exit 700 20.1 0\n"]) == (None, None)  # a clean exit ended nothing
+
+
 # Rank 2 stops itself; ranks 0 and 1 fail on the peer timeout and exit(1)
 # without finishing MPI, so mpiexec kills the others (rank 2, and a rank
 # still in its exit): the banner says SIGKILL.

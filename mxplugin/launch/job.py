@@ -285,7 +285,7 @@ class Job:
         code = exit_code(returncode)
         if self.abandoned and not self.received:
             return EXIT_ABANDONED
-        said, died = self.deaths.summary()
+        said, died = self.deaths.summary(self.num_proc, code)
         if said and plain and not self.received:  # an elastic launcher says what it lost itself
             for line in said:
                 sys.stderr.write(f"{self.prog}: {line}\n")

@@ -46,7 +46,14 @@ relay reads the raw wait status of a rank not yet reaped (known for a
 kill, rarely for an exit). The first end not known to be a clean exit 0 is
 the job's: an exit with its code ("... ended first: it exited with code 1
 without finishing MPI"), a signal with its signal; of an end known in
-neither way, the banner's signal, as before."""
+neither way, the banner's signal, as before. MPICH does not always print
+the banner there: of the same 3-rank job (two ranks exit 1, the third is
+stopped and killed), mpiexec alone printed it in 2 runs of 6 and exited 1
+in the others (a CI run's launcher then said nothing). So without a banner
+the line is said as well when a rank said it exited with a nonzero code
+and fewer ranks said they exited than the job has: the others were killed.
+Ranks that all finish MPI and exit(3) all say so, and mpiexec's exit 3
+stands alone, as it should."""
 import re
 import signal
 import threading
@@ -144,13 +151,15 @@ class RankDeaths:
             self._end_banner(stream)
         return self.held.pop(stream, [])
 
-    def summary(self):
+    def summary(self, ranks=None, returncode=0):
         """(one line, the exit code for the shell: 128 + the signal, else
-        the code) or (None, None) when there was no banner."""
+        the code) or (None, None) when there was no banner and no end of
+        the job's `ranks` ranks (mpiexec ended with `returncode`) is known
+        to have stopped the others (Note [Exits and kills])."""
         with self.lock:
             deaths, ended, exits = list(self.deaths), list(self.ended), dict(self.exits)
         if not deaths:
-            return None, None
+            return self._summary_without_banner(ended, exits, ranks, returncode)
         death = deaths[0]
         sig, code = death.get("signal"), None
         ends = []  # (when, arrival, rank, pid, host, (signal, exit code) or None): Note [Exits and kills]
@@ -177,3 +186,20 @@ class RankDeaths:
             code = death.get("code", 1)
             how = f"the job ended with exit code {code} before finishing MPI"
         return [f"{who}: {how}; mpiexec stopped the other ranks"], 128 + sig if sig is not None else code
+
+    @staticmethod
+    def _summary_without_banner(ended, exits, ranks, returncode):
+        """MPICH prints no banner for some jobs whose ranks it stopped (a
+        rank exited 1 without finishing MPI, and the kill of the others came
+        late enough not to be counted): the line is said when a rank said it
+        exited with a nonzero code and fewer ranks than the job's said they
+        exited (the rest were killed). Ranks that all exit(3) after
+        finishing MPI all say so: mpiexec's own exit 3, and no line."""
+        failed = sorted((when, pid, code) for pid, (when, code) in exits.items() if code != 0)
+        if returncode == 0 or ranks is None or not failed or len(exits) >= ranks:
+            return None, None
+        _, pid, code = failed[0]
+        known = {end_pid: (rank, host) for _, _, rank, end_pid, host, _ in ended}
+        rank, host = known.get(pid, ("?", "?"))
+        return [f"rank {rank} (pid {pid} on {host}) ended first: it exited with code {code} without finishing "
+                "MPI; mpiexec stopped the other ranks"], code
