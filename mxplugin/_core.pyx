@@ -218,6 +218,15 @@ cdef class Core:
         """Report a stuck data plane (stuck_transfer()) rather than end the process."""
         _check(mxp_core_keep_running_when_stuck(self.c))
 
+    def begin_push_batch(self):
+        """Note [Diverged pushes] (src/core/core.cc): the collectives pushed
+        until end_push_batch() (a trainer's step) share one stamp, so that a
+        fence this rank went on without fails all of them."""
+        _check(mxp_core_begin_push_batch(self.c))
+
+    def end_push_batch(self):
+        _check(mxp_core_end_push_batch(self.c))
+
     def leave_world(self, double seconds):
         """Note [Leaving a broken world] (src/backend/leaving.h): this rank's
         core makes no MPI call from now on, and its thread parks; pending and

@@ -368,7 +368,7 @@ def fence(call, process_set=global_process_set):
     "DistributedTrainer.save_states()"), which every rank must make at the
     same point of its program: a rank that goes on to other collectives
     without it fails them and this at once, naming both (Note [Fences] in
-    src/core/message_table.cc). This rank's pending work comes first, so
+    src/core/message_conflicts.cc). This rank's pending work comes first, so
     that nothing this rank submits after the fence was pushed before it."""
     mx.nd.waitall()
     m = calls.core_module()

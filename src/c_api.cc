@@ -190,6 +190,14 @@ int mxp_core_keep_running_when_stuck(mxp_core* core) {
   return Guard([&] { CoreOf(core).KeepRunningWhenStuck(); });
 }
 
+int mxp_core_begin_push_batch(mxp_core* core) {
+  return Guard([&] { CoreOf(core).BeginPushBatch(); });
+}
+
+int mxp_core_end_push_batch(mxp_core* core) {
+  return Guard([&] { CoreOf(core).EndPushBatch(); });
+}
+
 int mxp_core_leave_world(mxp_core* core, double seconds, int32_t* parked) {
   return Guard([&] { *parked = CoreOf(core).LeaveWorld(seconds) ? 1 : 0; });
 }

@@ -311,6 +311,34 @@ def test_shutdown_on_one_rank_fails_the_others_pending_ops():
         assert rank == 1 or "shut down" in message, message
 
 
+def test_what_a_rank_pushes_in_the_batch_of_a_missed_fence_fails_with_it():
+    """Note [Diverged pushes] (src/core/core.cc): rank 0 waits in a fence that
+    ranks 1 and 2 went on without; their first call fails with it, and so
+    does one they make afterwards in the same push batch (a trainer's step),
+    at once, rather than stall waiting for rank 0. After the batch, calls
+    work again."""
+    fence = m.FENCE_PREFIX + "check.batch()"
+
+    def body(core, rank, size, job):
+        x = np.ones(4, "float32")
+        if rank == 0:
+            with pytest.raises(m.MismatchError, match="went on without it"):
+                run(core, [m.Op(fence, m.OP_BARRIER, DT["float32"], [], 0, 0)])
+        else:
+            core.begin_push_batch()
+            with pytest.raises(m.MismatchError, match="check.batch\\(\\) must be called by every rank"):
+                run(core, [op("first", m.OP_ALLREDUCE, x, x)])
+            start = time.monotonic()
+            with pytest.raises(m.MismatchError, match="check.batch\\(\\) must be called by every rank"):
+                run(core, [op("second", m.OP_ALLREDUCE, x, x)])
+            assert time.monotonic() - start < HANG_S
+            core.end_push_batch()
+        run(core, [op("after", m.OP_ALLREDUCE, x, x)])
+        return x.tolist()
+
+    assert run_ranks(3, body) == [[3.0] * 4] * 3
+
+
 def test_process_sets_run_beside_the_world():
     def body(core, rank, size, job):
         evens = core.add_process_set([0, 2, 4])

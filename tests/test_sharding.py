@@ -36,3 +36,4 @@ def test_save_states_on_one_rank_fails_at_once_on_every_rank(tmp_path):
     go on without it; 2 ranks pass the same way, checked by hand.)"""
     out, _ = assert_spmd_ok("check_sharded_checkpoint.py", 3, args=["save_on_rank_0_only", tmp_path])
     assert out.count("raised in") == 2 * 3, out
+    assert out.count("diverged pushes failed with the fence") == 3, out  # Note [Diverged pushes]

@@ -284,19 +284,21 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         """Sums gradients across ranks: they then hold what one process on the
         combined batch would hold (Note [Reduced gradients are sums]), for
         clipping between this and update()."""
-        self._reduce()
+        with basics.push_batch():  # Note [Diverged pushes] in src/core/core.cc
+            self._reduce()
         self._grads_summed = self._world()
 
     def step(self, batch_size, ignore_stale_grad=False):
         self._steps += 1
-        if self._local_sgd_steps and self._steps > self._local_sgd_warmup:
-            self._local_sgd_step(batch_size, ignore_stale_grad)
-            return
-        self._reduce(scatter=self._shard)
-        self._grads_summed = False  # this step's own reduction is scaled here
-        self._local_rescale = self._scale / batch_size
-        self._check_and_rescale_grad(self._scale * self._fold_factor() / batch_size)
-        self._update(ignore_stale_grad)
+        with basics.push_batch():  # one stamp for the step's collectives: Note [Diverged pushes] in src/core/core.cc
+            if self._local_sgd_steps and self._steps > self._local_sgd_warmup:
+                self._local_sgd_step(batch_size, ignore_stale_grad)
+                return
+            self._reduce(scatter=self._shard)
+            self._grads_summed = False  # this step's own reduction is scaled here
+            self._local_rescale = self._scale / batch_size
+            self._check_and_rescale_grad(self._scale * self._fold_factor() / batch_size)
+            self._update(ignore_stale_grad)
 
     def _local_sgd_step(self, batch_size, ignore_stale_grad):
         """Local update; every K-th local step averages the parameters."""

@@ -8,6 +8,7 @@
 #include <limits>
 #include <sstream>
 
+#include "common/codes.h"
 #include "core/ranks_text.h"
 
 namespace mxplugin {
@@ -219,6 +220,10 @@ void Core::RunCycle(bool* stop) {
                                           " was removed before '" + req.meta.name + "' ran"));
       continue;
     }
+    if (req.pushed_at != 0 && req.pushed_at <= it->second->diverged_through) {
+      Finish(req, Status::Mismatch(it->second->diverged_error));  // Note [Diverged pushes]
+      continue;
+    }
     it->second->controller->Submit(req.meta, now);
     std::string name = req.meta.name;
     it->second->pending.emplace(std::move(name), std::move(req));
@@ -269,17 +274,20 @@ void Core::RunCycle(bool* stop) {
       return;
     }
     if (!responses.empty()) watchdog_->Begin();  // Note [Stuck transfers]
+    NoteFencesMissed(set, responses);
     set.executor->Execute(responses, &set.pending);
     watchdog_->End();
     if (!responses.empty()) last_work_ = Clock::now();
   }
 }
 
-void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<void(const Status&)> done) {
+void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<void(const Status&)> done,
+                   uint64_t pushed_at) {
   if (ops.empty()) {
     done(Status::Ok());
     return;
   }
+  if (pushed_at == 0) pushed_at = StampPush();
   auto completion = std::make_shared<Completion>(ops.size(), std::move(done));
   const auto now = Clock::now();
   // GPU inputs: mark the producer's work queued so far, on this (the
@@ -332,6 +340,7 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
       r.output = std::move(op.output);
       r.sized_output = std::move(op.sized_output);
       r.enqueue_time = now;
+      r.pushed_at = pushed_at;
       r.completion = completion;
       // Note [Reused names]: an op whose name is still in flight (e.g. the
       // next step's gradient bucket, already computed) waits behind it, so
@@ -349,6 +358,43 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
 void Core::StartTimeline(const std::string& path, bool mark_cycles) {
   if (!timeline_.Start(path, topology_.rank, mark_cycles)) {
     throw Error(Status::InvalidArgument("cannot open timeline file '" + path + "'"));
+  }
+}
+
+// Note [Diverged pushes]: when a fence fails because this rank went on
+// without it (Note [Fences] in message_conflicts.cc), the coordinator fails
+// what this rank had submitted by then. But this rank's step goes on: its
+// framework has pushed more of the step's collectives, which the engine
+// enqueues only once their inputs are computed (a CI run saw PowerSGD's P
+// arrive a cycle after the fence had failed the step's bucket), and the
+// ranks in the fence will never submit them: a stall until the stall
+// shutdown. So each push takes a stamp, and once a fence this rank missed
+// has failed, whatever it pushed up to then fails with the fence's error
+// as it reaches the loop. A trainer's step pushes in one batch that shares
+// one stamp, so that a push of the step made just after the failure fails
+// too; pushes after that (when the error may have been seen) run as usual.
+uint64_t Core::StampPush() {
+  if (push_batches_.load() > 0) return pushes_.load();
+  return ++pushes_;
+}
+
+void Core::BeginPushBatch() {
+  if (push_batches_.fetch_add(1) == 0) ++pushes_;
+}
+
+void Core::EndPushBatch() {
+  if (push_batches_.fetch_sub(1) <= 0) {
+    push_batches_.fetch_add(1);
+    throw Error(Status::InvalidArgument("EndPushBatch without BeginPushBatch"));
+  }
+}
+
+void Core::NoteFencesMissed(ProcessSet& set, const std::vector<Response>& responses) {
+  for (const Response& resp : responses) {
+    if (resp.kind != Response::Kind::kError || resp.name.rfind(MXP_FENCE_PREFIX, 0) != 0) continue;
+    if (set.pending.count(resp.name)) continue;  // this rank is in the fence: nothing of it went on
+    set.diverged_through = pushes_.load();
+    set.diverged_error = resp.error;
   }
 }
 

@@ -57,7 +57,16 @@ class Core {
   // Validates and queues the ops; `done` runs on the background thread when
   // all have finished (with the first error). Throws Error for bad arguments,
   // before anything is queued.
-  void Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<void(const Status&)> done);
+  // `pushed_at`: the ops' StampPush() when the framework pushed them to
+  // run later (an engine op); 0 stamps them now.
+  void Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<void(const Status&)> done,
+               uint64_t pushed_at = 0);
+  // Note [Diverged pushes]: a stamp for collectives pushed now, to be
+  // enqueued later; inside a push batch (a trainer's step) every push gets
+  // the batch's stamp. Any thread.
+  uint64_t StampPush();
+  void BeginPushBatch();
+  void EndPushBatch();
   // The argument checks of Enqueue alone (those that don't depend on what is
   // in flight), for adapters that enqueue later from another thread.
   void Check(int process_set_id, const std::vector<TensorOp>& ops) const;
@@ -105,6 +114,11 @@ class Core {
     std::unique_ptr<Controller> controller;
     std::unique_ptr<Executor> executor;
     PendingRequests pending;
+    // Note [Diverged pushes]: ops pushed with a stamp up to this one fail
+    // with `diverged_error` (this rank went on without a fence). Background
+    // thread only.
+    uint64_t diverged_through = 0;
+    std::string diverged_error;
   };
 
   const ProcessSet& CheckLocked(int process_set_id, const std::vector<TensorOp>& ops) const;
@@ -114,6 +128,8 @@ class Core {
   void Loop();
   void RunCycle(bool* stop);
   void Finish(Request& req, const Status& status);
+  // Note [Diverged pushes]: a fence this rank went on without failed.
+  void NoteFencesMissed(ProcessSet& set, const std::vector<Response>& responses);
   // Tells the loop (and, through the doorbell, the loops of this host's
   // other ranks) that there is work; any thread, without the lock.
   void WakeLoops();
@@ -166,6 +182,10 @@ class Core {
   bool doorbell_reaches_all_ = false;          // background thread only: every rank is on this host
   Clock::time_point last_work_;                // background thread only: when a cycle last had work
   uint64_t cycles_ = 0;                        // background thread only: cycles begun (with a doorbell)
+
+  // Note [Diverged pushes]: the last stamp given, and the push batches open.
+  std::atomic<uint64_t> pushes_{0};
+  std::atomic<int> push_batches_{0};
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

@@ -22,6 +22,7 @@ struct EngineOp {
   int process_set_id = 0;
   std::vector<TensorOp> ops;
   int device = kCpuDevice;  // of every tensor of the group
+  uint64_t pushed_at = 0;   // Core::StampPush() when pushed (Note [Diverged pushes] in core.cc)
   // Copies of the caller's NDArrays: they share storage with them and keep
   // it alive until the engine op completes, even if Python drops its objects.
   std::vector<::mxnet::NDArray> inputs;
@@ -171,7 +172,8 @@ void Run(void* run_context, void* on_complete_ptr, void* param) {
     } else {
       ResolveGpu(op, *static_cast<const ::mxnet::RunContext*>(run_context), &ops);
     }
-    op->core->Enqueue(op->process_set_id, std::move(ops), [on_complete](const Status& status) { Complete(on_complete, status); });
+    op->core->Enqueue(op->process_set_id, std::move(ops),
+                      [on_complete](const Status& status) { Complete(on_complete, status); }, op->pushed_at);
   } catch (const Error& e) {
     Complete(on_complete, e.status());
   } catch (const std::exception& e) {
@@ -223,6 +225,7 @@ void PushCollective(Core* core, int process_set_id, std::vector<TensorOp> ops,
   auto op = std::make_unique<EngineOp>();
   op->core = core;
   op->process_set_id = process_set_id;
+  op->pushed_at = core->StampPush();
   std::vector<NDArrayHandle> reads, writes;
   std::vector<::mxnet::Engine::VarHandle> write_vars;
   for (auto* v : {&reads, &writes}) v->reserve(ops.size());

@@ -8,9 +8,12 @@ file. resume (any size): a trainer, sharded or not, loads them and trains on;
 its weights equal gluon.Trainer's on one process for all the steps."""
 import os
 import pickle
+import re
 import sys
+import threading
+import time
 
-from common import assert_close, finish, hvd, mx, np, start
+from common import assert_close, finish, hvd, mx, np, say, start
 
 from mxnet import autograd, gluon
 
@@ -88,8 +91,6 @@ def save_on_rank_0_only(directory, rank, size):
     whose states are gathered, called on rank 0 only while the others train
     on, fails there and in the others' step at once, naming both, instead of
     stalling; afterwards the library works."""
-    import time
-
     from mxnet.base import MXNetError
 
     from mxplugin import MismatchError
@@ -114,14 +115,97 @@ def save_on_rank_0_only(directory, rank, size):
         else:
             raise AssertionError(f"rank {rank}: {mode}: save_states on rank 0 only raised nothing")
         took = time.time() - t0
-        for part in ("DistributedTrainer.save_states()", "must be called by every rank", "rank 0 is in it",
-                     "went on without it", "on ranks 1" if size > 2 else "on rank 1"):
+        for part in ("DistributedTrainer.save_states()", "must be called by every rank", "rank 0 is in it, while ",
+                     "went on without it"):
             assert part in message, f"rank {rank}: {mode}: expected {part!r} in:\n{message}"
+        # Each rank is named with what it submitted first, which depends on timing ("... 'p_1of2' on rank 1;
+        # ... 'bucket1' on rank 2" or "... on ranks 1, 2"): every other rank is named.
+        went_on = message.split("rank 0 is in it, while ")[1]
+        named = {int(n) for group in re.findall(r"on ranks? ([\d, ]*\d)", went_on) for n in group.split(",")}
+        assert named == set(range(1, size)), f"rank {rank}: {mode}: ranks {sorted(named)} named in:\n{message}"
         assert took < LIMIT_S, f"rank {rank}: {mode}: the error took {took:.1f} s"
         assert not os.path.exists(os.path.join(directory, f"{mode}.states")), f"{mode}: a file was written"
         out = hvd.allreduce(mx.nd.ones((2,)), op=hvd.Sum, name=f"after.{mode}")
         assert (out.asnumpy() == size).all(), f"rank {rank}: after {mode}: {out.asnumpy()}"
         print(f"rank {rank}: {mode}: raised in {took:.1f} s", flush=True)
+
+
+class _Gate(mx.operator.CustomOp):
+    """Passes its input on once GATE is set: a collective whose input comes
+    through it is pushed now and reaches the core only then."""
+
+    def forward(self, is_train, req, in_data, out_data, aux):
+        GATE.wait()
+        self.assign(out_data[0], req[0], in_data[0])
+
+    def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        raise NotImplementedError
+
+
+@mx.operator.register("check_sharded_checkpoint_gate")
+class _GateProp(mx.operator.CustomOpProp):
+    def __init__(self):
+        super().__init__(need_top_grad=False)
+
+    def list_arguments(self):
+        return ["data"]
+
+    def list_outputs(self):
+        return ["output"]
+
+    def infer_shape(self, in_shape):
+        return in_shape, [in_shape[0]], []
+
+    def create_operator(self, ctx, shapes, dtypes):
+        return _Gate()
+
+
+GATE = threading.Event()
+
+
+def pushed_before_the_fence_failed(rank, size):
+    """Note [Diverged pushes] (src/core/core.cc): on the ranks that went on
+    without rank 0's fence, a collective pushed before the fence failed but
+    reaching the core after it (its input still computing: PowerSGD's P in a
+    CI run, which then stalled), and one pushed after it in the same push
+    batch (a trainer's step), fail with it at once; later calls work."""
+    from mxnet.base import MXNetError
+
+    from mxplugin.basics import push_batch
+    from mxplugin.ops import fence
+
+    if rank == 0:
+        try:
+            fence("check.gated()")
+        except hvd.MismatchError as e:
+            assert "went on without it" in str(e), str(e)
+        else:
+            raise AssertionError("rank 0: the fence the others went on without raised nothing")
+    else:
+        late = hvd.allreduce(mx.nd.Custom(mx.nd.ones(3), op_type="check_sharded_checkpoint_gate"), name="gated.late")
+        with push_batch():
+            first = hvd.allreduce(mx.nd.ones(3), name="gated.first")
+            try:
+                first.wait_to_read()
+            except MXNetError as e:
+                assert "check.gated() must be called by every rank" in str(e), str(e)
+            else:
+                raise AssertionError(f"rank {rank}: a collective in place of the fence raised nothing")
+            t0 = time.time()
+            second = hvd.allreduce(mx.nd.ones(3), name="gated.second")
+        GATE.set()
+        for what, out in (("pushed after it in the batch", second), ("pushed before it", late)):
+            try:
+                out.wait_to_read()
+            except MXNetError as e:
+                assert "check.gated() must be called by every rank" in str(e), f"rank {rank}: {what}: {e}"
+            else:
+                raise AssertionError(f"rank {rank}: a collective {what} did not fail with the fence")
+        took = time.time() - t0
+        assert took < LIMIT_S, f"rank {rank}: the pushed collectives failed after {took:.1f} s"
+    out = hvd.allreduce(mx.nd.ones((2,)), op=hvd.Sum, name="after.gated")
+    assert (out.asnumpy() == size).all(), f"rank {rank}: after the gated fence: {out.asnumpy()}"
+    say(f"rank {rank}: diverged pushes failed with the fence")
 
 
 def main():
@@ -130,6 +214,7 @@ def main():
         save(sys.argv[2], rank, size)
     elif sys.argv[1] == "save_on_rank_0_only":
         save_on_rank_0_only(sys.argv[2], rank, size)
+        pushed_before_the_fence_failed(rank, size)
     else:  # each mode in turn, in one process (a rank start costs 2.5 s of CPU)
         for mode in sys.argv[3:]:
             resume(sys.argv[2], {"sharded": True, "unsharded": False}[mode], rank, size)
