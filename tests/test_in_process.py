@@ -339,6 +339,39 @@ def test_what_a_rank_pushes_in_the_batch_of_a_missed_fence_fails_with_it():
     assert run_ranks(3, body) == [[3.0] * 4] * 3
 
 
+def test_a_cached_call_of_a_rank_that_missed_a_fence_fails_with_it():
+    """Note [Diverged pushes]: ranks 1 and 2 call 'first' and then 'x', which
+    the response cache knows (a bit, not a request the coordinator sees),
+    before rank 0 enters a fence. The round that fails 'first' and the fence
+    ends the fence's full rounds, so 'x' was never seen: it must fail with
+    the fence too, not wait for rank 0 (a loaded run's PowerSGD P did)."""
+    fence = m.FENCE_PREFIX + "check.cached()"
+    submitted = threading.Semaphore(0)
+
+    def body(core, rank, size, job):
+        for _ in range(2):  # cached from the first call on
+            x = np.ones(4, "float32")
+            run(core, [op("x", m.OP_ALLREDUCE, x, x)])
+        x, first = np.ones(4, "float32"), np.ones(4, "float32")
+        if rank == 0:
+            for _ in range(size - 1):
+                submitted.acquire()
+            with pytest.raises(m.MismatchError, match="went on without it"):
+                run(core, [m.Op(fence, m.OP_BARRIER, DT["float32"], [], 0, 0)])
+        else:
+            handles = [core.enqueue([op("first", m.OP_ALLREDUCE, first, first)], 0),
+                       core.enqueue([op("x", m.OP_ALLREDUCE, x, x)], 0)]
+            submitted.release()
+            for handle in handles:
+                with pytest.raises(m.MismatchError, match="check.cached\\(\\) must be called by every rank"):
+                    handle.wait()
+        after = np.ones(4, "float32")
+        run(core, [op("after", m.OP_ALLREDUCE, after, after)])
+        return after.tolist()
+
+    assert run_ranks(3, body) == [[3.0] * 4] * 3
+
+
 def test_process_sets_run_beside_the_world():
     def body(core, rank, size, job):
         evens = core.add_process_set([0, 2, 4])

@@ -160,4 +160,13 @@ Status Controller::RunRound(bool want_shutdown, bool i_failed, std::vector<Respo
   return Status::Ok();
 }
 
+std::vector<std::string> Controller::TakeUnseen() {
+  std::vector<std::string> names;
+  for (const auto& kv : cached_pending_) names.push_back(kv.second.meta.name);
+  cached_pending_.clear();
+  for (const auto& meta : outbox_) names.push_back(meta.name);  // cache bits the round's plan invalidated
+  outbox_.clear();
+  return names;
+}
+
 }  // namespace mxplugin

@@ -373,6 +373,14 @@ void Core::StartTimeline(const std::string& path, bool mark_cycles) {
 // as it reaches the loop. A trainer's step pushes in one batch that shares
 // one stamp, so that a push of the step made just after the failure fails
 // too; pushes after that (when the error may have been seen) run as usual.
+// What this rank had already submitted as a cache bit fails then too: the
+// round that failed the fence took it off the table, so that round is not
+// a full one and the coordinator never saw the bit, nor will it see it in
+// full (a loaded run found PowerSGD's P, cached since step 1, waiting for
+// rank 0 at the next fence; another rank had sent its own P in full, which
+// invalidated the name and put this rank's in the next round's outbox).
+// Nothing else of this rank can be waiting: the ranks in the fence had
+// finished their work before it, and the conflict failed all it had sent.
 uint64_t Core::StampPush() {
   if (push_batches_.load() > 0) return pushes_.load();
   return ++pushes_;
@@ -395,6 +403,12 @@ void Core::NoteFencesMissed(ProcessSet& set, const std::vector<Response>& respon
     if (set.pending.count(resp.name)) continue;  // this rank is in the fence: nothing of it went on
     set.diverged_through = pushes_.load();
     set.diverged_error = resp.error;
+    for (const auto& name : set.controller->TakeUnseen()) {
+      auto it = set.pending.find(name);
+      if (it == set.pending.end()) continue;
+      Finish(it->second, Status::Mismatch(resp.error));
+      set.pending.erase(it);
+    }
   }
 }
 
