@@ -219,12 +219,15 @@ cdef class Core:
         _check(mxp_core_keep_running_when_stuck(self.c))
 
     def begin_push_batch(self):
-        """Note [Diverged pushes] (src/core/core.cc): the collectives pushed
-        until end_push_batch() (a trainer's step) share one stamp, so that a
-        fence this rank went on without fails all of them."""
+        """Note [Diverged pushes] (src/core/diverged_pushes.cc): the
+        collectives this thread pushes until the matching end_push_batch()
+        (a trainer's step) share one stamp, so that a fence this rank went
+        on without fails all of them."""
         _check(mxp_core_begin_push_batch(self.c))
 
     def end_push_batch(self):
+        """Ends the batch begin_push_batch() opened on this thread (nothing
+        when none is open)."""
         _check(mxp_core_end_push_batch(self.c))
 
     def leave_world(self, double seconds):

@@ -1,6 +1,5 @@
 """Start-up, topology, process sets, timeline and build information."""
 import atexit
-import contextlib
 import os
 import signal
 import sys
@@ -278,22 +277,6 @@ def shutdown():
         _state.core = None
         _state.shut_down = True
     core.shutdown()
-
-
-@contextlib.contextmanager
-def push_batch():
-    """The collectives pushed inside (a trainer's step) share one stamp, so
-    that when a fence this rank went on without fails, every one of them
-    fails with it (Note [Diverged pushes] in src/core/core.cc)."""
-    core = _state.core
-    if core is None:
-        yield
-        return
-    core.begin_push_batch()
-    try:
-        yield
-    finally:
-        core.end_push_batch()
 
 
 def is_initialized():

@@ -3,6 +3,8 @@ kind: its kind-prefixed name and the group it is negotiated under, the
 checks all calls share, the Op records it pushes, and its refusal: an
 error raised on this rank before the call is submitted fails the other
 ranks' call too (Note [Refused calls] in src/core/message_conflicts.cc)."""
+import contextlib
+
 import mxnet as mx
 import numpy as np
 
@@ -91,6 +93,23 @@ def push(ops, process_set, priority, group=None):
     for op in ops:
         op.priority = priority
     core.enqueue(ops, set_id(process_set), True, priority, group)
+
+
+@contextlib.contextmanager
+def push_batch():
+    """The collectives this thread pushes inside (a trainer's step) share
+    one stamp, so that when a fence this rank went on without fails, every
+    one of them fails with it (Note [Diverged pushes] in
+    src/core/diverged_pushes.cc)."""
+    core = basics._state.core
+    if core is None:
+        yield
+        return
+    core.begin_push_batch()
+    try:
+        yield
+    finally:
+        core.end_push_batch()
 
 
 def group_key(base, name):

@@ -88,7 +88,7 @@ int mxp_core_topology(mxp_core* core, mxp_topology* out);
  * not); and the choice to be told that rather than have the process ended. */
 int mxp_core_stuck_transfer(mxp_core* core, char* text, int32_t capacity);
 int mxp_core_keep_running_when_stuck(mxp_core* core);
-/* Note [Diverged pushes] (src/core/core.cc): the collectives pushed between
+/* Note [Diverged pushes] (src/core/diverged_pushes.cc): the collectives pushed between
  * these two calls (a trainer's step) share one stamp. */
 int mxp_core_begin_push_batch(mxp_core* core);
 int mxp_core_end_push_batch(mxp_core* core);

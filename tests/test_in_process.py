@@ -312,7 +312,7 @@ def test_shutdown_on_one_rank_fails_the_others_pending_ops():
 
 
 def test_what_a_rank_pushes_in_the_batch_of_a_missed_fence_fails_with_it():
-    """Note [Diverged pushes] (src/core/core.cc): rank 0 waits in a fence that
+    """Note [Diverged pushes] (src/core/diverged_pushes.cc): rank 0 waits in a fence that
     ranks 1 and 2 went on without; their first call fails with it, and so
     does one they make afterwards in the same push batch (a trainer's step),
     at once, rather than stall waiting for rank 0. After the batch, calls
@@ -342,9 +342,12 @@ def test_what_a_rank_pushes_in_the_batch_of_a_missed_fence_fails_with_it():
 def test_a_cached_call_of_a_rank_that_missed_a_fence_fails_with_it():
     """Note [Diverged pushes]: ranks 1 and 2 call 'first' and then 'x', which
     the response cache knows (a bit, not a request the coordinator sees),
-    before rank 0 enters a fence. The round that fails 'first' and the fence
-    ends the fence's full rounds, so 'x' was never seen: it must fail with
-    the fence too, not wait for rank 0 (a loaded run's PowerSGD P did)."""
+    before rank 0 enters a fence. When the round that fails 'first' and the
+    fence is the one the fence arrived in, it is not a full one and 'x' was
+    never seen: it must fail with the fence too, not wait for rank 0 (a
+    loaded run's PowerSGD P did). 'x' may also reach the loop a round later
+    (it then fails by its stamp); without the unseen requests failing, this
+    test hung in 2 runs of 2."""
     fence = m.FENCE_PREFIX + "check.cached()"
     submitted = threading.Semaphore(0)
 

@@ -500,6 +500,12 @@ def test_a_rank_that_exited_is_named_when_mpiexec_printed_no_banner():
     assert summary(exits, ranks=2, returncode=1) == (None, None)  # every rank exited: nobody was stopped
     assert summary(exits, returncode=0) == (None, None)
     assert summary(["mxplugin-rank-exit 700 20.1 0\n"]) == (None, None)  # a clean exit ended nothing
+    # Rank 2 was killed first (its relay saw signal 9 before the others exited on the peer timeout): rank 2.
+    said, code = summary([*exits, "mxplugin-relay-ended 2 900 node2 19.5 9\n"])
+    assert code == 137 and said[0].startswith("rank 2 (pid 900 on node2) ended first: the job was killed by "
+                                              "signal 9 (SIGKILL)"), said
+    # An end seen first whose cause is not known: no line rather than a guess.
+    assert summary([*exits, "mxplugin-relay-ended 2 900 node2 19.5 ?\n"]) == (None, None)
 
 
 # Rank 2 stops itself; ranks 0 and 1 fail on the peer timeout and exit(1)

@@ -159,17 +159,11 @@ class RankDeaths:
         with self.lock:
             deaths, ended, exits = list(self.deaths), list(self.ended), dict(self.exits)
         if not deaths:
-            return self._summary_without_banner(ended, exits, ranks, returncode)
+            causes = [end for end in _ends(ended, exits, unrelayed=True) if end[5] != (None, 0)]
+            return _summary_without_banner(causes, exits, ranks, returncode)
         death = deaths[0]
         sig, code = death.get("signal"), None
-        ends = []  # (when, arrival, rank, pid, host, (signal, exit code) or None): Note [Exits and kills]
-        for seen, arrival, rank, pid, host, status in ended:
-            if pid in exits:
-                ends.append((exits[pid][0], arrival, rank, pid, host, (None, exits[pid][1])))
-            elif status is not None:
-                ends.append((seen, arrival, rank, pid, host, (status & 0x7F or None, status >> 8)))
-            else:
-                ends.append((seen, arrival, rank, pid, host, None))
+        ends = _ends(ended, exits)
         causes = [end for end in ends if end[5] != (None, 0)] or ends  # a clean exit 0 ended nothing
         if causes:
             _, _, rank, pid, host, known = min(causes)  # the first, by each rank's or relay's clock
@@ -178,28 +172,51 @@ class RankDeaths:
                 sig, code = known
         else:
             who = f"a rank on {death.get('host', '?')} ended"
-        if sig is not None:
-            how = f"the job was killed by signal {sig} ({signal_name(sig)})"
-        elif code is not None:
-            how = f"it exited with code {code} without finishing MPI"
-        else:
+        if sig is None and code is None:
             code = death.get("code", 1)
-            how = f"the job ended with exit code {code} before finishing MPI"
-        return [f"{who}: {how}; mpiexec stopped the other ranks"], 128 + sig if sig is not None else code
+            return [f"{who}: the job ended with exit code {code} before finishing MPI; mpiexec stopped the "
+                    "other ranks"], code
+        return _said(who, sig, code)
 
-    @staticmethod
-    def _summary_without_banner(ended, exits, ranks, returncode):
-        """MPICH prints no banner for some jobs whose ranks it stopped (a
-        rank exited 1 without finishing MPI, and the kill of the others came
-        late enough not to be counted): the line is said when a rank said it
-        exited with a nonzero code and fewer ranks than the job's said they
-        exited (the rest were killed). Ranks that all exit(3) after
-        finishing MPI all say so: mpiexec's own exit 3, and no line."""
-        failed = sorted((when, pid, code) for pid, (when, code) in exits.items() if code != 0)
-        if returncode == 0 or ranks is None or not failed or len(exits) >= ranks:
-            return None, None
-        _, pid, code = failed[0]
-        known = {end_pid: (rank, host) for _, _, rank, end_pid, host, _ in ended}
-        rank, host = known.get(pid, ("?", "?"))
-        return [f"rank {rank} (pid {pid} on {host}) ended first: it exited with code {code} without finishing "
-                "MPI; mpiexec stopped the other ranks"], code
+
+def _ends(ended, exits, unrelayed=False):
+    """Each end as [(when, arrival, rank, pid, host, (signal, exit code) or
+    None)]: from the relays' lines, told by the rank's own exit line where
+    there is one (Note [Exits and kills]); `unrelayed`: also an exit line
+    whose relay line did not come (its relay was killed with it), by pid."""
+    ends = []
+    for seen, arrival, rank, pid, host, status in ended:
+        if pid in exits:
+            ends.append((exits[pid][0], arrival, rank, pid, host, (None, exits[pid][1])))
+        elif status is not None:
+            ends.append((seen, arrival, rank, pid, host, (status & 0x7F or None, status >> 8)))
+        else:
+            ends.append((seen, arrival, rank, pid, host, None))
+    relayed = {end[3] for end in ends}
+    for pid, (when, code) in exits.items() if unrelayed else ():
+        if pid not in relayed:
+            ends.append((when, len(ends), "?", pid, "?", (None, code)))
+    return ends
+
+
+def _summary_without_banner(causes, exits, ranks, returncode):
+    """MPICH prints no banner for some jobs whose ranks it stopped (a rank
+    exited 1 without finishing MPI, and the kill of the others came late
+    enough not to be counted): the line is said when fewer of the job's
+    `ranks` ranks said they exited than it has (the rest were killed) and
+    the first end not known to be clean is known (an exit with its code, a
+    signal). Ranks that all exit(3) after finishing MPI all say so:
+    mpiexec's own exit 3, and no line."""
+    if returncode == 0 or ranks is None or len(exits) >= ranks or not causes:
+        return None, None
+    _, _, rank, pid, host, known = min(causes)
+    if known is None:  # the first end's cause is not known: the banner's signal would have told it
+        return None, None
+    return _said(f"rank {rank} (pid {pid} on {host}) ended first", *known)
+
+
+def _said(who, sig, code):
+    if sig is not None:
+        return [f"{who}: the job was killed by signal {sig} ({signal_name(sig)}); mpiexec stopped the other "
+                "ranks"], 128 + sig
+    return [f"{who}: it exited with code {code} without finishing MPI; mpiexec stopped the other ranks"], code

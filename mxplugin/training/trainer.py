@@ -11,6 +11,7 @@ from collections import OrderedDict
 import mxnet as mx
 
 from mxplugin import basics
+from mxplugin.calls import push_batch
 from mxplugin.errors import ArgumentError, MismatchError
 from mxplugin.functions import allgather_object, parameter_difference
 from mxplugin.ops import Average, Sum, allreduce_, grouped_allreduce_by_context_
@@ -284,13 +285,13 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         """Sums gradients across ranks: they then hold what one process on the
         combined batch would hold (Note [Reduced gradients are sums]), for
         clipping between this and update()."""
-        with basics.push_batch():  # Note [Diverged pushes] in src/core/core.cc
+        with push_batch():  # Note [Diverged pushes] in src/core/diverged_pushes.cc
             self._reduce()
         self._grads_summed = self._world()
 
     def step(self, batch_size, ignore_stale_grad=False):
         self._steps += 1
-        with basics.push_batch():  # one stamp for the step's collectives: Note [Diverged pushes] in src/core/core.cc
+        with push_batch():  # one stamp for the step's collectives: Note [Diverged pushes]
             if self._local_sgd_steps and self._steps > self._local_sgd_warmup:
                 self._local_sgd_step(batch_size, ignore_stale_grad)
                 return
@@ -330,7 +331,8 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         self._grads_summed = False
         self._local_rescale = self._scale / batch_size
         self._check_and_rescale_grad(self._scale * fold / batch_size)
-        self._update(ignore_stale_grad)
+        with push_batch():  # a sharded update's allgathers: Note [Diverged pushes]
+            self._update(ignore_stale_grad)
 
     def _allreduce_grads(self):
         self.allreduce_grads()

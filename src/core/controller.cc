@@ -164,7 +164,7 @@ std::vector<std::string> Controller::TakeUnseen() {
   std::vector<std::string> names;
   for (const auto& kv : cached_pending_) names.push_back(kv.second.meta.name);
   cached_pending_.clear();
-  for (const auto& meta : outbox_) names.push_back(meta.name);  // cache bits the round's plan invalidated
+  for (const auto& meta : outbox_) names.push_back(meta.name);  // cache bits the plan moved (full rounds, invalidated)
   outbox_.clear();
   return names;
 }

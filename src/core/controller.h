@@ -36,9 +36,11 @@ class Controller {
   // and `failed` that some rank asked because of a failure (`i_failed`).
   Status RunRound(bool want_shutdown, bool i_failed, std::vector<Response>* responses, bool* shutdown,
                   bool* failed);
-  // The names of this rank's requests the coordinator has not seen (cache
-  // bits, and those to be sent in full next round), which leave the rounds
-  // (Note [Diverged pushes] in core.cc: no conflict could fail them).
+  // Right after RunRound: the names of this rank's requests the coordinator
+  // has not seen (cache bits, and those the round's plan moved to the
+  // outbox to be sent in full), which leave the rounds (Note [Diverged
+  // pushes] in diverged_pushes.cc: no conflict could fail them). At any
+  // other time the outbox may hold requests that were never sent.
   std::vector<std::string> TakeUnseen();
 
  private:

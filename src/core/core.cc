@@ -8,7 +8,6 @@
 #include <limits>
 #include <sstream>
 
-#include "common/codes.h"
 #include "core/ranks_text.h"
 
 namespace mxplugin {
@@ -358,57 +357,6 @@ void Core::Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<
 void Core::StartTimeline(const std::string& path, bool mark_cycles) {
   if (!timeline_.Start(path, topology_.rank, mark_cycles)) {
     throw Error(Status::InvalidArgument("cannot open timeline file '" + path + "'"));
-  }
-}
-
-// Note [Diverged pushes]: when a fence fails because this rank went on
-// without it (Note [Fences] in message_conflicts.cc), the coordinator fails
-// what this rank had submitted by then. But this rank's step goes on: its
-// framework has pushed more of the step's collectives, which the engine
-// enqueues only once their inputs are computed (a CI run saw PowerSGD's P
-// arrive a cycle after the fence had failed the step's bucket), and the
-// ranks in the fence will never submit them: a stall until the stall
-// shutdown. So each push takes a stamp, and once a fence this rank missed
-// has failed, whatever it pushed up to then fails with the fence's error
-// as it reaches the loop. A trainer's step pushes in one batch that shares
-// one stamp, so that a push of the step made just after the failure fails
-// too; pushes after that (when the error may have been seen) run as usual.
-// What this rank had already submitted as a cache bit fails then too: the
-// round that failed the fence took it off the table, so that round is not
-// a full one and the coordinator never saw the bit, nor will it see it in
-// full (a loaded run found PowerSGD's P, cached since step 1, waiting for
-// rank 0 at the next fence; another rank had sent its own P in full, which
-// invalidated the name and put this rank's in the next round's outbox).
-// Nothing else of this rank can be waiting: the ranks in the fence had
-// finished their work before it, and the conflict failed all it had sent.
-uint64_t Core::StampPush() {
-  if (push_batches_.load() > 0) return pushes_.load();
-  return ++pushes_;
-}
-
-void Core::BeginPushBatch() {
-  if (push_batches_.fetch_add(1) == 0) ++pushes_;
-}
-
-void Core::EndPushBatch() {
-  if (push_batches_.fetch_sub(1) <= 0) {
-    push_batches_.fetch_add(1);
-    throw Error(Status::InvalidArgument("EndPushBatch without BeginPushBatch"));
-  }
-}
-
-void Core::NoteFencesMissed(ProcessSet& set, const std::vector<Response>& responses) {
-  for (const Response& resp : responses) {
-    if (resp.kind != Response::Kind::kError || resp.name.rfind(MXP_FENCE_PREFIX, 0) != 0) continue;
-    if (set.pending.count(resp.name)) continue;  // this rank is in the fence: nothing of it went on
-    set.diverged_through = pushes_.load();
-    set.diverged_error = resp.error;
-    for (const auto& name : set.controller->TakeUnseen()) {
-      auto it = set.pending.find(name);
-      if (it == set.pending.end()) continue;
-      Finish(it->second, Status::Mismatch(resp.error));
-      set.pending.erase(it);
-    }
   }
 }
 

@@ -61,9 +61,12 @@ class Core {
   // run later (an engine op); 0 stamps them now.
   void Enqueue(int process_set_id, std::vector<TensorOp> ops, std::function<void(const Status&)> done,
                uint64_t pushed_at = 0);
-  // Note [Diverged pushes]: a stamp for collectives pushed now, to be
-  // enqueued later; inside a push batch (a trainer's step) every push gets
-  // the batch's stamp. Any thread.
+  // Note [Diverged pushes] (core/diverged_pushes.cc): a stamp for
+  // collectives pushed now, to be enqueued later; inside a push batch
+  // opened on the calling thread (a trainer's step) every push gets the
+  // batch's stamp. Any thread; a batch belongs to the thread that opened it
+  // and ends at its matching EndPushBatch (batches nest; an unmatched End
+  // does nothing).
   uint64_t StampPush();
   void BeginPushBatch();
   void EndPushBatch();
@@ -183,9 +186,8 @@ class Core {
   Clock::time_point last_work_;                // background thread only: when a cycle last had work
   uint64_t cycles_ = 0;                        // background thread only: cycles begun (with a doorbell)
 
-  // Note [Diverged pushes]: the last stamp given, and the push batches open.
+  // Note [Diverged pushes]: the last stamp given (any thread).
   std::atomic<uint64_t> pushes_{0};
-  std::atomic<int> push_batches_{0};
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

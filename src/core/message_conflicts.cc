@@ -108,7 +108,7 @@ std::vector<std::pair<std::string, std::string>> MessageTable::FindConflicts(Clo
 // make after it, are told the same: the point of a fence is one order.)
 // Cached calls are unseen here, so while a fence waits every round is a full
 // one and its plan has ranks send them in full (RoundPlan::full_rounds).
-// What the ranks that went on push afterwards: Note [Diverged pushes] in core.cc.
+// What the ranks that went on push afterwards: Note [Diverged pushes] in diverged_pushes.cc.
 void MessageTable::FindFenceConflicts(std::vector<std::pair<std::string, std::string>>* found) const {
   for (const auto& fence_name : fences_) {
     const Entry& fence = entries_.at(fence_name);

@@ -75,7 +75,7 @@ struct Request {
   TensorRef input;
   TensorRef output;
   Clock::time_point enqueue_time;
-  uint64_t pushed_at = 0;  // Core::StampPush() of its push; 0 for control requests (Note [Diverged pushes])
+  uint64_t pushed_at = 0;  // Core::StampPush() of its push; 0 for control requests (Note [Diverged pushes] in diverged_pushes.cc)
   std::shared_ptr<Completion> completion;
   // GPU tensors: an event marking the producer's work on input.stream,
   // recorded when the op was enqueued (DeviceRuntime::RecordReadyEvent).

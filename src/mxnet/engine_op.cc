@@ -22,7 +22,7 @@ struct EngineOp {
   int process_set_id = 0;
   std::vector<TensorOp> ops;
   int device = kCpuDevice;  // of every tensor of the group
-  uint64_t pushed_at = 0;   // Core::StampPush() when pushed (Note [Diverged pushes] in core.cc)
+  uint64_t pushed_at = 0;   // Core::StampPush() when pushed (Note [Diverged pushes] in core/diverged_pushes.cc)
   // Copies of the caller's NDArrays: they share storage with them and keep
   // it alive until the engine op completes, even if Python drops its objects.
   std::vector<::mxnet::NDArray> inputs;

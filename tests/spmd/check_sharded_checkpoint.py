@@ -164,14 +164,14 @@ GATE = threading.Event()
 
 
 def pushed_before_the_fence_failed(rank, size):
-    """Note [Diverged pushes] (src/core/core.cc): on the ranks that went on
+    """Note [Diverged pushes] (src/core/diverged_pushes.cc): on the ranks that went on
     without rank 0's fence, a collective pushed before the fence failed but
     reaching the core after it (its input still computing: PowerSGD's P in a
     CI run, which then stalled), and one pushed after it in the same push
     batch (a trainer's step), fail with it at once; later calls work."""
     from mxnet.base import MXNetError
 
-    from mxplugin.basics import push_batch
+    from mxplugin.calls import push_batch
     from mxplugin.ops import fence
 
     if rank == 0:
@@ -183,17 +183,19 @@ def pushed_before_the_fence_failed(rank, size):
             raise AssertionError("rank 0: the fence the others went on without raised nothing")
     else:
         late = hvd.allreduce(mx.nd.Custom(mx.nd.ones(3), op_type="check_sharded_checkpoint_gate"), name="gated.late")
-        with push_batch():
-            first = hvd.allreduce(mx.nd.ones(3), name="gated.first")
-            try:
-                first.wait_to_read()
-            except MXNetError as e:
-                assert "check.gated() must be called by every rank" in str(e), str(e)
-            else:
-                raise AssertionError(f"rank {rank}: a collective in place of the fence raised nothing")
-            t0 = time.time()
-            second = hvd.allreduce(mx.nd.ones(3), name="gated.second")
-        GATE.set()
+        try:  # the gate opens whatever happens here: an assertion must not leave the exit waiting for it
+            with push_batch():
+                first = hvd.allreduce(mx.nd.ones(3), name="gated.first")
+                try:
+                    first.wait_to_read()
+                except MXNetError as e:
+                    assert "check.gated() must be called by every rank" in str(e), str(e)
+                else:
+                    raise AssertionError(f"rank {rank}: a collective in place of the fence raised nothing")
+                t0 = time.time()
+                second = hvd.allreduce(mx.nd.ones(3), name="gated.second")
+        finally:
+            GATE.set()
         for what, out in (("pushed after it in the batch", second), ("pushed before it", late)):
             try:
                 out.wait_to_read()
