@@ -11,6 +11,12 @@
 #include "core/ranks_text.h"
 
 namespace mxplugin {
+namespace {
+
+// Why ops fail once this rank has left its world (Note [Leaving a broken world]).
+constexpr char kLeftWorld[] = "this rank has left its world (mxplugin.elastic)";
+
+}  // namespace
 
 Core::Core(Config config, WorldFactory make_world, GpuBackend gpu)
     : config_(std::move(config)), make_world_(std::move(make_world)), gpu_(std::move(gpu)),
@@ -190,7 +196,7 @@ void Core::RunCycle(bool* stop) {
       // at once (Check: stopped_).
       lost_peers_ = true;
       stopped_ = true;
-      if (stop_status_.ok()) stop_status_ = Status::Aborted("this rank has left its world (mxplugin.elastic)");
+      if (stop_status_.ok()) stop_status_ = Status::Aborted(kLeftWorld);
       const Status left = stop_status_;
       lock.unlock();
       FailEverything(left);
@@ -239,6 +245,19 @@ void Core::RunCycle(bool* stop) {
     bool failed = false;
     Status st = set.controller->RunRound(id == 0 && want_shutdown, id == 0 && i_failed, &responses, &shutdown, &failed);
     if (!st.ok()) {
+      {
+        // Note [Leaving a broken world]: the round stopped at the flag, so no
+        // peer was lost, and none is probed; the loop ends, failing what is
+        // pending with the same words as when the flag is seen between rounds
+        // (a loaded CI run's said "lost contact with its peers" instead).
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (leave_requested_) {
+          lost_peers_ = true;
+          if (stop_status_.ok()) stop_status_ = Status::Aborted(kLeftWorld);
+          *stop = true;
+          return;
+        }
+      }
       // Note [Who is unreachable]: a host cut off is named; else a process
       // has died or is stuck.
       const double lead = VerdictLead(config_.peer_timeout_seconds);
