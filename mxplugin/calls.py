@@ -61,11 +61,14 @@ def group_names(base, n, named):
 
 
 def check_array(tensor, what="tensor"):
+    """TypeError unless `tensor` is a legacy NDArray (`what` names it)."""
     if not isinstance(tensor, mx.nd.NDArray):
         raise TypeError(f"{what} must be an mxnet.nd.NDArray, got {type(tensor).__name__}")
 
 
 def set_id(process_set):
+    """The core's id of a registered `process_set` (NotInitializedError,
+    TypeError or ArgumentError otherwise)."""
     basics._core()  # NotInitializedError before anything else
     if not isinstance(process_set, basics.ProcessSet):
         raise TypeError("process_set must be a ProcessSet")
@@ -171,6 +174,7 @@ def nothing_submitted(error):
 
 
 def check_priority(priority):
+    """The priority as a plain int (TypeError for a non-int, ArgumentError outside 32 bits)."""
     if not isinstance(priority, (int, np.integer)) or isinstance(priority, bool):
         raise TypeError(f"priority must be an int, got {type(priority).__name__}")
     if not -2 ** 31 <= priority < 2 ** 31:
@@ -179,6 +183,7 @@ def check_priority(priority):
 
 
 def check_scale(prescale_factor, postscale_factor):
+    """TypeError unless both scale factors are real numbers."""
     for label, v in (("prescale_factor", prescale_factor), ("postscale_factor", postscale_factor)):
         if not isinstance(v, (int, float, np.floating, np.integer)) or isinstance(v, bool):
             raise TypeError(f"{label} must be a number, got {type(v).__name__}")
@@ -199,6 +204,7 @@ def group_list(tensors):
 
 
 def check_distinct(tensors):
+    """ArgumentError when a grouped call names one array twice."""
     seen = set()
     for t in tensors:
         key = t.handle.value

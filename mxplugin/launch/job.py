@@ -61,6 +61,7 @@ class _Pump(threading.Thread):
         self.sink_gone = False  # our output was closed (`| head`): keep draining, drop the rest
 
     def run(self):
+        """Copies the pipe until mpiexec's end closes it."""
         while True:
             chunk = os.read(self.source.fileno(), 65536)
             if not chunk:
@@ -86,6 +87,7 @@ class _Pump(threading.Thread):
                 or self.deaths.reading(self.stream))
 
     def write(self, data):
+        """Copies bytes to our stream; after it is closed, drops them."""
         if data and not self.sink_gone:
             try:
                 self.sink.write(data)
@@ -94,6 +96,7 @@ class _Pump(threading.Thread):
                 self.sink_gone = True
 
     def filter(self, chunk, final=False):
+        """Passes `chunk` on line by line (`final`: the output ended)."""
         lines = (self.pending + chunk).split(b"\n")
         last = lines.pop()
         self.pending = b"" if final else last
@@ -103,11 +106,13 @@ class _Pump(threading.Thread):
             self.line(last + b"\n")
 
     def line(self, line):
+        """One whole line (bytes): what RankDeaths keeps of it is written."""
         text = line.decode("utf-8", "replace")
         for kept in self.deaths.lines(self.stream, text):
             self.write_line(kept, line if kept is text else None)
 
     def write_line(self, text, raw=None):
+        """Writes one line (its bytes `raw` when known), unless it is the stop's noise."""
         if not self.stopping.is_set() or not _stop_noise(text):
             self.write(raw if raw is not None else text.encode("utf-8", "replace"))
 
@@ -125,6 +130,7 @@ def _stop_noise(text):
 
 
 def exit_code(returncode):
+    """The shell's exit code for a Popen return code."""
     # Popen reports death by signal S as -S; shells report it as 128+S.
     return 128 - returncode if returncode < 0 else returncode
 
@@ -182,6 +188,7 @@ class Job:
         return self.ended.wait(timeout)
 
     def reported_unreachable(self):
+        """The hosts the ranks said they cannot reach (Note [Lost hosts])."""
         with self.lock:
             return set(self.unreachable)
 
@@ -253,6 +260,7 @@ class Job:
             self.abandon(f"the job has not stopped {GIVE_UP_AFTER_S:g} s after the interrupt")
 
     def run(self):
+        """Runs mpiexec to its end; the exit code for the shell."""
         child = self.child = subprocess.Popen(
             self.command, env=self.env, stdin=subprocess.DEVNULL if os.isatty(0) else None,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)

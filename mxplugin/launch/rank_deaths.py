@@ -71,6 +71,7 @@ _BANNER_END = "Please see the FAQ page for debugging suggestions"
 
 
 def signal_name(number):
+    """SIGKILL for 9; "signal N" for a number Python does not name."""
     try:
         return signal.Signals(number).name
     except ValueError:

@@ -290,6 +290,9 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         self._grads_summed = self._world()
 
     def step(self, batch_size, ignore_stale_grad=False):
+        """Sums the gradients over the process set and updates, as
+        gluon.Trainer.step() on the combined batch (`batch_size`: this
+        rank's own)."""
         self._steps += 1
         with push_batch():  # one stamp for the step's collectives: Note [Diverged pushes]
             if self._local_sgd_steps and self._steps > self._local_sgd_warmup:
