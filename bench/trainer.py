@@ -199,6 +199,7 @@ def main():
     p.add_argument("--batch-size", type=int, default=8, help="scaling: batch per rank; single: batch (default 8)")
     p.add_argument("--image-size", type=int, default=112, help="scaling: image side (default 112)")
     p.add_argument("--tag", default="", help="suffix of the result file (trainer_<mode>_<tag>.json)")
+    p.add_argument("--output", default=None, help="the result file, in place of trainer_<mode>[_<tag>].json")
     args = p.parse_args()
     if args.mode == "update":
         result = bench_update(args.iters, args.warmup)
@@ -208,7 +209,7 @@ def main():
         hvd.init()
         result = bench_single(args.rounds, args.steps, args.batch_size, args.image_size)
     if result is not None:
-        write_result(f"trainer_{args.mode}{'_' + args.tag if args.tag else ''}.json", result)
+        write_result(args.output or f"trainer_{args.mode}{'_' + args.tag if args.tag else ''}.json", result)
     hvd.shutdown()
 
 

@@ -73,6 +73,19 @@ def test_hierarchical_allreduce_boundaries_across_hosts(cluster):
     spmd(cluster, "check_hierarchical.py")
 
 
+def test_reductions_across_hosts_are_the_same_bits_whatever_the_fusion(cluster):
+    """2 x 2 ranks: each launch checks its sums against the inputs added in
+    its plane's order (tests/spmd/check_same_bits.py: each host's ranks,
+    then the hosts; or rank order over flat MPI) in 20 scrambled rounds;
+    other fusion and cycle times give the same bits."""
+    digests = {}
+    for plane, extra in (("hierarchical", {}), ("hierarchical", {"MXPLUGIN_FUSION_THRESHOLD": "4096"}),
+                         ("flat", {"MXPLUGIN_HIERARCHICAL_ALLREDUCE": "0", "MXPLUGIN_CYCLE_TIME": "10"})):
+        done, _ = spmd(cluster, "check_same_bits.py", plane, env=extra)
+        digests.setdefault(plane, set()).update(re.findall(r"^digest (\S+)$", done.stdout, re.M))
+    assert [len(d) for d in digests.values()] == [1, 1], digests
+
+
 def test_process_sets_spanning_hosts(cluster):
     spmd(cluster, "check_process_sets.py")
 

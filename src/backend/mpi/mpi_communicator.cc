@@ -81,6 +81,7 @@ MPI_Op MpiCommunicator::MpiOp(DataType dtype, ReduceOp op) const {
 
 Status MpiCommunicator::Allreduce(const void* send, void* recv, int64_t count, DataType dtype,
                                   ReduceOp op) {
+  if (size() > 2) return OrderedAllreduce(send, recv, count, dtype, op);
   const size_t esize = DataTypeSize(dtype);
   for (int64_t offset = 0; offset < count; offset += kMaxChunk) {
     int n = static_cast<int>(std::min(kMaxChunk, count - offset));
@@ -140,8 +141,10 @@ Status MpiCommunicator::ReduceScatter(const void* send, void* recv,
                                       const std::vector<int64_t>& recv_counts, DataType dtype,
                                       ReduceOp op) {
   std::vector<int> rc;
-  Status st = NotLeaving("MPI_Reduce_scatter");
-  if (st.ok()) st = ToIntVector(recv_counts, &rc, "reducescatter");
+  Status st = ToIntVector(recv_counts, &rc, "reducescatter");
+  if (!st.ok()) return st;
+  if (size() > 2) return OrderedReduceScatter(send, recv, recv_counts, dtype, op);
+  st = NotLeaving("MPI_Reduce_scatter");
   if (!st.ok()) return st;
   return Checked(MPI_Reduce_scatter(send, recv, rc.data(), MpiType(dtype), MpiOp(dtype, op), comm_->get()),
                "MPI_Reduce_scatter");

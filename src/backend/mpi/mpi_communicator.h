@@ -40,6 +40,11 @@ class MpiCommunicator : public Communicator {
  private:
   MPI_Datatype MpiType(DataType dtype) const;
   MPI_Op MpiOp(DataType dtype, ReduceOp op) const;
+  // Over three or more ranks, in rank order (Note [Fixed reduction order]
+  // in ordered_reduce.cc).
+  Status OrderedAllreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op);
+  Status OrderedReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts, DataType dtype,
+                              ReduceOp op);
   // MPI's verdict on a call named `what`, failed when a local peer ended meanwhile.
   Status Checked(int rc, const char* what) const;
   // Note [Leaving a broken world]: an error for a call named `what` that must
@@ -50,6 +55,7 @@ class MpiCommunicator : public Communicator {
   std::shared_ptr<const MpiHalfOps> half_ops_;
   std::shared_ptr<const PeerProbe> peers_;
   std::shared_ptr<const Leaving> leaving_;
+  std::vector<char> scratch_;  // the ordered reductions' copies from every rank
 };
 
 }  // namespace mxplugin

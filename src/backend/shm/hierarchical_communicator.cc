@@ -129,21 +129,22 @@ Status HierarchicalCommunicator::AllreduceMany(const std::vector<Buffer>& buffer
     if (!st.ok()) return st;
     slice(elements, local_rank_, &lo, &hi);
     char* mine = slot + lo * esize;
-    // Peers in local-rank order after this rank's own input, read where it
-    // lies unless the slice spans two buffers or is to be prescaled (the
-    // peers' slices were prescaled as they were gathered into their slots).
-    const void* acc = nullptr;
+    // Every slice sums its inputs in local-rank order, whoever owns it (Note
+    // [Fixed reduction order]): this rank's own input is read where it lies
+    // unless the slice spans two buffers or is to be prescaled (the peers'
+    // slices were prescaled as they were gathered into their slots).
     if (hi > lo) {
-      acc = list.ContiguousInput(offset + lo * esize, (hi - lo) * esize);
-      if (!acc) {
-        list.Gather(mine, offset + lo * esize, (hi - lo) * esize);
-        acc = mine;
+      const void* own = list.ContiguousInput(offset + lo * esize, (hi - lo) * esize);
+      if (!own) {
+        // Not into `mine`: the sum of lower ranks' slices is written there first.
+        own_slice_.resize(static_cast<size_t>((hi - lo) * esize));
+        list.Gather(own_slice_.data(), offset + lo * esize, (hi - lo) * esize);
+        own = own_slice_.data();
       }
-    }
-    for (int k = 0; k < local_size_ && hi > lo; ++k) {
-      if (k == local_rank_) continue;
-      ReduceTo(mine, acc, Slot(set, k) + lo * esize, hi - lo, dtype, op);
-      acc = mine;
+      auto input = [&](int k) -> const void* { return k == local_rank_ ? own : Slot(set, k) + lo * esize; };
+      if (local_size_ == 1) std::memcpy(mine, own, static_cast<size_t>((hi - lo) * esize));
+      if (local_size_ > 1) ReduceTo(mine, input(0), input(1), hi - lo, dtype, op);
+      for (int k = 2; k < local_size_; ++k) ReduceTo(mine, mine, input(k), hi - lo, dtype, op);
     }
     // Every rank takes part in both barriers whatever happens, so that a
     // failure here does not leave local peers waiting.

@@ -85,6 +85,8 @@ class HierarchicalCommunicator : public Communicator {
   const std::chrono::duration<double> timeout_;
   uint64_t pieces_ = 0;  // pieces done so far: which slot set the next one uses
   bool broken_ = false;  // a barrier timed out: local peers are out of step
+  // This rank's slice of a piece when it does not lie in one input buffer.
+  std::vector<char> own_slice_;
 };
 
 }  // namespace shm

@@ -17,7 +17,8 @@ namespace shm {
 // - reduce-scatter: every rank copies piece p of every other rank's block
 //   into its slot (one sub-slot per block, kPieceBytes / local_size each);
 //   after the barrier, rank k reduces piece p of its own input block with
-//   sub-slot k of every other rank's slot, straight into its output;
+//   sub-slot k of every other rank's slot, straight into its output, in
+//   local-rank order;
 // - allgather: every rank copies piece p of its block into its slot; after
 //   the barrier it copies every other rank's piece into its output.
 // One barrier a piece is enough: piece p + 1 writes the other slot set, and
@@ -50,14 +51,14 @@ Status HierarchicalCommunicator::ReduceScatter(const void* send, void* recv,
     if (!st.ok()) return st;
     const int64_t n = piece(local_rank_);
     if (n == 0) continue;
-    const char* acc = in + (starts[local_rank_] + at) * esize;
+    // In local-rank order, as the allreduce (Note [Fixed reduction order]).
+    auto input = [&](int k) -> const void* {
+      return k == local_rank_ ? in + (starts[local_rank_] + at) * esize : Slot(set, k) + local_rank_ * per * esize;
+    };
     char* dst = out + at * esize;
-    if (local_size_ == 1) std::memcpy(dst, acc, static_cast<size_t>(n * esize));
-    for (int k = 0; k < local_size_; ++k) {
-      if (k == local_rank_) continue;
-      ReduceTo(dst, acc, Slot(set, k) + local_rank_ * per * esize, n, dtype, op);
-      acc = dst;
-    }
+    if (local_size_ == 1) std::memcpy(dst, input(0), static_cast<size_t>(n * esize));
+    if (local_size_ > 1) ReduceTo(dst, input(0), input(1), n, dtype, op);
+    for (int k = 2; k < local_size_; ++k) ReduceTo(dst, dst, input(k), n, dtype, op);
   }
   return Status::Ok();
 }

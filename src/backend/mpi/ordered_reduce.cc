@@ -1,0 +1,138 @@
+// MpiCommunicator's reductions over three or more ranks, in rank order
+// (Note [Fixed reduction order]).
+#include <algorithm>
+#include <climits>
+#include <cstring>
+
+#include "backend/mpi/mpi_communicator.h"
+#include "common/reduce.h"
+
+namespace mxplugin {
+namespace {
+
+// Elements are reduced in pieces of at most this many bytes per rank, so
+// the scratch space is bounded whatever the buffer's size.
+constexpr int64_t kOrderedPieceBytes = int64_t{4} << 20;
+// A piece whose copies from every rank fit in this many bytes is gathered
+// whole by every rank (one MPI call); larger ones are exchanged block by
+// block, then gathered (two calls, each rank receiving about the piece once).
+constexpr int64_t kGatherWholeBytes = int64_t{64} << 10;
+
+// out = ((in[0] op in[1]) op in[2]) ... : the one order of every reduction.
+void ReduceInRankOrder(void* out, const std::vector<const char*>& in, int64_t count, DataType dtype,
+                       ReduceOp op) {
+  if (count == 0) return;
+  ReduceTo(out, in[0], in[1], count, dtype, op);
+  for (size_t k = 2; k < in.size(); ++k) ReduceTo(out, out, in[k], count, dtype, op);
+}
+
+}  // namespace
+
+// Note [Fixed reduction order]: floating-point addition is not associative,
+// so a sum's bits depend on the order its terms meet in. Every reduction
+// mxplugin runs on the CPU sums each element's terms in one order, rank 0
+// first, then 1, 2, ...: within a host in local-rank order (the
+// shared-memory allreduce and reduce-scatter, whoever owns the slice), and
+// across hosts, or over flat MPI, in the order of the communicator's ranks.
+// MPI's own reductions do not promise that: the algorithm MPICH and Open
+// MPI pick depends on the message's size (recursive doubling for short
+// ones, reduce-scatter and allgather for long ones), and each pairs the
+// ranks differently, so an element's bits would depend on what was fused
+// with it. Two operands commute exactly, so over two ranks MPI's own call
+// is kept; over three or more this file reduces itself, moving bytes with
+// MPI and adding in rank order. The bits then depend only on the inputs,
+// the dtype, the op, and the number and placement of the ranks.
+Status MpiCommunicator::OrderedAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
+                                         ReduceOp op) {
+  const int n = size(), me = rank();
+  const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
+  const int64_t piece_elements = std::max<int64_t>(1, kOrderedPieceBytes / esize);
+  const MPI_Datatype type = MpiType(dtype);
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  std::vector<const char*> terms(static_cast<size_t>(n));
+  std::vector<int> counts(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
+  for (int64_t at = 0; at < count; at += piece_elements) {
+    const int64_t m = std::min(piece_elements, count - at);
+    const bool whole = m * esize * n <= kGatherWholeBytes;
+    Status st = NotLeaving(whole ? "MPI_Allgather" : "MPI_Alltoallv");
+    if (!st.ok()) return st;
+    if (whole) {
+      scratch_.resize(static_cast<size_t>(m * esize * n));
+      st = Checked(MPI_Allgather(in + at * esize, static_cast<int>(m), type, scratch_.data(), static_cast<int>(m),
+                                 type, comm_->get()),
+                   "MPI_Allgather");
+      if (!st.ok()) return st;
+      for (int k = 0; k < n; ++k) terms[k] = scratch_.data() + k * m * esize;
+      ReduceInRankOrder(out + at * esize, terms, m, dtype, op);
+      continue;
+    }
+    // Block k of the piece is reduced by rank k from every rank's copy of it.
+    const int64_t per = (m + n - 1) / n;
+    for (int k = 0; k < n; ++k) {
+      const int64_t lo = std::min(m, k * per);
+      counts[k] = static_cast<int>(std::min(m, lo + per) - lo);
+      displs[k] = static_cast<int>(lo);
+    }
+    const int mine = counts[me];
+    scratch_.resize(static_cast<size_t>(mine * esize * n));
+    std::vector<int> recv_counts(static_cast<size_t>(n), mine), recv_displs(static_cast<size_t>(n));
+    for (int k = 0; k < n; ++k) recv_displs[k] = k * mine;
+    st = Checked(MPI_Alltoallv(in + at * esize, counts.data(), displs.data(), type, scratch_.data(),
+                               recv_counts.data(), recv_displs.data(), type, comm_->get()),
+                 "MPI_Alltoallv");
+    if (!st.ok()) return st;
+    for (int k = 0; k < n; ++k) terms[k] = scratch_.data() + static_cast<int64_t>(k) * mine * esize;
+    ReduceInRankOrder(out + (at + displs[me]) * esize, terms, mine, dtype, op);
+    st = NotLeaving("MPI_Allgatherv");
+    if (!st.ok()) return st;
+    st = Checked(MPI_Allgatherv(MPI_IN_PLACE, 0, type, out + at * esize, counts.data(), displs.data(), type,
+                                comm_->get()),
+                 "MPI_Allgatherv");
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
+// Block k (recv_counts[k] elements) is reduced by rank k, piece by piece.
+Status MpiCommunicator::OrderedReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
+                                             DataType dtype, ReduceOp op) {
+  const int n = size(), me = rank();
+  const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
+  const int64_t per = std::max<int64_t>(1, kOrderedPieceBytes / esize / n);
+  const MPI_Datatype type = MpiType(dtype);
+  std::vector<int64_t> starts(static_cast<size_t>(n) + 1, 0);
+  for (int k = 0; k < n; ++k) starts[k + 1] = starts[k] + recv_counts[k];
+  if (starts[n] > INT_MAX) {
+    return Status::InvalidArgument("reducescatter: more than 2^31 elements in all is not supported");
+  }
+  const int64_t longest = *std::max_element(recv_counts.begin(), recv_counts.end());
+  const char* in = static_cast<const char*>(send);
+  char* out = static_cast<char*>(recv);
+  std::vector<const char*> terms(static_cast<size_t>(n));
+  std::vector<int> counts(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
+  std::vector<int> recv_piece(static_cast<size_t>(n)), recv_displs(static_cast<size_t>(n));
+  for (int64_t at = 0; at < longest; at += per) {
+    for (int k = 0; k < n; ++k) {
+      counts[k] = static_cast<int>(std::max<int64_t>(0, std::min(per, recv_counts[k] - at)));
+      displs[k] = static_cast<int>(starts[k] + std::min(at, recv_counts[k]));
+    }
+    const int mine = counts[me];
+    for (int k = 0; k < n; ++k) {
+      recv_piece[k] = mine;
+      recv_displs[k] = k * mine;
+    }
+    scratch_.resize(static_cast<size_t>(mine * esize * n));
+    Status st = NotLeaving("MPI_Alltoallv");
+    if (!st.ok()) return st;
+    st = Checked(MPI_Alltoallv(in, counts.data(), displs.data(), type, scratch_.data(), recv_piece.data(),
+                               recv_displs.data(), type, comm_->get()),
+                 "MPI_Alltoallv");
+    if (!st.ok()) return st;
+    for (int k = 0; k < n; ++k) terms[k] = scratch_.data() + static_cast<int64_t>(k) * mine * esize;
+    ReduceInRankOrder(out + at * esize, terms, mine, dtype, op);
+  }
+  return Status::Ok();
+}
+
+}  // namespace mxplugin
