@@ -22,11 +22,11 @@ import tempfile
 from harness import HERE, REPO, arguments, write_result
 from jobs import run
 
-CONFIGS = [
-    {"ranks": 2, "plane": "shared memory", "env": {}},
-    {"ranks": 3, "plane": "shared memory", "env": {}},
-    {"ranks": 3, "plane": "flat MPI", "env": {"MXPLUGIN_HIERARCHICAL_ALLREDUCE": "0"}},
-]
+CONFIGS = {
+    "2-shm": {"ranks": 2, "plane": "shared memory", "env": {}},
+    "3-shm": {"ranks": 3, "plane": "shared memory", "env": {}},
+    "3-flat": {"ranks": 3, "plane": "flat MPI", "env": {"MXPLUGIN_HIERARCHICAL_ALLREDUCE": "0"}},
+}
 
 
 def launch(build_dir, config, argv, output):
@@ -53,14 +53,36 @@ def step_time(build_dir, config, scratch):
     return {"trainer_step_allreduce_update": result["median_allreduce_update_s"]["mxplugin"]}
 
 
+def section(result, title, why):
+    """docs/benchmarks.md's lines for a result of this script: `title` names
+    the change, `why` says what the builds differ in."""
+    if not result:
+        return []
+    names = list(result["builds"])
+    first = names[0]
+    lines = [f"## {title} (`bench/core_builds.py`)", "", why, "",
+             f"Medians of {result['rounds']} interleaved rounds, one launch per build per round (each the median of "
+             f"its own calls or steps); ratio to `{first}`; the range of the rounds.",
+             "", "| ranks | data plane | measure | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
+    for row in result["configs"]:
+        for what in row["median_s"][first]:
+            cells = [f"{row['median_s'][n][what] * 1e3:.1f} ms ({row[f'ratio_to_{first}'][n][what]:.3f}; rounds "
+                     f"{min(row['samples_s'][n][what]) * 1e3:.1f}-{max(row['samples_s'][n][what]) * 1e3:.1f})"
+                     for n in names]
+            lines.append(f"| {row['ranks']} | {row['plane']} | `{what}` | " + " | ".join(cells) + " |")
+    return lines + [""]
+
+
 def main():
     p = arguments(__doc__, rounds=3, output="core_builds.json")
     p.add_argument("--build", action="append", required=True, help="NAME=DIR (twice or more)")
+    p.add_argument("--config", action="append", choices=sorted(CONFIGS),
+                   help="a configuration to run (repeatable; default all)")
     args = p.parse_args()
     builds = dict(b.split("=", 1) for b in args.build)
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
-        for config in CONFIGS:
+        for config in (CONFIGS[c] for c in (args.config or CONFIGS)):
             samples = {name: {} for name in builds}
             for _ in range(args.rounds):
                 for name, directory in builds.items():

@@ -49,12 +49,17 @@ std::unique_ptr<Communicator> MpiWorld::MakeHierarchical(const std::shared_ptr<c
                                   [](char* data) { new (data) shm::Header{}; }, &failure);
   int ok = segment ? 1 : 0;
   MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, sub);
+  // Every cross communicator lists the hosts in one order, that of their
+  // first rank, so that each slice adds the hosts' sums in the same order
+  // whatever the placement (Note [Fixed reduction order]).
+  int host_first_rank = rank;
+  MPI_Bcast(&host_first_rank, 1, MPI_INT, 0, local);
   MPI_Comm_free(&local);
   if (!ok) {
     *why_not = segment ? "shared memory could not be set up on some host" : failure.reason();
     return nullptr;
   }
-  MPI_Comm_split(sub, local_rank, rank, &cross);
+  MPI_Comm_split(sub, local_rank, host_first_rank, &cross);
   MPI_Comm_size(cross, &cross_size);
   auto flat = std::make_unique<MpiCommunicator>(comm, half_ops_, probe_, leaving_);
   std::unique_ptr<Communicator> cross_comm;

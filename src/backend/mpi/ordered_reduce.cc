@@ -32,8 +32,9 @@ void ReduceInRankOrder(void* out, const std::vector<const char*>& in, int64_t co
 // so a sum's bits depend on the order its terms meet in. Every reduction
 // mxplugin runs on the CPU sums each element's terms in one order, rank 0
 // first, then 1, 2, ...: within a host in local-rank order (the
-// shared-memory allreduce and reduce-scatter, whoever owns the slice), and
-// across hosts, or over flat MPI, in the order of the communicator's ranks.
+// shared-memory allreduce and reduce-scatter, whoever owns the slice), then
+// the hosts' sums in the order of their first rank (the cross communicators
+// are split so, mpi_hierarchy.cc), and over flat MPI in rank order.
 // MPI's own reductions do not promise that: the algorithm MPICH and Open
 // MPI pick depends on the message's size (recursive doubling for short
 // ones, reduce-scatter and allgather for long ones), and each pairs the

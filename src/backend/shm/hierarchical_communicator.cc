@@ -136,13 +136,18 @@ Status HierarchicalCommunicator::AllreduceMany(const std::vector<Buffer>& buffer
     if (hi > lo) {
       const void* own = list.ContiguousInput(offset + lo * esize, (hi - lo) * esize);
       if (!own) {
-        // Not into `mine`: the sum of lower ranks' slices is written there first.
-        own_slice_.resize(static_cast<size_t>((hi - lo) * esize));
-        list.Gather(own_slice_.data(), offset + lo * esize, (hi - lo) * esize);
-        own = own_slice_.data();
+        // Into `mine` where the first add reads it (local ranks 0 and 1);
+        // a later rank's goes aside: the lower ranks' sum is written first.
+        char* aside = mine;
+        if (local_rank_ > 1) {
+          own_slice_.resize(static_cast<size_t>((hi - lo) * esize));
+          aside = own_slice_.data();
+        }
+        list.Gather(aside, offset + lo * esize, (hi - lo) * esize);
+        own = aside;
       }
       auto input = [&](int k) -> const void* { return k == local_rank_ ? own : Slot(set, k) + lo * esize; };
-      if (local_size_ == 1) std::memcpy(mine, own, static_cast<size_t>((hi - lo) * esize));
+      if (local_size_ == 1 && own != mine) std::memcpy(mine, own, static_cast<size_t>((hi - lo) * esize));
       if (local_size_ > 1) ReduceTo(mine, input(0), input(1), hi - lo, dtype, op);
       for (int k = 2; k < local_size_; ++k) ReduceTo(mine, mine, input(k), hi - lo, dtype, op);
     }
