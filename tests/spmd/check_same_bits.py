@@ -23,7 +23,10 @@ from common import finish, hvd, mx, np, say, start
 r, n = start()
 ORDER = sys.argv[1]  # "hierarchical" or "flat": the data plane this launch uses
 ROUNDS = 20
-SHAPES = {"tiny": (7,), "small": (1000,), "mid": (100_000,), "big": (600_000,), "half": (50_000,)}
+# "huge" spans pieces of the flat plane's ordered reduction (4 MiB) and of
+# the shared-memory one (1 MiB per rank)
+SHAPES = {"tiny": (7,), "small": (1000,), "mid": (100_000,), "big": (600_000,), "huge": (1_500_001,),
+          "half": (50_000,)}
 DTYPES = {"half": "float16"}
 
 
@@ -46,7 +49,7 @@ def placement_groups(members, order):
     hosts = {}
     for m in members:
         hosts.setdefault(HOST_OF[m], []).append(m)
-    # cross communicator j holds local rank j of each host, in world rank order
+    # the hosts in the order of their first rank
     return sorted(hosts.values(), key=lambda g: g[0])
 
 
@@ -68,13 +71,18 @@ every = {k: inputs(k) for k in ALL}
 mine = every[r]
 THREE = hvd.add_process_set([0, 1, 2]) if n >= 4 else None
 want = {name: expected_sum({k: every[k][name] for k in ALL}, ALL) for name in SHAPES}
-# reduce-scatter adds in rank order on every plane (across hosts it runs flat)
-rows = np.array_split(expected_sum({k: every[k]["mid"].reshape(1000, 100) for k in ALL}, ALL, "flat"), n)[r]
+# reduce-scatter adds in rank order on every plane (across hosts it runs
+# flat): blocks of several pieces and of unequal rows, and fewer rows than ranks
+SCATTERS = {"scatter.wide": ("huge", (1_500_001, 1)), "scatter.rows": ("mid", (1000, 100)),
+            "scatter.few": ("tiny", (1, 7))}
+rows = {key: np.array_split(expected_sum({k: every[k][name].reshape(shape) for k in ALL}, ALL, "flat"), n)[r]
+        for key, (name, shape) in SCATTERS.items()}
 want_three = expected_sum({k: every[k]["big"] for k in ALL}, [0, 1, 2]) if THREE and r < 3 else None
 
 first = None  # round 0's results, by call
 held_back = random.Random(4321)  # the same choice on every rank: who waits, how long
-own_order = random.Random(time.time_ns() ^ r)  # each rank's own enqueue order, new every launch
+ORDER_SEED = time.time_ns() ^ r
+own_order = random.Random(ORDER_SEED)  # each rank's own enqueue order, new every launch
 for round_ in range(ROUNDS):
     late, pause = held_back.randrange(n), held_back.uniform(0.0, 0.02)
     if r == late:
@@ -94,22 +102,25 @@ for round_ in range(ROUNDS):
     hvd.grouped_allreduce_(group, op=hvd.Sum, name="grouped.inplace")
     for name, out in zip(together, group):
         got["grouped." + name] = out
-    got["scatter"] = hvd.reducescatter(arrays["mid"].reshape((1000, 100)), op=hvd.Sum, name="scatter")
+    for key, (name, shape) in SCATTERS.items():
+        got[key] = hvd.reducescatter(arrays[name].reshape(shape), op=hvd.Sum, name=key)
     if THREE is not None and r < 3:
         got["three"] = hvd.allreduce(arrays["big"], op=hvd.Sum, name="three", process_set=THREE)
     bits = {key: value.asnumpy() for key, value in got.items()}
     for name in SHAPES:
         for key in ("sum." + name, "grouped." + name):
             assert bits[key].tobytes() == want[name].tobytes(), (
-                f"rank {r} round {round_}: {key} differs from the inputs added in order {ORDER} in "
-                f"{int(np.sum(bits[key] != want[name]))} of {want[name].size} elements")
-    assert bits["scatter"].tobytes() == rows.tobytes(), f"rank {r} round {round_}: reducescatter's bits"
+                f"rank {r} round {round_} (order seed {ORDER_SEED}): {key} differs from the inputs added in "
+                f"order {ORDER} in {int(np.sum(bits[key] != want[name]))} of {want[name].size} elements")
+    for key in SCATTERS:
+        assert bits[key].tobytes() == rows[key].tobytes(), f"rank {r} round {round_}: {key}'s bits"
     if want_three is not None:
         assert bits["three"].tobytes() == want_three.tobytes(), f"rank {r} round {round_}: process set's bits"
     if first is None:
         first = bits
     for key, value in bits.items():
-        assert value.tobytes() == first[key].tobytes(), f"rank {r}: {key} in round {round_} differs from round 0"
+        assert value.tobytes() == first[key].tobytes(), (
+            f"rank {r} (order seed {ORDER_SEED}): {key} in round {round_} differs from round 0")
 
 digest = hashlib.sha256()
 for key in sorted(first):

@@ -39,10 +39,13 @@ void ReduceInRankOrder(void* out, const std::vector<const char*>& in, int64_t co
 // MPI pick depends on the message's size (recursive doubling for short
 // ones, reduce-scatter and allgather for long ones), and each pairs the
 // ranks differently, so an element's bits would depend on what was fused
-// with it. Two operands commute exactly, so over two ranks MPI's own call
-// is kept; over three or more this file reduces itself, moving bytes with
-// MPI and adding in rank order. The bits then depend only on the inputs,
-// the dtype, the op, and the number and placement of the ranks.
+// with it. Two operands commute exactly (NaNs aside: which NaN, or whether
+// min/max of a NaN and a number is the NaN, may depend on the operands'
+// order), so over two ranks MPI's own call is kept; over three or more this
+// file reduces itself, moving bytes with MPI and adding in rank order. The
+// bits then depend only on the inputs, the dtype, the op, and the number
+// and placement of the ranks. The reduce-scatter's block offsets are MPI
+// ints: over three or more ranks its input is limited to 2^31 elements.
 Status MpiCommunicator::OrderedAllreduce(const void* send, void* recv, int64_t count, DataType dtype,
                                          ReduceOp op) {
   const int n = size(), me = rank();
@@ -53,6 +56,8 @@ Status MpiCommunicator::OrderedAllreduce(const void* send, void* recv, int64_t c
   char* out = static_cast<char*>(recv);
   std::vector<const char*> terms(static_cast<size_t>(n));
   std::vector<int> counts(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
+  Status left = NotLeaving("MPI_Allgather");  // also for a call with nothing to move
+  if (!left.ok()) return left;
   for (int64_t at = 0; at < count; at += piece_elements) {
     const int64_t m = std::min(piece_elements, count - at);
     const bool whole = m * esize * n <= kGatherWholeBytes;
@@ -113,6 +118,8 @@ Status MpiCommunicator::OrderedReduceScatter(const void* send, void* recv, const
   std::vector<const char*> terms(static_cast<size_t>(n));
   std::vector<int> counts(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
   std::vector<int> recv_piece(static_cast<size_t>(n)), recv_displs(static_cast<size_t>(n));
+  Status left = NotLeaving("MPI_Alltoallv");  // also for a call with nothing to move
+  if (!left.ok()) return left;
   for (int64_t at = 0; at < longest; at += per) {
     for (int k = 0; k < n; ++k) {
       counts[k] = static_cast<int>(std::max<int64_t>(0, std::min(per, recv_counts[k] - at)));
