@@ -1,5 +1,7 @@
 #include "common/reduce.h"
 
+#include <cstring>
+
 #include <algorithm>
 
 #include "common/half.h"
@@ -76,6 +78,16 @@ void ReduceTo(void* out, const void* a, const void* b, int64_t count, DataType d
 
 void ReduceInto(void* acc, const void* in, int64_t count, DataType dtype, ReduceOp op) {
   ReduceTo(acc, acc, in, count, dtype, op);
+}
+
+void ReduceInRankOrder(void* out, const void* const* terms, int n, int64_t count, DataType dtype, ReduceOp op) {
+  if (count == 0 || n == 0) return;
+  if (n == 1) {
+    if (out != terms[0]) std::memmove(out, terms[0], static_cast<size_t>(count) * DataTypeSize(dtype));
+    return;
+  }
+  ReduceTo(out, terms[0], terms[1], count, dtype, op);
+  for (int k = 2; k < n; ++k) ReduceTo(out, out, terms[k], count, dtype, op);
 }
 
 }  // namespace mxplugin

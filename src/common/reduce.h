@@ -15,5 +15,9 @@ namespace mxplugin {
 void ReduceInto(void* acc, const void* in, int64_t count, DataType dtype, ReduceOp op);
 // out[i] = a[i] (op) b[i]; out may be a or b.
 void ReduceTo(void* out, const void* a, const void* b, int64_t count, DataType dtype, ReduceOp op);
+// out = ((terms[0] op terms[1]) op terms[2]) ...: the one order of every
+// reduction mxplugin makes (Note [Fixed reduction order] in
+// backend/mpi/ordered_reduce.cc). out may be terms[0] or terms[1].
+void ReduceInRankOrder(void* out, const void* const* terms, int n, int64_t count, DataType dtype, ReduceOp op);
 
 }  // namespace mxplugin

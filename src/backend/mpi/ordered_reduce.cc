@@ -18,14 +18,6 @@ constexpr int64_t kOrderedPieceBytes = int64_t{4} << 20;
 // block, then gathered (two calls, each rank receiving about the piece once).
 constexpr int64_t kGatherWholeBytes = int64_t{64} << 10;
 
-// out = ((in[0] op in[1]) op in[2]) ... : the one order of every reduction.
-void ReduceInRankOrder(void* out, const std::vector<const char*>& in, int64_t count, DataType dtype,
-                       ReduceOp op) {
-  if (count == 0) return;
-  ReduceTo(out, in[0], in[1], count, dtype, op);
-  for (size_t k = 2; k < in.size(); ++k) ReduceTo(out, out, in[k], count, dtype, op);
-}
-
 }  // namespace
 
 // Note [Fixed reduction order]: floating-point addition is not associative,
@@ -54,7 +46,7 @@ Status MpiCommunicator::OrderedAllreduce(const void* send, void* recv, int64_t c
   const MPI_Datatype type = MpiType(dtype);
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
-  std::vector<const char*> terms(static_cast<size_t>(n));
+  std::vector<const void*> terms(static_cast<size_t>(n));
   std::vector<int> counts(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
   Status left = NotLeaving("MPI_Allgather");  // also for a call with nothing to move
   if (!left.ok()) return left;
@@ -70,7 +62,7 @@ Status MpiCommunicator::OrderedAllreduce(const void* send, void* recv, int64_t c
                    "MPI_Allgather");
       if (!st.ok()) return st;
       for (int k = 0; k < n; ++k) terms[k] = scratch_.data() + k * m * esize;
-      ReduceInRankOrder(out + at * esize, terms, m, dtype, op);
+      ReduceInRankOrder(out + at * esize, terms.data(), n, m, dtype, op);
       continue;
     }
     // Block k of the piece is reduced by rank k from every rank's copy of it.
@@ -89,7 +81,7 @@ Status MpiCommunicator::OrderedAllreduce(const void* send, void* recv, int64_t c
                  "MPI_Alltoallv");
     if (!st.ok()) return st;
     for (int k = 0; k < n; ++k) terms[k] = scratch_.data() + static_cast<int64_t>(k) * mine * esize;
-    ReduceInRankOrder(out + (at + displs[me]) * esize, terms, mine, dtype, op);
+    ReduceInRankOrder(out + (at + displs[me]) * esize, terms.data(), n, mine, dtype, op);
     st = NotLeaving("MPI_Allgatherv");
     if (!st.ok()) return st;
     st = Checked(MPI_Allgatherv(MPI_IN_PLACE, 0, type, out + at * esize, counts.data(), displs.data(), type,
@@ -115,7 +107,7 @@ Status MpiCommunicator::OrderedReduceScatter(const void* send, void* recv, const
   const int64_t longest = *std::max_element(recv_counts.begin(), recv_counts.end());
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
-  std::vector<const char*> terms(static_cast<size_t>(n));
+  std::vector<const void*> terms(static_cast<size_t>(n));
   std::vector<int> counts(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
   std::vector<int> recv_piece(static_cast<size_t>(n)), recv_displs(static_cast<size_t>(n));
   Status left = NotLeaving("MPI_Alltoallv");  // also for a call with nothing to move
@@ -138,7 +130,7 @@ Status MpiCommunicator::OrderedReduceScatter(const void* send, void* recv, const
                  "MPI_Alltoallv");
     if (!st.ok()) return st;
     for (int k = 0; k < n; ++k) terms[k] = scratch_.data() + static_cast<int64_t>(k) * mine * esize;
-    ReduceInRankOrder(out + at * esize, terms, mine, dtype, op);
+    ReduceInRankOrder(out + at * esize, terms.data(), n, mine, dtype, op);
   }
   return Status::Ok();
 }

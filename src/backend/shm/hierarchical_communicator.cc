@@ -146,10 +146,9 @@ Status HierarchicalCommunicator::AllreduceMany(const std::vector<Buffer>& buffer
         list.Gather(aside, offset + lo * esize, (hi - lo) * esize);
         own = aside;
       }
-      auto input = [&](int k) -> const void* { return k == local_rank_ ? own : Slot(set, k) + lo * esize; };
-      if (local_size_ == 1 && own != mine) std::memcpy(mine, own, static_cast<size_t>((hi - lo) * esize));
-      if (local_size_ > 1) ReduceTo(mine, input(0), input(1), hi - lo, dtype, op);
-      for (int k = 2; k < local_size_; ++k) ReduceTo(mine, mine, input(k), hi - lo, dtype, op);
+      terms_.resize(static_cast<size_t>(local_size_));
+      for (int k = 0; k < local_size_; ++k) terms_[k] = k == local_rank_ ? own : Slot(set, k) + lo * esize;
+      ReduceInRankOrder(mine, terms_.data(), local_size_, hi - lo, dtype, op);
     }
     // Every rank takes part in both barriers whatever happens, so that a
     // failure here does not leave local peers waiting.

@@ -87,6 +87,7 @@ class HierarchicalCommunicator : public Communicator {
   bool broken_ = false;  // a barrier timed out: local peers are out of step
   // This rank's slice of a piece when it does not lie in one input buffer.
   std::vector<char> own_slice_;
+  std::vector<const void*> terms_;  // a slice's inputs in local-rank order
 };
 
 }  // namespace shm

@@ -52,13 +52,11 @@ Status HierarchicalCommunicator::ReduceScatter(const void* send, void* recv,
     const int64_t n = piece(local_rank_);
     if (n == 0) continue;
     // In local-rank order, as the allreduce (Note [Fixed reduction order]).
-    auto input = [&](int k) -> const void* {
-      return k == local_rank_ ? in + (starts[local_rank_] + at) * esize : Slot(set, k) + local_rank_ * per * esize;
-    };
-    char* dst = out + at * esize;
-    if (local_size_ == 1) std::memcpy(dst, input(0), static_cast<size_t>(n * esize));
-    if (local_size_ > 1) ReduceTo(dst, input(0), input(1), n, dtype, op);
-    for (int k = 2; k < local_size_; ++k) ReduceTo(dst, dst, input(k), n, dtype, op);
+    terms_.resize(static_cast<size_t>(local_size_));
+    for (int k = 0; k < local_size_; ++k) {
+      terms_[k] = k == local_rank_ ? in + (starts[local_rank_] + at) * esize : Slot(set, k) + local_rank_ * per * esize;
+    }
+    ReduceInRankOrder(out + at * esize, terms_.data(), local_size_, n, dtype, op);
   }
   return Status::Ok();
 }
