@@ -43,6 +43,10 @@ class MpiCommunicator : public Communicator {
   // Over three or more ranks, in rank order (Note [Fixed reduction order]
   // in ordered_reduce.cc).
   Status OrderedAllreduce(const void* send, void* recv, int64_t count, DataType dtype, ReduceOp op);
+  // Block k of `send` (counts[k] elements at displs[k]) to rank k; rank k's
+  // block for this rank (`mine` elements) into slot k of `slots`.
+  Status ExchangeBlocks(const char* send, const std::vector<int>& counts, const std::vector<int>& displs, int mine,
+                        DataType dtype, char* slots);
   Status OrderedReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts, DataType dtype,
                               ReduceOp op);
   // MPI's verdict on a call named `what`, failed when a local peer ended meanwhile.

@@ -15,8 +15,11 @@ namespace {
 constexpr int64_t kOrderedPieceBytes = int64_t{4} << 20;
 // A piece whose copies from every rank fit in this many bytes is gathered
 // whole by every rank (one MPI call); larger ones are exchanged block by
-// block, then gathered (two calls, each rank receiving about the piece once).
+// block (Note [Pairwise exchange]), then gathered (two calls, each rank receiving about the piece once).
 constexpr int64_t kGatherWholeBytes = int64_t{64} << 10;
+// The pairwise exchange's messages (the only point-to-point traffic on a
+// data-plane communicator).
+constexpr int kExchangeTag = 1;
 
 }  // namespace
 
@@ -53,7 +56,7 @@ Status MpiCommunicator::OrderedAllreduce(const void* send, void* recv, int64_t c
   for (int64_t at = 0; at < count; at += piece_elements) {
     const int64_t m = std::min(piece_elements, count - at);
     const bool whole = m * esize * n <= kGatherWholeBytes;
-    Status st = NotLeaving(whole ? "MPI_Allgather" : "MPI_Alltoallv");
+    Status st = NotLeaving(whole ? "MPI_Allgather" : "MPI_Sendrecv");
     if (!st.ok()) return st;
     if (whole) {
       scratch_.resize(static_cast<size_t>(m * esize * n));
@@ -74,11 +77,7 @@ Status MpiCommunicator::OrderedAllreduce(const void* send, void* recv, int64_t c
     }
     const int mine = counts[me];
     scratch_.resize(static_cast<size_t>(mine * esize * n));
-    std::vector<int> recv_counts(static_cast<size_t>(n), mine), recv_displs(static_cast<size_t>(n));
-    for (int k = 0; k < n; ++k) recv_displs[k] = k * mine;
-    st = Checked(MPI_Alltoallv(in + at * esize, counts.data(), displs.data(), type, scratch_.data(),
-                               recv_counts.data(), recv_displs.data(), type, comm_->get()),
-                 "MPI_Alltoallv");
+    st = ExchangeBlocks(in + at * esize, counts, displs, mine, dtype, scratch_.data());
     if (!st.ok()) return st;
     for (int k = 0; k < n; ++k) terms[k] = scratch_.data() + static_cast<int64_t>(k) * mine * esize;
     ReduceInRankOrder(out + (at + displs[me]) * esize, terms.data(), n, mine, dtype, op);
@@ -92,13 +91,39 @@ Status MpiCommunicator::OrderedAllreduce(const void* send, void* recv, int64_t c
   return Status::Ok();
 }
 
+// Note [Pairwise exchange]: the blocks go one peer at a time (step s: to
+// rank me+s, from rank me-s, one MPI_Sendrecv), not by MPI_Alltoallv.
+// MPICH's Alltoallv posts a send and a receive to every peer at once, and
+// with a peer killed in the middle it can crash a survivor (SIGSEGV in
+// libmpi over TCP; one exchange at a time does not: docs/reliability.md),
+// and a survivor must live to hear that its world is broken and hand its
+// state over.
+Status MpiCommunicator::ExchangeBlocks(const char* send, const std::vector<int>& counts,
+                                       const std::vector<int>& displs, int mine, DataType dtype, char* slots) {
+  const int n = size(), me = rank();
+  const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
+  const MPI_Datatype type = MpiType(dtype);
+  std::memcpy(slots + static_cast<int64_t>(me) * mine * esize, send + displs[me] * esize,
+              static_cast<size_t>(counts[me] * esize));
+  for (int s = 1; s < n; ++s) {
+    const int to = (me + s) % n, from = (me - s + n) % n;
+    Status st = NotLeaving("MPI_Sendrecv");
+    if (!st.ok()) return st;
+    st = Checked(MPI_Sendrecv(send + displs[to] * esize, counts[to], type, to, kExchangeTag,
+                              slots + static_cast<int64_t>(from) * mine * esize, mine, type, from, kExchangeTag,
+                              comm_->get(), MPI_STATUS_IGNORE),
+                 "MPI_Sendrecv");
+    if (!st.ok()) return st;
+  }
+  return Status::Ok();
+}
+
 // Block k (recv_counts[k] elements) is reduced by rank k, piece by piece.
 Status MpiCommunicator::OrderedReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts,
                                              DataType dtype, ReduceOp op) {
   const int n = size(), me = rank();
   const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
   const int64_t per = std::max<int64_t>(1, kOrderedPieceBytes / esize / n);
-  const MPI_Datatype type = MpiType(dtype);
   std::vector<int64_t> starts(static_cast<size_t>(n) + 1, 0);
   for (int k = 0; k < n; ++k) starts[k + 1] = starts[k] + recv_counts[k];
   if (starts[n] > INT_MAX) {
@@ -109,8 +134,7 @@ Status MpiCommunicator::OrderedReduceScatter(const void* send, void* recv, const
   char* out = static_cast<char*>(recv);
   std::vector<const void*> terms(static_cast<size_t>(n));
   std::vector<int> counts(static_cast<size_t>(n)), displs(static_cast<size_t>(n));
-  std::vector<int> recv_piece(static_cast<size_t>(n)), recv_displs(static_cast<size_t>(n));
-  Status left = NotLeaving("MPI_Alltoallv");  // also for a call with nothing to move
+  Status left = NotLeaving("MPI_Sendrecv");  // also for a call with nothing to move
   if (!left.ok()) return left;
   for (int64_t at = 0; at < longest; at += per) {
     for (int k = 0; k < n; ++k) {
@@ -118,16 +142,10 @@ Status MpiCommunicator::OrderedReduceScatter(const void* send, void* recv, const
       displs[k] = static_cast<int>(starts[k] + std::min(at, recv_counts[k]));
     }
     const int mine = counts[me];
-    for (int k = 0; k < n; ++k) {
-      recv_piece[k] = mine;
-      recv_displs[k] = k * mine;
-    }
     scratch_.resize(static_cast<size_t>(mine * esize * n));
-    Status st = NotLeaving("MPI_Alltoallv");
+    Status st = NotLeaving("MPI_Sendrecv");
     if (!st.ok()) return st;
-    st = Checked(MPI_Alltoallv(in, counts.data(), displs.data(), type, scratch_.data(), recv_piece.data(),
-                               recv_displs.data(), type, comm_->get()),
-                 "MPI_Alltoallv");
+    st = ExchangeBlocks(in, counts, displs, mine, dtype, scratch_.data());
     if (!st.ok()) return st;
     for (int k = 0; k < n; ++k) terms[k] = scratch_.data() + static_cast<int64_t>(k) * mine * esize;
     ReduceInRankOrder(out + at * esize, terms.data(), n, mine, dtype, op);
