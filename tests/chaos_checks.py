@@ -114,7 +114,7 @@ def rank_ends(ranks, injected):
 # COLLATERAL_S of the run's kill of a peer of its world: MPICH crashed under
 # the core's thread as it worked against the killed peer, Note [Crashes
 # under a running world]; or as a peer left it, its world ended (Note
-# [Collateral crashes]); or of a rank the run froze, as it was let go:
+# [One rule for a world's end]); or of a rank the run froze, as it was let go:
 # its core's thread was stopped inside an MPI call, Note [A rank that was
 # stopped], and resumed there against peers gone; the rank's line and its
 # thread's stack are in the output where its proxy still is; apart too), a
@@ -129,8 +129,8 @@ CLEAN, ELASTIC, INJECTED, UNEXPLAINED = "clean exit", "elastic exit", "injected 
 CRASHED_LEAVING, CRASHED_STARTING = "crash while leaving", "crash in MPI's start"
 COLLATERAL, CRASHED_UNDER_WORLD = "collateral crash", "crash under a running world"
 # A crash of a rank counts as collateral when a peer of its world was
-# killed by the run this long before it (Note [Collateral crashes] in
-# mxplugin/elastic/world_record.py: MPICH crashed under the core's thread
+# killed by the run this long before it (Note [One rule for a world's end] in
+# mxplugin/elastic/rank_ends.py: MPICH crashed under the core's thread
 # 0.03-0.4 s after a peer's SIGKILL, before the launcher's word came).
 COLLATERAL_S = 2.0
 CRASH_ENDS = ("signal 11", "signal 6", "signal 7", "signal 4", "signal 8", "code 255")
@@ -211,7 +211,7 @@ def explain_end(how, sent, fault, killed=None, left=None):
                                      "stopped]) (EXIT_WORLD_CRASHED)")
     if kind == "code" and number == EXIT_WORLD_CRASHED and left is not None:
         return CRASHED_UNDER_WORLD, (f"MPI crashed under its core's thread as rank process {left.pid} of its world "
-                                     "left it (EXIT_WORLD_CRASHED; Note [Collateral crashes])")
+                                     "left it (EXIT_WORLD_CRASHED; Note [One rule for a world's end])")
     if kind == "code" and number == EXIT_WORLD_CRASHED and killed is not None:
         return CRASHED_UNDER_WORLD, (f"MPI crashed under its core's thread after the run killed rank process "
                                      f"{killed.pid} of its world (EXIT_WORLD_CRASHED)")
@@ -219,7 +219,7 @@ def explain_end(how, sent, fault, killed=None, left=None):
         return INJECTED, f"{signal.Signals(number).name} sent by the run ({fault or 'a fault'})"
     if how in CRASH_ENDS and killed is not None:
         return COLLATERAL, (f"{how}: MPI crashed under it after the run killed rank process "
-                            f"{killed.pid} of its world (Note [Collateral crashes])")
+                            f"{killed.pid} of its world (Note [One rule for a world's end])")
     if kind == "signal":
         return UNEXPLAINED, f"{signal.Signals(number).name}, which the run did not send"
     return UNEXPLAINED, f"exit code {number}, which no part of the job documents"

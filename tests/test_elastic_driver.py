@@ -231,7 +231,7 @@ def test_a_rank_whose_mpi_start_crashed_never_started_and_keeps_its_host(service
 
 @pytest.mark.parametrize("how", ["signal 11", "signal 6", "code 255"])
 def test_a_crash_once_the_world_is_broken_keeps_its_host_and_is_no_script_error(service, how):
-    """Note [Collateral crashes]: rank 2's host is cut off (no rank ended)
+    """Note [One rule for a world's end]: rank 2's host is cut off (no rank ended)
     and the launcher has broken the world; then rank 1's MPI crashes (code
     255: MXNet's own SIGSEGV handler). Only rank 2's host is left out, and
     the job goes on."""
@@ -254,7 +254,7 @@ def test_a_crash_once_the_world_is_broken_keeps_its_host_and_is_no_script_error(
 
 
 def test_a_crash_after_a_peer_was_lost_keeps_its_host(service):
-    """Note [Collateral crashes]: rank 2 killed, then rank 1's MPI crashes:
+    """Note [One rule for a world's end]: rank 2 killed, then rank 1's MPI crashes:
     only rank 2's host is left out. A host whose rank crashes first is."""
     driver = driver_with(service)
     verdict = driver.judge(service, finished_world(service, left={0: "failure"},
@@ -285,7 +285,7 @@ def test_a_crash_under_a_running_world_keeps_its_host_whichever_end_came_first(s
 
 
 def test_a_crash_after_its_peers_left_for_new_hosts_keeps_its_host(service):
-    """Note [Collateral crashes]: the launcher's hosts changed, ranks 0 and 1
+    """Note [One rule for a world's end]: the launcher's hosts changed, ranks 0 and 1
     left the world at its commit, then MPI crashed under rank 2's core
     thread (EXIT_WORLD_CRASHED): no host is left out. The same crash before
     any peer left is held against its host."""

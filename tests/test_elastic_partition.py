@@ -114,7 +114,7 @@ def lost_line(host, cooldown_s):
     """The launcher's line on rank 2 lost with `host` (a regex-escaped
     name), left out for `cooldown_s`; a healthy rank whose MPI crashed once
     the world was broken may be listed with it, its host kept (Note
-    [Collateral crashes] in mxplugin/elastic/world_record.py)."""
+    [One rule for a world's end] in mxplugin/elastic/rank_ends.py)."""
     return (rf"lost (rank \d on \S+ \([^)]*\), )?rank 2 on {host} \(.*\)( \(kept for the next world: [^)]*\))?; "
             rf"left out: {host} for {cooldown_s} s")
 

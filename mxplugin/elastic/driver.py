@@ -37,7 +37,7 @@ from mxplugin.elastic.discovery import DiscoveryError, DiscoveryScript, FixedHos
 from mxplugin.elastic.service import DriverService
 from mxplugin.elastic.start_failures import hosts_not_started, leave_out_not_started
 from mxplugin.elastic.world_end import SETTLE_QUIET_S, SETTLE_S, WorldEnd, left_behind
-from mxplugin.elastic.world_record import WORLD_CRASH_END
+from mxplugin.elastic.rank_ends import Cause, Next, WorldSeen, classify
 from mxplugin.launch.hosts import UsageError, is_local_host, unreachable_hosts
 from mxplugin.launch import signal_wait
 from mxplugin.launch.job import Job
@@ -296,82 +296,64 @@ class ElasticDriver:
 
     def judge(self, service, record, code):
         """None when the job is done, else why a new world starts; raises
-        ElasticError when it cannot."""
+        ElasticError when it cannot (Note [One rule for a world's end] in
+        rank_ends.py decides; this applies and words it)."""
         with service.lock:
-            left, exits = dict(record.left), dict(record.exits)
-        size = sum(s for _, s in record.hosts)
-        with service.lock:
-            registered = dict(record.registered)
-        if not registered and not exits:
-            raise ElasticError(f"world {record.number}: no rank started (see mpiexec's output above)")
-        leavers = [r for r, why in left.items() if why in ("failure", "hosts")]
-        lost, errors = [], []
-        with service.lock:
-            gone, out_of_reach = dict(record.gone), dict(record.out_of_reach)
-            collateral = record.collateral_crashes()
-        for rank in range(size):
-            if rank in left:
-                continue
-            how = exits.get(rank)
-            if how is None:
-                host = record.host_of(rank)
-                lost.append((rank, f"{host} is gone: {gone[host]}" if host in gone else
-                             out_of_reach.get(rank, "gone without a word: its host was probably lost")))
-            elif (how.startswith("signal") or how in (f"code {protocol.EXIT_RESET}", WORLD_CRASH_END)
-                  or rank in collateral):
-                lost.append((rank, how))
-            elif how != "code 0":
-                errors.append((rank, how))
-        if errors:
-            listed = ", ".join(f"rank {r} on {record.host_of(r)} ({how.replace('code', 'exit code')})"
-                               for r, how in errors)
-            raise ElasticError(f"world {record.number}: {listed}: an error in the training script, not a lost "
-                               "process, so a restart would fail the same way")
-        if "done" in left.values() and not leavers:
-            # The training function returned (on every rank, since its last
-            # collective completed); mpiexec's own code may still count a
-            # rank lost afterwards.
-            if lost:
-                self.say(f"world {record.number}: lost after training finished: "
-                         + ", ".join(f"rank {r} on {record.host_of(r)} ({how})" for r, how in lost))
+            ends = record.ends()
+            started = bool(record.registered or record.exits)
+            gone = dict(record.gone)
+        resumable = service.state_commit() >= 0 or self.checkpoint_exists()
+        outcome = classify(ends, WorldSeen(size=len(ends), gone=gone, mpiexec_code=code, resumable=resumable,
+                                           started=started))
+        world = f"world {record.number}"
+        if outcome.next is Next.STOP:
+            raise ElasticError(f"{world}: {stop_reason(outcome, code)}")
+        if outcome.next is Next.DONE:
+            if outcome.lost_after_done:
+                self.say(f"{world}: lost after training finished: {listed(outcome.lost_after_done)}")
             return None
-        if not lost and not leavers:
-            if code == 0:
-                return None
-            raise ElasticError(f"world {record.number}: mpiexec exited with {code} and no rank says why")
-        if lost and len(lost) == size:
-            if service.state_commit() < 0 and not self.checkpoint_exists():
-                raise ElasticError(f"world {record.number}: every rank was lost and there is no committed state "
-                                   "to resume from (no survivor handed one over; --checkpoint-path keeps one "
-                                   "on disk)")
-            return f"world {record.number}: every rank was lost; resuming from the newest committed state"
-        cooling = {}  # host -> its cool-down, for each host left out now
-        for rank, how in lost:
-            host = record.host_of(rank)
-            # A host discovery dropped comes back when it lists it again; a
-            # rank that crashed after a peer was already lost keeps its host.
-            if host not in gone and rank not in collateral and host not in cooling:
-                cooling[host] = self.left_out.leave_out(host, f"rank {rank} was lost there ({how})")
-        if lost:
-            listed = ", ".join(f"rank {r} on {record.host_of(r)} ({how})" for r, how in lost)
-            hosts = sorted({record.host_of(r) for r, _ in lost})
-            kept = ({record.host_of(r) for r, _ in lost if r in collateral}
-                    - {record.host_of(r) for r, _ in lost if r not in collateral})
-            excluded = [f"{h} {describe_cooldown(cooling[h])}" for h in hosts if h in cooling]
-            if kept:
-                listed += (f" (kept for the next world: {', '.join(sorted(kept))}, whose rank crashed only after "
-                           "a peer was lost or the world broken)")
-            dropped = [h for h in hosts if h in gone]
-            return (f"world {record.number}: lost {listed}"
-                    + (f"; left out: {', '.join(excluded)}" if excluded else "")
-                    + (f"; left out while discovery does not list them: {', '.join(dropped)}" if dropped else ""))
-        if any(left[r] == "hosts" for r in leavers):
-            return f"world {record.number}: hosts changed"
-        return f"world {record.number}: ranks lost contact with each other, though none ended"
+        if outcome.cause is Cause.EVERY_RANK_LOST:
+            return f"{world}: every rank was lost; resuming from the newest committed state"
+        if outcome.cause is Cause.HOSTS_CHANGED:
+            return f"{world}: hosts changed"
+        if outcome.cause is Cause.CUT_OFF:
+            return f"{world}: ranks lost contact with each other, though none ended"
+        first = {x.host: x for x in reversed(outcome.lost) if not x.collateral}  # each blamed host's first
+        cooling = {h: self.left_out.leave_out(h, f"rank {first[h].rank} was lost there ({first[h].why})")
+                   for h in outcome.blamed}
+        text = f"{world}: lost {listed(outcome.lost)}"
+        if outcome.kept:
+            text += (f" (kept for the next world: {', '.join(outcome.kept)}, whose rank crashed only after a "
+                     "peer was lost or the world broken)")
+        hosts = sorted({x.host for x in outcome.lost})
+        excluded = [f"{h} {describe_cooldown(cooling[h])}" for h in hosts if h in cooling]
+        if excluded:
+            text += f"; left out: {', '.join(excluded)}"
+        if outcome.dropped:
+            text += f"; left out while discovery does not list them: {', '.join(outcome.dropped)}"
+        return text
 
     def checkpoint_exists(self):
         """Whether --checkpoint-path names a file that is there."""
         return bool(self.args.checkpoint_path) and os.path.exists(self.args.checkpoint_path)
+
+
+def listed(lost):
+    """'rank 2 on c (signal 9), ...' of Lost records."""
+    return ", ".join(f"rank {x.rank} on {x.host} ({x.why})" for x in lost)
+
+
+def stop_reason(outcome, code):
+    """Why the job stops, for the launcher's last line."""
+    if outcome.cause is Cause.SCRIPT_ERROR:
+        errors = ", ".join(f"rank {e.rank} on {e.host} (exit code {e.code})" for e in outcome.errors)
+        return f"{errors}: an error in the training script, not a lost process, so a restart would fail the same way"
+    if outcome.cause is Cause.NOTHING_STARTED:
+        return "no rank started (see mpiexec's output above)"
+    if outcome.cause is Cause.NOTHING_TO_RESUME:
+        return ("every rank was lost and there is no committed state to resume from (no survivor handed one "
+                "over; --checkpoint-path keeps one on disk)")
+    return f"mpiexec exited with {code} and no rank says why"
 
 
 def fmt_hosts(hosts):

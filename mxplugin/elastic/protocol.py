@@ -31,7 +31,7 @@ EXIT_START_CRASHED = 77
 # Exit code of a rank whose MPI crashed under its core's thread while its
 # world ran, most likely as a peer ended (Note [Crashes under a running
 # world] in src/common/crash_exit.h): a crash, judged as any other (Note
-# [Collateral crashes] in world_record.py).
+# [One rule for a world's end] in rank_ends.py).
 EXIT_WORLD_CRASHED = 78
 REQUEST_TIMEOUT_S = 30
 # The launcher answers a rank's long poll (/broken) within LONG_POLL_S and

@@ -271,7 +271,7 @@ class DriverService:
                     world.left.setdefault(rank, NOT_STARTED)  # Note [Ranks that never started]
                 how = world.exits[rank] = query.get("how", "?")
                 if how in CRASH_ENDS and world.ending(rank):
-                    world.crashed_when_broken.add(rank)  # Note [Collateral crashes]
+                    world.crashed_when_broken.add(rank)  # Note [One rule for a world's end] in rank_ends.py
                 said = _CRASH_EXIT_CODES.get(how)
                 if said is not None and rank not in world.left:
                     world.left[rank], why = said

@@ -3,7 +3,8 @@ left and why, lost, out of reach, said hello), which DriverService keeps
 and judges."""
 import time
 
-from mxplugin.elastic.protocol import EXIT_WORLD_CRASHED
+from mxplugin.elastic.protocol import EXIT_RESET, EXIT_WORLD_CRASHED
+from mxplugin.elastic.rank_ends import CRASH_SIGNALS, EXIT_MXNET_CRASH, Phase, RankEnd
 from mxplugin.launch.placement import host_of_rank, slot_count
 
 # Note [Ranks that never started]: MPI's start (MPI_Init, and the core's
@@ -23,29 +24,10 @@ from mxplugin.launch.placement import host_of_rank, slot_count
 # whenever they come, are not errors of the training script.
 NOT_STARTED = "not started"
 
-# Note [Collateral crashes]: MPI is not fault tolerant. When a rank is
-# killed mid-collective, or its host cut off, or its peers leave as their
-# world ends, a survivor's MPI (UCX) may itself crash (SIGSEGV, or heap
-# corruption and SIGABRT; exit code 255 where MXNet's own SIGSEGV handler
-# ran) before its watcher hands over and leaves. Such a rank's host is
-# healthy: leaving it out would shrink every later world for a fault that
-# was not its own, and its end is no error of the training script. So a
-# rank that crashed after another rank of its world had already ended by a
-# signal, after the launcher knew its world was broken, or after another
-# rank said it leaves the world for the launcher's new hosts (a chaos loop:
-# MPICH crashed under a rank's core thread, in a negotiation round's
-# MPI_Iallreduce, 0.05 s after its peers left at the commit that ended
-# their world for a host coming back; the crash cost its host a cool-down),
-# is not held against its host. A host whose own ranks crash first still
-# is, and worlds that keep failing stop at --reset-limit or after
-# MAX_WORLDS_WITHOUT_PROGRESS.
-# A crash that MPI made under the core's thread (EXIT_WORLD_CRASHED, Note
-# [Crashes under a running world] in src/common/crash_exit.h) comes within
-# a tenth of a second of the peer's end that caused it, and its report may
-# reach the launcher first: it is collateral whenever another rank of its
-# world ended by a signal or went out of reach, whichever came first.
+# The ends that are crashes, as the ranks' supervisors word them (Note [One
+# rule for a world's end] in rank_ends.py).
 WORLD_CRASH_END = f"code {EXIT_WORLD_CRASHED}"
-CRASH_ENDS = ("signal 11", "signal 6", "signal 7", "signal 4", "signal 8", "code 255", WORLD_CRASH_END)
+CRASH_ENDS = (*(f"signal {n}" for n in sorted(CRASH_SIGNALS)), f"code {EXIT_MXNET_CRASH}", WORLD_CRASH_END)
 
 
 class WorldRecord:
@@ -59,7 +41,7 @@ class WorldRecord:
         self.registered = {}      # rank -> pid
         self.left = {}            # rank -> reason ("failure", "hosts", "done", NOT_STARTED)
         self.exits = {}           # rank -> "code N" | "signal N", from the supervisors, in the order they came
-        self.crashed_when_broken = set()  # ranks whose crash came as the world ended (ending; Note [Collateral crashes])
+        self.crashed_when_broken = set()  # ranks whose crash came as the world ended (Note [One rule for a world's end])
         self.hosts_updated = False
         # Why the world cannot go on (a rank ended without leaving, a rank
         # lost contact with its peers, a host went away), once the launcher
@@ -74,20 +56,31 @@ class WorldRecord:
         # in world_end.py): they end at once, handing nothing over.
         self.stopping = False
 
-    def collateral_crashes(self):
-        """Ranks whose crash followed another rank's end by a signal or the
-        world's break (Note [Collateral crashes])."""
-        collateral, peer_lost = set(self.crashed_when_broken), False
-        for rank, how in self.exits.items():
-            if peer_lost and how in CRASH_ENDS:
-                collateral.add(rank)
-            peer_lost = peer_lost or how.startswith("signal")
-        for rank, how in self.exits.items():
-            if how == WORLD_CRASH_END and any(
-                    other != rank and (self.exits.get(other, "").startswith("signal") or self.unreachable(other))
-                    for other in range(slot_count(self.hosts))):
-                collateral.add(rank)
-        return collateral
+    def ends(self):
+        """One RankEnd per rank, in rank order (mxplugin/elastic/rank_ends.py)."""
+        order = {rank: i for i, rank in enumerate(self.exits)}  # the order the ends came in
+        return [self._end(rank, order.get(rank)) for rank in range(slot_count(self.hosts))]
+
+    def _end(self, rank, order):
+        how = self.exits.get(rank)
+        kind, _, value = (how or "").partition(" ")
+        code = int(value) if kind == "code" and value.lstrip("-").isdigit() else None
+        signum = int(value) if kind == "signal" and value.isdigit() else None
+        left = self.left.get(rank)
+        if left in ("failure", "hosts") or code == EXIT_RESET:
+            phase = Phase.LEAVING
+        elif left == "done":
+            phase = Phase.DONE
+        elif left == NOT_STARTED or rank not in self.registered:
+            phase = Phase.STARTING
+        else:
+            phase = Phase.RUNNING
+        host = self.host_of(rank)
+        unreachable = self.out_of_reach.get(rank) or (f"{host} is gone: {self.gone[host]}" if host in self.gone
+                                                      else None)
+        return RankEnd(rank, host, phase, code=code, signal=signum, order=order, left=left,
+                       unreachable=unreachable, after_break=rank in self.crashed_when_broken,
+                       mpi_crash=code == EXIT_WORLD_CRASHED)
 
     def ending(self, rank):
         """Whether this world is over for `rank`'s peers: broken, or
