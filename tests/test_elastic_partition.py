@@ -22,7 +22,8 @@ import pytest
 from chaos_log import MIN_ACCURACY, reached_accuracy
 from fake_cluster import ENV, IFACE, FakeCluster
 from mpi_harness import HANG_S, REPO, rank_env
-from mxplugin.elastic.protocol import LAUNCHER_GONE_S, LONG_POLL_S, STOP_HEADER
+from mxplugin.elastic.protocol import STOP_HEADER
+from mxplugin.elastic.timeouts import LAUNCHER_GONE_S, LONG_POLL_S
 from mxplugin.elastic.service import DriverService
 from mxplugin.launch.hosts_not_reached import HostsNotReached
 from mxplugin.launch.lost_hosts import reported_hosts

@@ -16,7 +16,8 @@ PACKAGE = os.path.join(REPO, "mxplugin")
 # MPIs it shares with the loader, and the elastic launcher's side.
 LAUNCH_MAY_IMPORT = ("mxplugin.launch", "mxplugin.mpi_family", "mxplugin.errors", "mxplugin.elastic.driver",
                      "mxplugin.elastic.discovery", "mxplugin.elastic.cooldown", "mxplugin.elastic.service",
-                     "mxplugin.elastic.protocol", "mxplugin.elastic.world_end", "mxplugin._build_info")
+                     "mxplugin.elastic.protocol", "mxplugin.elastic.world_end", "mxplugin.elastic.timeouts",
+                     "mxplugin._build_info")
 # --check-build loads the core as the ranks would, to report what really loads (CUDA, NCCL, the libraries).
 LAUNCH_EXCEPTIONS = {"mxplugin.launch.build_report": {"mxplugin", "mxplugin._loader"}}
 # A file past a few hundred lines holds more than one job (STYLE.md, "Small things that add up"): split it.

@@ -8,11 +8,8 @@ import urllib.parse
 import urllib.request
 
 from mxplugin.elastic.protocol import (COMMIT_HEADER, ENV_CHECKPOINT, ENV_DRIVER, ENV_TOKEN, ENV_WORLD,  # noqa: F401
-                                       EXIT_RESET, REQUEST_TIMEOUT_S, STOP_HEADER, TOKEN_HEADER)
-
-# How much later than asked a long poll's answer may come (the launcher's
-# own load, the network) before the request counts as failed.
-ANSWER_SLACK_S = 5
+                                       EXIT_RESET, STOP_HEADER, TOKEN_HEADER)
+from mxplugin.elastic.timeouts import ANSWER_SLACK_S, REQUEST_TIMEOUT_S
 
 
 class DriverClient:

@@ -5,8 +5,7 @@ import subprocess
 
 from mxplugin.launch.hosts import UsageError, parse_hosts
 from mxplugin.launch.placement import place_ranks
-
-SCRIPT_TIMEOUT_S = 30
+from mxplugin.elastic.timeouts import SCRIPT_TIMEOUT_S
 
 
 class DiscoveryError(Exception):

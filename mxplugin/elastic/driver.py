@@ -35,8 +35,10 @@ from mxplugin.elastic import protocol
 from mxplugin.elastic.cooldown import DEFAULT_COOLDOWN_RANGE, LeftOutHosts, describe_cooldown
 from mxplugin.elastic.discovery import DiscoveryError, DiscoveryScript, FixedHosts, usable
 from mxplugin.elastic.service import DriverService
+from mxplugin.elastic.timeouts import REACH_BACK_S
 from mxplugin.elastic.start_failures import hosts_not_started, leave_out_not_started
-from mxplugin.elastic.world_end import SETTLE_QUIET_S, SETTLE_S, WorldEnd, left_behind
+from mxplugin.elastic.timeouts import SETTLE_QUIET_S, SETTLE_S
+from mxplugin.elastic.world_end import WorldEnd, left_behind
 from mxplugin.elastic.rank_ends import Cause, Next, WorldSeen, classify
 from mxplugin.launch.hosts import UsageError, is_local_host, unreachable_hosts
 from mxplugin.launch import signal_wait
@@ -47,11 +49,9 @@ SIOCGIFADDR = 0x8915
 # dying at start-up, say) stops rather than restart forever.
 MAX_WORLDS_WITHOUT_PROGRESS = 3
 # Note [Hosts that cannot reach the launcher]: the check run on a host back
-# from its cool-down, and how long its connection may take (a host whose
-# route is gone fails at once; one whose neighbour never answers, once ARP
-# gives up: about 3 s).
+# from its cool-down (REACH_BACK_S: a host whose route is gone fails at
+# once; one whose neighbour never answers, once ARP gives up: about 3 s).
 REACH_BACK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reach_back.py")
-REACH_BACK_S = 5.0
 
 
 class ElasticError(Exception):

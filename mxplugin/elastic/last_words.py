@@ -7,10 +7,10 @@ import signal
 import sys
 import threading
 
+from mxplugin.elastic.timeouts import LAST_WORDS_S
+
 # Exit code of a rank ended by the launcher's stop (as by Ctrl-C).
 EXIT_STOPPED = 128 + signal.SIGINT
-# How long a rank's last words may take before it ends anyway.
-LAST_WORDS_S = 1.0
 
 
 def say(text, rank):

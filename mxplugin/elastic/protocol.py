@@ -33,14 +33,7 @@ EXIT_START_CRASHED = 77
 # world] in src/common/crash_exit.h): a crash, judged as any other (Note
 # [One rule for a world's end] in rank_ends.py).
 EXIT_WORLD_CRASHED = 78
-REQUEST_TIMEOUT_S = 30
-# The launcher answers a rank's long poll (/broken) within LONG_POLL_S and
-# the rank asks again at once: a rank that hears nothing for
-# LAUNCHER_GONE_S leaves, and the launcher takes a rank it has not heard
-# from for RANK_SILENT_S for cut off (Note [Partitions] in world_end.py).
-LONG_POLL_S = 5
-RANK_SILENT_S = 15
-LAUNCHER_GONE_S = 20
+# The timeouts of the ranks' talk with the launcher: timeouts.py.
 
 # Note [Single copy in elastic jobs]: between ranks of one host MPICH reads
 # a large message straight from the sender's memory (process_vm_readv,

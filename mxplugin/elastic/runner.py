@@ -34,7 +34,9 @@ import mxplugin as hvd
 from mxplugin import basics as _basics
 from mxplugin.elastic import client as _client
 from mxplugin.elastic import last_words
-from mxplugin.elastic.protocol import ENV_CRASH_EXIT, EXIT_LEFT_CRASHED, EXIT_RESET, LAUNCHER_GONE_S, LONG_POLL_S
+from mxplugin.elastic.protocol import ENV_CRASH_EXIT, EXIT_LEFT_CRASHED, EXIT_RESET
+from mxplugin.elastic.timeouts import (FREEZE_TICK_S, FROZEN_GAP_S, LAST_WORDS_S, LAUNCHER_GONE_S, LEAVE_TOGETHER_S,
+                                      LEAVE_WORLD_S, LONG_POLL_S)
 from mxplugin.elastic.state import HostsUpdatedInterrupt, read_checkpoint
 from mxplugin.errors import LOST_CONTACT, PeerFailureError
 
@@ -84,10 +86,6 @@ def _start(state, client):
 _leaving = threading.Lock()
 _finished = threading.Event()
 EXIT_STOPPED = last_words.EXIT_STOPPED
-# How long a leaving rank waits for its core's thread to park (it does
-# within a poll, 0.2 ms, unless a transfer is blocked inside MPI).
-LEAVE_WORLD_S = 0.1
-LAST_WORDS_S = last_words.LAST_WORDS_S
 _bounded = last_words.bounded
 
 
@@ -130,7 +128,6 @@ def _leave(state, client, reason, hand_over):
 # reach, and only then exits: by then no core of the world calls MPI. The
 # wait is bounded (a peer may hang in the user's code); the user's stop, or
 # the launcher moving on to another world, ends it too.
-LEAVE_TOGETHER_S = 30.0
 
 
 def _wait_for_peers_to_leave(client):
@@ -234,8 +231,6 @@ def _watch(state, client):
 # was stopped] in src/backend/mpi/mpi_control_plane.cc; with this thread
 # switched off, 12 of 12 so left, 6-82 ms after SIGCONT); this thread stays
 # for what the core cannot see (a world over while every old peer lives on).
-FROZEN_GAP_S = 2.0
-FREEZE_TICK_S = 0.05
 
 
 def _guard_freezes(client):

@@ -20,6 +20,7 @@ import urllib.parse
 
 from mxplugin.elastic.protocol import (COMMIT_HEADER, EXIT_LEFT_CRASHED, EXIT_START_CRASHED, STOP_HEADER,
                                       TOKEN_HEADER)
+from mxplugin.elastic.timeouts import MAX_WAIT_S
 from mxplugin.elastic.world_record import CRASH_ENDS, NOT_STARTED, WorldRecord  # noqa: F401  (NOT_STARTED: tests' import)
 from mxplugin.launch.placement import slot_count
 
@@ -319,8 +320,6 @@ def _long_poll_wait(query):
 
 # Requests about one rank of the current world: the rank must be one.
 _RANK_REQUESTS = ("/hello", "/register", "/leave", "/exit")
-# The longest a rank's long poll may ask to be held (its watcher asks for 5 s).
-MAX_WAIT_S = 600.0
 # Note [What the service reads]: the service listens on every interface,
 # so anyone who reaches the launcher's host may talk to it. It reads a
 # request's body only once the token is right and the length is one it

@@ -33,11 +33,10 @@ fewer than --min-np slots stay usable for --elastic-timeout
 blamed for (mpiexec itself failed: a bad option, a missing program) still
 stops the job: every world would fail the same way."""
 from mxplugin.elastic.cooldown import describe_cooldown
+from mxplugin.elastic.timeouts import START_HELLO_S
 
-# How long after a world began every rank's supervisor must have said hello
-# while no rank has registered: a proxy and a Python process start in well
+# START_HELLO_S (timeouts.py): a proxy and a Python process start in well
 # under a second; a loaded machine or a slow ssh may take some seconds.
-START_HELLO_S = 30
 NO_HELLO = "no process of its ranks started there"
 
 

@@ -9,7 +9,8 @@ import time
 from mxplugin.elastic import client as _client
 from mxplugin.elastic import last_words
 from mxplugin.elastic.last_words import EXIT_STOPPED
-from mxplugin.elastic.protocol import EXIT_RESET, LAUNCHER_GONE_S, LONG_POLL_S
+from mxplugin.elastic.protocol import EXIT_RESET
+from mxplugin.elastic.timeouts import LAUNCHER_GONE_S, LONG_POLL_S
 
 # Note [Leaving MPI's start]: MPI's start (MPI_Init, inside mxplugin.init())
 # waits, with no timeout, for every rank of the world, in a PMI barrier
@@ -32,7 +33,6 @@ from mxplugin.elastic.protocol import EXIT_RESET, LAUNCHER_GONE_S, LONG_POLL_S
 # launcher gives such ranks START_GRACE_S), saying so in one line; it holds
 # nothing to hand over (the state is synced later), and the launcher counts
 # it as left ("not started") rather than waiting for it.
-START_POLL_S = LONG_POLL_S
 NOT_STARTED = "not started"  # the reason service.py gives such a rank (its NOT_STARTED)
 
 
@@ -67,7 +67,7 @@ class StartGuard:
     def _watch(self):
         last_answer = time.monotonic()
         while not self.done:
-            kind, why = self._ask(START_POLL_S)
+            kind, why = self._ask(LONG_POLL_S)
             if kind is None:  # out of reach: as the watcher does, leave once it is gone (Note [Partitions])
                 if time.monotonic() - last_answer >= LAUNCHER_GONE_S:
                     self._leave("gone", f"the launcher has not answered for {LAUNCHER_GONE_S} s")

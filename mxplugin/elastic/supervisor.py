@@ -25,6 +25,7 @@ import urllib.request
 
 import protocol
 import segments
+import timeouts
 
 # Passed on to the rank: the launcher's stop.
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -48,7 +49,7 @@ def tell_launcher(path, what, **query):
     request = urllib.request.Request(f"http://{address}{path}?{query}", data=b"", method="POST",
                                      headers={protocol.TOKEN_HEADER: os.environ.get(protocol.ENV_TOKEN, "")})
     try:
-        urllib.request.urlopen(request, timeout=protocol.REQUEST_TIMEOUT_S).close()
+        urllib.request.urlopen(request, timeout=timeouts.REQUEST_TIMEOUT_S).close()
     except OSError as exc:  # the launcher is gone, or says this world is over: nothing to tell
         if what is not None:
             print(f"mxplugin: rank {rank_from_environment()}: could not tell the launcher {what}: {exc}",

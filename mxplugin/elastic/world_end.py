@@ -43,28 +43,17 @@ RANK_SILENT_S (or the peer timeout, if less) more."""
 import sys
 import threading
 
-from mxplugin.elastic.protocol import RANK_SILENT_S
-from mxplugin.elastic.start_failures import START_HELLO_S
+from mxplugin.elastic.timeouts import (MPIEXEC_GRACE_S, RANK_SILENT_S, SETTLE_QUIET_S, SETTLE_S, START_GRACE_S,
+                                      START_HELLO_S)
 
-# How long mpiexec may take to end once every rank the launcher can hear
-# from has left or ended (it ends in well under a second when it reaches
-# every host's proxy).
-MPIEXEC_GRACE_S = 2.0
-# How long ranks still running when their world is over get to hand their
-# state over and leave, and how long without a word from any of them ends
-# the wait sooner (ranks cut off never say anything).
-SETTLE_S = 30
-SETTLE_QUIET_S = 3
-# How long ranks that have not registered when their world is broken get
-# to do so before they are taken for stuck in MPI's start (Note [Ranks that
-# never started] in world_record.py). One given up on too soon still leaves at
-# once when it registers: its watcher hears that the world is over.
-START_GRACE_S = 5
-# MXPLUGIN_PEER_TIMEOUT_SECONDS for the ranks of an elastic job unless the
-# user sets it: a collective that times out costs only the steps since the
-# last commit, and a partition between ranks' hosts that the launcher does
-# not see (it reaches every host) is found only this way.
-ELASTIC_PEER_TIMEOUT_S = 30
+# Its timeouts (timeouts.py): mpiexec ends in well under a second once it
+# reaches every host's proxy (MPIEXEC_GRACE_S); ranks cut off never say
+# anything (SETTLE_QUIET_S); a rank given up on in MPI's start too soon
+# (START_GRACE_S) still leaves at once when it registers: its watcher hears
+# that the world is over; with ELASTIC_PEER_TIMEOUT_S a collective that
+# times out costs only the steps since the last commit, and a partition
+# between ranks' hosts that the launcher does not see (it reaches every
+# host) is found only this way.
 
 
 class WorldEnd(threading.Thread):

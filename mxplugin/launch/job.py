@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 
+from mxplugin.elastic.timeouts import DRAIN_ABANDONED_S, DRAIN_S, FORCE_AFTER_S, GIVE_UP_AFTER_S
 from mxplugin.launch.hosts_not_reached import HostsNotReached
 from mxplugin.launch.line_relay import EXIT_MARKER, RANK_MARKER
 from mxplugin.launch.lost_hosts import MARKER, LostHostsWatch, reported_hosts
@@ -145,16 +146,14 @@ def exit_code(returncode):
 # interrupt until the call returns). After GIVE_UP_AFTER_S mpiexec is
 # abandoned: killed with the remote shells it started (the launcher's end of
 # each host's connection; what runs on a host cut off cannot be reached),
-# naming the hosts left behind. The launcher exits well within 10 s.
-FORCE_AFTER_S = 3.0
-GIVE_UP_AFTER_S = 6.0
+# naming the hosts left behind. The launcher exits within STOP_BOUND_S
+# (the four: mxplugin/elastic/timeouts.py).
 # The launcher's exit code when it gave up on mpiexec (not after an
 # interrupt): the job failed, and mpiexec cannot say how.
 EXIT_ABANDONED = 1
-# Output still in the pipes after mpiexec ended: how long to wait for it,
-# and after mpiexec was abandoned (something left behind may hold them).
-DRAIN_S = 10.0
-DRAIN_ABANDONED_S = 1.0
+# Output still in the pipes after mpiexec ended is waited for DRAIN_S, and
+# after mpiexec was abandoned (something left behind may hold them)
+# DRAIN_ABANDONED_S.
 
 
 class Job:

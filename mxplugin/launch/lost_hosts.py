@@ -21,11 +21,9 @@ import re
 import threading
 import time
 
+from mxplugin.elastic.timeouts import LOOK_EVERY_S, NAMED_GRACE_S, ORPHANED_GRACE_S
 from mxplugin.launch.remote_shells import remote_shells
 
-NAMED_GRACE_S = 2.0
-ORPHANED_GRACE_S = 5.0
-LOOK_EVERY_S = 1.0
 # What a rank's error says of peers it cannot reach (src/core/core.cc,
 # src/core/transfer_watchdog.cc): "ranks 2, 3 on host2; rank 5 on host4
 # cannot be reached from host1".

@@ -243,7 +243,7 @@ def launch_elastic(args, hosts):
     most = args.max_np or args.num_proc or sum(s for _, s in hosts) or 1
     env, added = rank_environment(argparse.Namespace(**{**vars(args), "num_proc": most}), os.environ, hosts)
     if "MXPLUGIN_PEER_TIMEOUT_SECONDS" not in env:  # Note [Partitions] in mxplugin/elastic/world_end.py
-        from mxplugin.elastic.world_end import ELASTIC_PEER_TIMEOUT_S
+        from mxplugin.elastic.timeouts import ELASTIC_PEER_TIMEOUT_S
 
         env["MXPLUGIN_PEER_TIMEOUT_SECONDS"] = added["MXPLUGIN_PEER_TIMEOUT_SECONDS"] = str(ELASTIC_PEER_TIMEOUT_S)
     from mxplugin.elastic.protocol import SURVIVOR_MPI_ENV  # Note [Single copy in elastic jobs]
