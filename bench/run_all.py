@@ -375,6 +375,11 @@ def report():
         "`MPI_Allgatherv`). resnet50_v1's 193 gradients (102 MB) by `grouped_allreduce_` and by a per-tensor "
         "`allreduce_` loop, and `DistributedTrainer.step()` (its allreduce and update) of a hybridized "
         "resnet50_v1, batch 4 per rank at 64x64.")
+    lines += core_builds.section(
+        read_result("exchange_pairwise.json"), "The ordered reductions' exchange, one peer at a time",
+        "Note [Pairwise exchange]: flat MPI over 3+ ranks moving each rank's blocks by `MPI_Alltoallv` "
+        "(`alltoallv`, the core of the section above) and by one `MPI_Sendrecv` per peer and step "
+        "(`pairwise`, which survives a peer killed mid-exchange: docs/reliability.md). The same measures.")
     with open(os.path.join(DOCS, "benchmarks.md"), "w") as f:
         f.write("\n".join(lines))
     print("wrote docs/benchmarks.md")
