@@ -5,16 +5,13 @@ import time
 
 # Note [Cool-downs]: a rank lost on a host says little about the host's
 # future: an OOM kill, a rebooted switch or a preempted container pass.
-# Leaving the host out for good made a long job shrink with every
-# transient fault (3 fake hosts, one rank killed, one link cut and
-# restored: the job ended on one rank though all three were listed and
-# reachable). So a host is left out for a cool-down, then probed through
-# the remote shell and tried again if it answers (one still cut off is left
-# out again, as for a new fault). A host that fails again waits twice as
-# long each time, up to the range's upper end, so one that keeps failing
-# costs few worlds. The range is horovodrun's
-# --blacklist-cooldown-range; "inf inf" leaves hosts out for good (what
-# horovodrun does without the option).
+# Leaving the host out for good would shrink a long job with every transient
+# fault. So a host is left out for a cool-down, then probed through the
+# remote shell and tried again if it answers (one still cut off is left out
+# again, as for a new fault). A host that fails again waits twice as long
+# each time, up to the range's upper end, so one that keeps failing costs
+# few worlds. The range is horovodrun's --blacklist-cooldown-range; "inf
+# inf" leaves hosts out for good (what horovodrun does without the option).
 DEFAULT_COOLDOWN_RANGE = (30.0, 600.0)
 
 

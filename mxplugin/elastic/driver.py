@@ -139,16 +139,15 @@ class ElasticDriver:
     # Note [Hosts that cannot reach the launcher]: a host left out after a
     # fault may answer the remote shell when its cool-down ends and still be
     # cut off from the launcher (its link down, a console or a namespace's
-    # shell still working). A world started there cannot start (Note [Hosts
-    # a world cannot start on] in start_failures.py), and mpiexec giving up
-    # on it ("Launch proxy failed") tears the world down under the ranks of
-    # the healthy hosts while they are inside MPI's start: MPICH's PMI
-    # client crashes (SIGSEGV) or PMI_Init fails (exit 15, MPI_ERR_OTHER):
-    # 4 ranks in 3 of 20 chaos runs, each a host cut past its cool-down. So
-    # before such a host is tried again it must open a connection to the
-    # launcher's service from there (reach_back.py, run through the remote
-    # shell, as the ranks' supervisors will); one that cannot is left out
-    # again, for longer, and no world is started on it.
+    # shell still working). A world started there cannot start
+    # (Note [Hosts a world cannot start on] in start_failures.py), and
+    # mpiexec giving up on it ("Launch proxy failed") tears the world down
+    # under the ranks of the healthy hosts while they are inside MPI's
+    # start: MPICH's PMI client crashes (SIGSEGV) or PMI_Init fails (exit
+    # 15, MPI_ERR_OTHER). So before such a host is tried again it must open
+    # a connection to the launcher's service from there (reach_back.py, run
+    # through the remote shell, as the ranks' supervisors will); one that
+    # cannot is left out again, for longer, and no world is started on it.
     def cannot_reach_back(self, host):
         """Why `host` cannot connect to this launcher's service (the remote
         shell's word on reach_back.py), or "" when it can or is this machine."""

@@ -39,12 +39,11 @@ EXIT_WORLD_CRASHED = 78
 # a large message straight from the sender's memory (process_vm_readv,
 # "CMA"). When the sender is killed in the middle, that read fails and a
 # survivor may go on with part of the result never written: in an elastic
-# job survivors live on and commit, so wrong numbers could be handed over
-# (tests/kill_loop.py, the flat MPI path: 2 of 80 survivors read wrong
-# numbers with the single copy, 80 of 80 clear without it). So elastic ranks
-# run with it off, through MPICH's shared-memory cells, which outlive the
-# sender, unless the user set it. Its cost, on the flat MPI path only (the
-# default path within a host is mxplugin's own shared memory): 1.0-1.7x,
-# median 1.2x, for 64 KB-16 MB at 2 ranks (bench/single_copy.py). A plain
-# job keeps it: there mpiexec ends every rank when one dies.
+# job survivors live on and commit, so wrong numbers could be handed over.
+# So elastic ranks run with it off, through MPICH's shared-memory cells,
+# which outlive the sender, unless the user set it. Its cost, on the flat
+# MPI path only (the default path within a host is mxplugin's own shared
+# memory): 1.0-1.7x, median 1.2x, for 64 KB-16 MB at 2 ranks
+# (bench/single_copy.py). A plain job keeps it: there mpiexec ends every
+# rank when one dies.
 SURVIVOR_MPI_ENV = {"MPIR_CVAR_CH4_CMA_ENABLE": "0"}

@@ -118,16 +118,15 @@ def _leave(state, client, reason, hand_over):
 
 
 # Note [Leaving together]: when the launcher's hosts change, every rank of
-# the world decides at one commit to end it, and all are alive. They used
-# to exit as each came to leave; a slower rank's core was then still in a
-# negotiation round with peers that had gone, and MPICH crashed under it
-# (a chaos loop, seed 7106: ranks 0 and 1 exited 75, and 0.05 s later rank
-# 2 crashed in MPI_Iallreduce, exit 78). So a rank leaving for new hosts
-# has parked its core (Note [Leaving a broken world]) and waits until the
-# launcher says every rank of its world has left, ended or is out of
-# reach, and only then exits: by then no core of the world calls MPI. The
-# wait is bounded (a peer may hang in the user's code); the user's stop, or
-# the launcher moving on to another world, ends it too.
+# the world decides at one commit to end it, and all are alive. Were each to
+# exit as it came to leave, a slower rank's core would still be in a
+# negotiation round with peers that had gone, and MPICH would crash under
+# it. So a rank leaving for new hosts has parked its core
+# (Note [Leaving a broken world]) and waits until the launcher says every
+# rank of its world has left, ended or is out of reach, and only then exits:
+# by then no core of the world calls MPI. The wait is bounded (a peer may
+# hang in the user's code); the user's stop, or the launcher moving on to
+# another world, ends it too.
 
 
 def _wait_for_peers_to_leave(client):
@@ -215,22 +214,19 @@ def _watch(state, client):
 # longer than the peer timeout has lost its world: its peers gave up on it
 # and left, and the launcher went on without it. When it is let go, its
 # core's thread resumes inside MPI against peers that are gone, and MPICH
-# crashes there within milliseconds (SIGSEGV in MPI_Iallreduce, SIGABRT,
-# or exit 255: the chaos run of issue 38), while the watcher, whose long
-# poll was answered before the world ended, needs a new connection and a
-# second request to hear it. So a thread of its own notices the gap
-# (CLOCK_MONOTONIC runs on while a process is stopped, not while the
-# machine sleeps) and asks the launcher at once, over a connection kept
-# open for this, whether this world is over; if so the rank ends there,
-# handing nothing over (it holds nothing newer than what its peers handed
-# over, Note [Partitions]). A world still running (the whole job was
-# paused) goes on as the watcher decides. Frozen for 15 s past a 10 s peer
-# timeout, 6 of 6 ranks so left (exit 75, 2-11 ms after SIGCONT), against
-# 2 of 5 without it. The core closes the window itself: its thread makes no
-# MPI call after such a gap until it knows no peer ended (Note [A rank that
-# was stopped] in src/backend/mpi/mpi_control_plane.cc; with this thread
-# switched off, 12 of 12 so left, 6-82 ms after SIGCONT); this thread stays
-# for what the core cannot see (a world over while every old peer lives on).
+# crashes there within milliseconds (SIGSEGV in MPI_Iallreduce, SIGABRT, or
+# exit 255), while the watcher, whose long poll was answered before the
+# world ended, needs a new connection and a second request to hear it. So a
+# thread of its own notices the gap (CLOCK_MONOTONIC runs on while a process
+# is stopped, not while the machine sleeps) and asks the launcher at once,
+# over a connection kept open for this, whether this world is over; if so
+# the rank ends there, handing nothing over (it holds nothing newer than
+# what its peers handed over, Note [Partitions]). A world still running (the
+# whole job was paused) goes on as the watcher decides. The core closes the
+# window itself: its thread makes no MPI call after such a gap until it
+# knows no peer ended (Note [A rank that was stopped] in
+# src/backend/mpi/mpi_control_plane.cc); this thread stays for what the core
+# cannot see (a world over while every old peer lives on).
 
 
 def _guard_freezes(client):

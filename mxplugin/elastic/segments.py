@@ -5,19 +5,18 @@ nothing of mxplugin, so that the rank supervisor (run by path) can load it.
 Note [Segments of a rank that ended]: MPICH keeps a shared-memory segment
 per rank in /dev/shm (mpich_shm_<job>_<rank>, 1-3 MB), removed only by
 MPI_Finalize. An elastic rank never gets there when its world ends (it
-leaves with os._exit: a peer is gone, Note [Worlds] in runner.py) or when
-it is killed, so every reset left one per rank behind (the chaos run of
-issue 38: 48 segments after 14 resets), until /dev/shm fills. So the
-rank's supervisor starts a keeper beside it (clean_up_after), which notes
-the segments the rank maps while it runs and removes those still there
-once it has ended, however it ended (left, killed, crashed, or stuck in
-MPI's start until mpiexec was abandoned): no rank of a later world attaches
-to them (a world's names are its own), and a peer of the same world that
-still maps one keeps its memory. The keeper is a process of its own, in a
-session of its own: MPICH's proxy SIGKILLs the supervisor, its child, when
-mpiexec is abandoned, and the rank may end after that. Only MPICH's names:
-a segment the training script shares (a dataset in /dev/shm) is not the
-job's to remove."""
+leaves with os._exit: a peer is gone, Note [Worlds] in runner.py) or when it
+is killed, so left alone every reset would leave one segment per rank
+behind, until /dev/shm fills. So the rank's supervisor starts a keeper
+beside it (clean_up_after), which notes the segments the rank maps while it
+runs and removes those still there once it has ended, however it ended
+(left, killed, crashed, or stuck in MPI's start until mpiexec was
+abandoned): no rank of a later world attaches to them (a world's names are
+its own), and a peer of the same world that still maps one keeps its memory.
+The keeper is a process of its own, in a session of its own: MPICH's proxy
+SIGKILLs the supervisor, its child, when mpiexec is abandoned, and the rank
+may end after that. Only MPICH's names: a segment the training script shares
+(a dataset in /dev/shm) is not the job's to remove."""
 import os
 import select
 import signal

@@ -8,11 +8,9 @@ fake hosts of tests/fake_cluster.py), so MPICH's proxy there cannot connect
 back to mpiexec, or ssh does not get through, or nothing ever starts there.
 MPICH's launcher then gives up on the whole world ("Launch proxy failed":
 mpiexec ends), or waits for ever for the host's ranks while the others wait
-inside MPI's start. A launcher that took such a world for a broken job
-ended jobs whose other hosts were healthy (issue 48: a host's cool-down
-ended while its link was still cut, "world 4: no rank started", exit 1,
-with two hosts ready). So when no rank of a world registered, the hosts to
-blame are
+inside MPI's start. Taking such a world for a broken job would end a job
+whose other hosts are healthy. So when no rank of a world registered, the
+hosts to blame are
 - those mpiexec's own lines say it could not reach
   (mxplugin/launch/hosts_not_reached.py);
 - else those where no rank's supervisor said hello (it does as it starts

@@ -14,25 +14,25 @@ from mxplugin.elastic.timeouts import LAUNCHER_GONE_S, LONG_POLL_S
 
 # Note [Leaving MPI's start]: MPI's start (MPI_Init, inside mxplugin.init())
 # waits, with no timeout, for every rank of the world, in a PMI barrier
-# through MPICH's proxy on its host. A rank lost before it gets there (killed
-# as its world starts) leaves the others waiting for good, and nothing in
-# them hears that the world is broken: the watcher above starts only with the
-# training function. The launcher gives up on them (Note [Ranks that never
-# started] in world_record.py) and abandons mpiexec, and its proxies' going ended
-# their wait in a crash: MPICH 5.0.2's PMI client reads the closed socket and
-# dies (SIGSEGV in PMIU_cmd_read, under PMI_Barrier, MPIR_pmi_allgather, the
-# UCX netmod's comm-commit hook and MPII_Init_thread: cores from
-# bench/chaos_loop.py, issue 48), which MXNet's SIGSEGV handler turns into
-# exit 255, or SIGABRT when its exit() runs into the threads still running.
-# A rank slow to get to MPI's start (MXNet loading on a busy host) found its
-# proxy gone instead: MPICH aborts PMI_Init with the low byte of its error
-# code as exit code (1, 15, ...), its message lost with the proxy. So in an
-# elastic launch init() has the launcher watched from before MPI's start
-# until it is over (StartGuard): a rank whose world is broken, over or
-# stopped by then leaves at once, while its proxy is still there (the
-# launcher gives such ranks START_GRACE_S), saying so in one line; it holds
-# nothing to hand over (the state is synced later), and the launcher counts
-# it as left ("not started") rather than waiting for it.
+# through MPICH's proxy on its host. A rank lost before it gets there
+# (killed as its world starts) leaves the others waiting for good, and
+# nothing in them hears that the world is broken: the watcher above starts
+# only with the training function. The launcher gives up on them
+# (Note [Ranks that never started] in world_record.py) and abandons mpiexec,
+# and its proxies' going would end their wait in a crash: MPICH 5.0.2's PMI
+# client reads the closed socket and dies (SIGSEGV in PMIU_cmd_read, under
+# PMI_Barrier, MPIR_pmi_allgather, the UCX netmod's comm-commit hook and
+# MPII_Init_thread), which MXNet's SIGSEGV handler turns into exit 255, or
+# SIGABRT when its exit() runs into the threads still running. A rank slow
+# to get to MPI's start (MXNet loading on a busy host) would find its proxy
+# gone instead: MPICH aborts PMI_Init with the low byte of its error code as
+# exit code (1, 15, ...), its message lost with the proxy. So in an elastic
+# launch init() has the launcher watched from before MPI's start until it is
+# over (StartGuard): a rank whose world is broken, over or stopped by then
+# leaves at once, while its proxy is still there (the launcher gives such
+# ranks START_GRACE_S), saying so in one line; it holds nothing to hand over
+# (the state is synced later), and the launcher counts it as left ("not
+# started") rather than waiting for it.
 NOT_STARTED = "not started"  # the reason service.py gives such a rank (its NOT_STARTED)
 
 

@@ -8,20 +8,20 @@ from mxplugin.elastic.rank_ends import CRASH_SIGNALS, EXIT_MXNET_CRASH, Phase, R
 from mxplugin.launch.placement import host_of_rank, slot_count
 
 # Note [Ranks that never started]: MPI's start (MPI_Init, and the core's
-# set-up after it) waits for every rank of the world. A rank lost before
-# it gets there (killed while MXNet loads, say) leaves the others waiting
+# set-up after it) waits for every rank of the world. A rank lost before it
+# gets there (killed while MXNet loads, say) leaves the others waiting
 # inside it for good: they never register, so no watcher of theirs hears
-# that the world is broken, and mpiexec, which keeps them, never ends (a
-# chaos run hung so, issue 38). Such ranks now leave by themselves as
-# soon as the world is broken (Note [Leaving MPI's start] in start_guard.py:
-# they watch the launcher from before MPI's start). As the backstop for a
-# rank that cannot reach the launcher: once the world is broken, a rank
-# that has not registered within START_GRACE_S is not waited for: it counts
-# as having left, NOT_STARTED (not lost: its host did nothing wrong), and
-# the world's end abandons mpiexec (Note [Partitions] in world_end.py),
-# whose proxies' going ends those ranks' MPI start (MPICH 5.0.2's PMI client
-# then crashed: exit 255 through MXNet's handler, or SIGABRT). Their ends,
-# whenever they come, are not errors of the training script.
+# that the world is broken, and mpiexec, which keeps them, never ends. Such
+# ranks leave by themselves as soon as the world is broken
+# (Note [Leaving MPI's start] in start_guard.py: they watch the launcher
+# from before MPI's start). As the backstop for a rank that cannot reach the
+# launcher: once the world is broken, a rank that has not registered within
+# START_GRACE_S is not waited for: it counts as having left, NOT_STARTED
+# (not lost: its host did nothing wrong), and the world's end abandons
+# mpiexec (Note [Partitions] in world_end.py), whose proxies' going ends
+# those ranks' MPI start (MPICH 5.0.2's PMI client then crashes: exit 255
+# through MXNet's handler, or SIGABRT). Their ends, whenever they come, are
+# not errors of the training script.
 NOT_STARTED = "not started"
 
 # The ends that are crashes, as the ranks' supervisors word them (Note [One

@@ -148,16 +148,13 @@ def say_ended(pid):
 # Note [Seeing a rank end]: the launcher names the rank that ended first by
 # the times the relays saw their commands end (rank_deaths.py), and mpiexec
 # stops the others within milliseconds of the first end. The reader of the
-# output saw it late whenever the end came right after output, as a crash
-# often does: busy writing the last lines, it took the time only after
-# mpiexec had stopped another rank and that rank's relay had taken its own
-# (with 3 busy loops on 2 cores, rank 0 was named for rank 1's end 2 times
-# in 24, its time 12 us and 0.8 ms ahead; twice in a CI run). So a process
-# of its own, doing nothing else, waits for the end and says it. Woken, it
-# may still wait for a CPU longer than mpiexec takes to kill another rank
-# and that rank's watcher to run (2 in 30 with 3 busy loops on 2 cores; once
-# in a CI run on a machine short of CPU), so where it may, it runs at
-# real-time priority (_run_first).
+# output would see it late whenever the end comes right after output, as a
+# crash often does: busy writing the last lines, it would take the time only
+# after mpiexec had stopped another rank and that rank's relay had taken its
+# own. So a process of its own, doing nothing else, waits for the end and
+# says it. Woken, it may still wait for a CPU longer than mpiexec takes to
+# kill another rank and that rank's watcher to run, so where it may, it runs
+# at real-time priority (_run_first).
 def _run_first():
     """Real-time priority for the watcher where allowed (root, or
     CAP_SYS_NICE): woken by the end, it runs at once instead of waiting for

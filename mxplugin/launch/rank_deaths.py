@@ -33,27 +33,22 @@ is the bare signal number, which reads like a rank's exit code).
 Note [Exits and kills]: the banner's signal is that of the ranks' raw wait
 statuses ORed, not the first end's. A rank that fails (its peers' host cut
 off, an uncaught exception after a collective failed) exits without
-finalising MPI, and MPICH's proxy SIGKILLs its other ranks as after a
-crash: a rank still in its own exit then makes the banner say "Killed
-(signal 9)" (1 | 9), and the killed rank's relay may even see its end
-first (a CI run said "rank 1 ... was killed by signal 9", exit 137, for a
-job whose ranks 0 and 1 had both failed naming the host cut off; mpiexec
-alone exits 1 there and prints no banner). So each end is told by what is
-known of it: a rank that calls exit() writes its code and the time from a C
-exit handler (EXIT_MARKER, from _core.say_exit_code, before the kernel
-tears the process down, so before the proxy hears of the end), and the
-relay reads the raw wait status of a rank not yet reaped (known for a
-kill, rarely for an exit). The first end not known to be a clean exit 0 is
-the job's: an exit with its code ("... ended first: it exited with code 1
-without finishing MPI"), a signal with its signal; of an end known in
-neither way, the banner's signal, as before. MPICH does not always print
-the banner there: of the same 3-rank job (two ranks exit 1, the third is
-stopped and killed), mpiexec alone printed it in 2 runs of 6 and exited 1
-in the others (a CI run's launcher then said nothing). So without a banner
-the line is said as well when a rank said it exited with a nonzero code
-and fewer ranks said they exited than the job has: the others were killed.
-Ranks that all finish MPI and exit(3) all say so, and mpiexec's exit 3
-stands alone, as it should."""
+finalising MPI, and MPICH's proxy SIGKILLs its other ranks as after a crash:
+a rank still in its own exit then makes the banner say "Killed (signal 9)"
+(1 | 9), and the killed rank's relay may even see its end first. So each end
+is told by what is known of it: a rank that calls exit() writes its code and
+the time from a C exit handler (EXIT_MARKER, from _core.say_exit_code,
+before the kernel tears the process down, so before the proxy hears of the
+end), and the relay reads the raw wait status of a rank not yet reaped
+(known for a kill, rarely for an exit). The first end not known to be a
+clean exit 0 is the job's: an exit with its code ("... ended first: it
+exited with code 1 without finishing MPI"), a signal with its signal; of an
+end known in neither way, the banner's signal. MPICH does not always print
+the banner there: when some ranks exit 1 and the others are killed, mpiexec
+alone may just exit 1. So without a banner the line is said as well when a
+rank said it exited with a nonzero code and fewer ranks said they exited
+than the job has: the others were killed. Ranks that all finish MPI and
+exit(3) all say so, and mpiexec's exit 3 stands alone, as it should."""
 import re
 import signal
 import threading

@@ -6,12 +6,11 @@ the process to any of its threads that does not block it: the main thread
 when it can take it, another one (an output pump, the elastic service's
 server) when it has one pending already. The C handler then only marks the
 signal as received; a main thread blocked in waitpid() or sleep() is not
-woken and runs the handler only when that call returns, so a Ctrl-C was
-seen only when the job ended by itself (an elastic job trained on past the
-interrupt, 1 run in 13 on a loaded machine). Python writes each signal it
-catches to the wakeup descriptor (signal.set_wakeup_fd) from whatever thread
-took it, so the main thread waits in select() on that descriptor beside what
-it waits for (the child's pidfd, or nothing but a time limit): any caught
+woken and runs the handler only when that call returns, so a Ctrl-C would be
+seen only when the job ends by itself. Python writes each signal it catches
+to the wakeup descriptor (signal.set_wakeup_fd) from whatever thread took
+it, so the main thread waits in select() on that descriptor beside what it
+waits for (the child's pidfd, or nothing but a time limit): any caught
 signal returns from the select and its handler runs at once."""
 import contextlib
 import os

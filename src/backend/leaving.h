@@ -6,9 +6,8 @@
 // same moment. Its core's thread is meanwhile in MPI (polling a negotiation
 // round that a lost peer will never join, or between steps), and MPI is not
 // fault tolerant: once a peer's process is gone, MPICH may crash under a
-// call that touches it (SIGSEGV, heap corruption and SIGABRT: issue 48's
-// crash, 0.05 s after the launcher's word, with a host dropped by
-// discovery). So the rank first sets this (Core::LeaveWorld): the planes
+// call that touches it (SIGSEGV, heap corruption and SIGABRT, within a
+// tenth of a second of the peer's end). So the rank first sets this (Core::LeaveWorld): the planes
 // make no MPI call from then on (a round being polled fails at its next
 // poll, a new call fails before it starts) and the core's thread parks;
 // only then does the rank hand over and exit. A call already blocked in MPI

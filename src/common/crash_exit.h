@@ -6,7 +6,7 @@
 // its peers are still inside MPI_Init makes MPICH tear the world down, and
 // its proxies' going closes the PMI socket the peers wait on: MPICH 5.0.2's
 // PMI client then dies reading it (SIGSEGV in PMIU_cmd_read under
-// PMI_Barrier, MPII_Init_thread: cores read by gdb, issue 48). Nothing can
+// PMI_Barrier, MPII_Init_thread). Nothing can
 // be saved of a start whose process manager is gone, and the launcher must
 // not take such an end for a crash of the host (a crash costs the host a
 // cool-down). So while MPI starts, and only when the caller asks for it (an
@@ -16,32 +16,30 @@
 // with the proxy. The previous handlers come back when the start is over
 // (CrashExit). The same start torn down under a world that could not start
 // on one host (mpiexec gives up: "Launch proxy failed") ends the ranks of
-// the other hosts the same way (a chaos run's cores, issue 48). Ranks
+// the other hosts the same way. Ranks
 // whose world broke before MPI's start leave on their own earlier (Note [Leaving MPI's start] in
 // mxplugin/elastic/start_guard.py); this is for the teardown that is faster.
 //
 // Note [Crashes while leaving]: a rank told that its world is broken hands
 // its state over and exits, while its core's thread may still be inside MPI
 // with peers that are leaving too: MPICH then crashes under it (SIGSEGV,
-// or heap corruption and SIGABRT, 0.05 s after the launcher's word: the
-// chaos test of a fresh-clone CI run, a host dropped by discovery). The rank
-// is leaving anyway, so from the moment it decides to leave a crash ends it
+// or heap corruption and SIGABRT, within a tenth of a second of the
+// launcher's word). The rank is leaving anyway, so from the moment it decides to leave a crash ends it
 // with one line and a code of its own, EXIT_LEFT_CRASHED (ArmCrashExit,
 // mxplugin/elastic/runner.py's _leave): it may crash before it has told the
-// launcher it leaves (a CI run: the launcher took it for lost and left its
-// healthy host out), and the code tells the launcher instead.
+// launcher it leaves, and a healthy host must not be left out for it: the
+// code tells the launcher instead.
 //
 // Note [Crashes under a running world]: MPI is not fault tolerant. A rank
 // killed mid-collective (or its host cut) can make MPICH crash under a
 // survivor's core thread, inside the negotiation round's MPI_Iallreduce or
-// MPI_Test, before anyone has said the world is broken (a chaos loop's
-// cores: SIGSEGV in libmpi 0.06 s after the run SIGKILLed a peer, issue 48);
+// MPI_Test, or a data-plane call, before anyone has said the world is
+// broken (SIGSEGV in libmpi within a tenth of a second of the peer's end);
 // so can a rank stopped inside an MPI call and let go after its world ended
 // (Note [A rank that was stopped] in src/backend/mpi/mpi_control_plane.cc),
 // and a rank whose core's thread starts a round as its peers leave a world
-// that ends for new hosts (0.05 s after they left, seed 7106 of a chaos
-// loop: its peers exit at the commit before it has set its switch, Note
-// [Leaving a broken world] in src/backend/leaving.h).
+// that ends for new hosts (its peers exit at the commit before it has set
+// its switch, Note [Leaving a broken world] in src/backend/leaving.h).
 // MPICH's own fault tolerance (MPIR_CVAR_ENABLE_FT=1) cannot be had
 // instead: MPICH 5.0.2 fails an assertion in MPI_Init with it (ch4_request.h
 // line 16, at any rank count). Such a survivor cannot save anything, but its

@@ -248,8 +248,8 @@ void Core::RunCycle(bool* stop) {
       {
         // Note [Leaving a broken world]: the round stopped at the flag, so no
         // peer was lost, and none is probed; the loop ends, failing what is
-        // pending with the same words as when the flag is seen between rounds
-        // (a loaded CI run's said "lost contact with its peers" instead).
+        // pending with the same words as when the flag is seen between rounds,
+        // not as a lost peer's.
         std::lock_guard<std::mutex> lock(mutex_);
         if (leave_requested_) {
           lost_peers_ = true;

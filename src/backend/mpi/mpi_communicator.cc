@@ -25,8 +25,7 @@ Status ToIntVector(const std::vector<int64_t>& in, std::vector<int>* out, const 
 // Note [Peers ended mid-call]: MPI is not fault tolerant. When a rank of this
 // host is killed in the middle of a collective, MPICH's shared-memory copy
 // from it fails (process_vm_readv: no such process), and the others' call
-// may still return success with part of the result never written (a kill
-// loop saw an allgather return wrong numbers, 2 times in 100 kills), or an
+// may still return success with part of the result never written, or an
 // error that names no rank. So after each call the ranks of this host are
 // polled (their pidfds, and a one-byte read of their memory, which goes
 // first: peer_probe.cc): one that has ended fails the call as a lost peer,

@@ -23,9 +23,8 @@ Status LeavingStatus(const char* what) {
 // and a new world went on without it. When it is let go, this thread
 // resumes where it was: about to start a round, or polling one. An MPI call
 // against peers that ended crashes in MPICH within milliseconds (SIGSEGV in
-// MPI_Iallreduce, SIGABRT; the chaos run of issue 38, 1 frozen rank in 7 on
-// a CI machine, with Note [Frozen ranks] in mxplugin/elastic/runner.py only
-// narrowing the window). So before each MPI call this plane looks at how
+// MPI_Iallreduce, SIGABRT), which Note [Frozen ranks] in
+// mxplugin/elastic/runner.py only narrows. So before each MPI call this plane looks at how
 // long its thread has not run (CLOCK_MONOTONIC runs on while a process is
 // stopped): a round about to start after a gap of a whole wait first asks
 // the peer probe (no MPI) which peers ended, and fails naming them rather
@@ -37,8 +36,7 @@ Status LeavingStatus(const char* what) {
 // A thread stopped inside an MPI call resumes there: only that window is
 // left (a transfer of the data plane is one blocking call), and where MPICH
 // crashes in it the rank ends with its own code and its thread's stack
-// (Note [Crashes under a running world] in src/common/crash_exit.h; a chaos
-// loop: 1 frozen rank of 20, let go as its world had ended).
+// (Note [Crashes under a running world] in src/common/crash_exit.h).
 Status MpiControlPlane::CheckStopped(Clock::time_point now, Clock::duration budget, const char* what) {
   if (leaving_ && leaving_->IsSet()) return LeavingStatus(what);
   const Clock::duration idle = now - last_run_;
