@@ -47,6 +47,9 @@ class MpiCommunicator : public Communicator {
   // block for this rank (`mine` elements) into slot k of `slots`.
   Status ExchangeBlocks(const char* send, const std::vector<int>& counts, const std::vector<int>& displs, int mine,
                         DataType dtype, char* slots);
+  // Waits for an exchange's receive and send (pair), watching `peers`
+  // (world ranks) once it takes long (Note [Exchanges that watch their peers]).
+  Status AwaitExchange(MPI_Request* pair, const std::vector<int>& peers);
   Status OrderedReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts, DataType dtype,
                               ReduceOp op);
   // MPI's verdict on a call named `what`, failed when a local peer ended meanwhile.

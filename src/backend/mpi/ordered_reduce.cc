@@ -1,8 +1,10 @@
 // MpiCommunicator's reductions over three or more ranks, in rank order
 // (Note [Fixed reduction order]).
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cstring>
+#include <thread>
 
 #include "backend/mpi/mpi_communicator.h"
 #include "common/reduce.h"
@@ -20,6 +22,10 @@ constexpr int64_t kGatherWholeBytes = int64_t{64} << 10;
 // The pairwise exchange's messages (the only point-to-point traffic on a
 // data-plane communicator).
 constexpr int kExchangeTag = 1;
+// Note [Exchanges that watch their peers].
+constexpr auto kPeerLookAfter = std::chrono::seconds(1);
+constexpr double kPeerProbeSeconds = 0.3;
+constexpr int kSpinsBeforeYield = 1000;
 
 }  // namespace
 
@@ -109,13 +115,49 @@ Status MpiCommunicator::ExchangeBlocks(const char* send, const std::vector<int>&
     const int to = (me + s) % n, from = (me - s + n) % n;
     Status st = NotLeaving("MPI_Sendrecv");
     if (!st.ok()) return st;
-    st = Checked(MPI_Sendrecv(send + displs[to] * esize, counts[to], type, to, kExchangeTag,
-                              slots + static_cast<int64_t>(from) * mine * esize, mine, type, from, kExchangeTag,
-                              comm_->get(), MPI_STATUS_IGNORE),
-                 "MPI_Sendrecv");
+    MPI_Request pair[2];
+    int rc = MPI_Irecv(slots + static_cast<int64_t>(from) * mine * esize, mine, type, from, kExchangeTag,
+                       comm_->get(), &pair[0]);
+    if (rc == MPI_SUCCESS) {
+      rc = MPI_Isend(send + displs[to] * esize, counts[to], type, to, kExchangeTag, comm_->get(), &pair[1]);
+    }
+    st = rc == MPI_SUCCESS ? AwaitExchange(pair, {comm_->global_ranks()[to], comm_->global_ranks()[from]})
+                           : Checked(rc, "MPI_Sendrecv");
     if (!st.ok()) return st;
   }
   return Status::Ok();
+}
+
+// Note [Exchanges that watch their peers]: a peer on another host that
+// ends mid-exchange leaves this rank's receive waiting for ever (MPI over
+// TCP says nothing), and a rank stuck so stays silent until its world's
+// end finds it, late or never when its supervisor went with MPICH's
+// process groups. So the exchange is polled: once it has waited
+// kPeerLookAfter, the two peers are probed every kPeerLookAfter (their
+// probe port refusing: the process is gone), and an ended one fails the
+// call at once, named, as a lost peer; a rank that is leaving stops polling.
+Status MpiCommunicator::AwaitExchange(MPI_Request* pair, const std::vector<int>& peers) {
+  const auto began = std::chrono::steady_clock::now();
+  auto next_look = began + kPeerLookAfter;
+  for (int spins = 0;; ++spins) {
+    int done = 0;
+    const int rc = MPI_Testall(2, pair, &done, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS || done) return Checked(rc, "MPI_Sendrecv");
+    if (leaving_ && leaving_->IsSet()) {
+      return Status::Aborted("MPI_Sendrecv not finished: this rank is leaving its world");
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (peers_ && now >= next_look) {
+      const std::string ended = peers_->Ended(peers, kPeerProbeSeconds);
+      if (!ended.empty()) {
+        const bool one = ended.rfind("rank ", 0) == 0 && ended.find(';') == std::string::npos;
+        return Status::Aborted("mxplugin lost contact with its peers: " + ended + (one ? " has" : " have") +
+                               " ended (the process is gone: its probe port refuses) during MPI_Sendrecv");
+      }
+      next_look = now + kPeerLookAfter;
+    }
+    if (spins > kSpinsBeforeYield) std::this_thread::yield();
+  }
 }
 
 // Block k (recv_counts[k] elements) is reduced by rank k, piece by piece.
