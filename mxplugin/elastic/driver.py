@@ -35,11 +35,10 @@ from mxplugin.elastic import protocol
 from mxplugin.elastic.cooldown import DEFAULT_COOLDOWN_RANGE, LeftOutHosts, describe_cooldown
 from mxplugin.elastic.discovery import DiscoveryError, DiscoveryScript, FixedHosts, usable
 from mxplugin.elastic.service import DriverService
-from mxplugin.elastic.timeouts import REACH_BACK_S
-from mxplugin.elastic.start_failures import hosts_not_started, leave_out_not_started
-from mxplugin.elastic.timeouts import SETTLE_QUIET_S, SETTLE_S
-from mxplugin.elastic.world_end import WorldEnd, left_behind
 from mxplugin.elastic.rank_ends import Cause, Next, WorldSeen, classify
+from mxplugin.elastic.start_failures import hosts_not_started, leave_out_not_started
+from mxplugin.elastic.timeouts import REACH_BACK_S, SETTLE_QUIET_S, SETTLE_S
+from mxplugin.elastic.world_end import WorldEnd, left_behind
 from mxplugin.launch.hosts import UsageError, is_local_host, unreachable_hosts
 from mxplugin.launch import signal_wait
 from mxplugin.launch.job import Job

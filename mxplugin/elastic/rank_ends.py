@@ -87,6 +87,7 @@ class RankEnd:
 
     @property
     def crashed(self):
+        """A crash signal, MXNet's crash exit, or MPI crashing under the core's thread."""
         return self.signal in CRASH_SIGNALS or self.code == EXIT_MXNET_CRASH or self.mpi_crash
 
     @property
@@ -97,6 +98,7 @@ class RankEnd:
 
 @dataclass(frozen=True)
 class Lost:
+    """A lost rank: why it counts as lost, and whether its end was collateral (its host kept)."""
     rank: int
     host: str
     why: str
@@ -105,6 +107,7 @@ class Lost:
 
 @dataclass(frozen=True)
 class Outcome:
+    """What classify decided for a world: what comes next, why, and for whom."""
     next: Next
     cause: Optional[Cause] = None
     lost: tuple = ()             # Lost, in rank order
