@@ -273,14 +273,15 @@ class FakeCluster:
                               f"/sys/class/net/{IFACE}/statistics/tx_bytes"], capture_output=True, text=True)
         return int(out.stdout.strip() or 0)
 
-    def run(self, host_index, argv, env=None, timeout=300, cwd=None):
+    def run(self, host_index, argv, env=None, timeout=300, cwd=None, spare=()):
         """Runs argv inside fake host `host_index`; returns the CompletedProcess.
-        On timeout everything in the cluster's namespaces is killed."""
+        On timeout everything in the cluster's namespaces is killed but the
+        pids in `spare` (daemons that serve every test, such as Slurm's)."""
         try:
             return subprocess.run(["ip", "netns", "exec", self.hosts[host_index], *argv], capture_output=True,
                                   text=True, env=env, timeout=timeout, cwd=cwd)
         except subprocess.TimeoutExpired as exc:
-            self.kill_processes()
+            self.kill_processes(spare)
             raise AssertionError(f"timed out after {timeout} s:\n{exc.stdout}\n{exc.stderr}") from exc
 
     def start(self, host_index, argv, env=None, cwd=None):
@@ -313,12 +314,12 @@ class FakeCluster:
             found += [int(pid) for pid in out.split() if pid.isdigit()]
         return found
 
-    def kill_processes(self):
-        """SIGKILLs everything in the cluster's namespaces, again until none
-        is left (one may have started another meanwhile: an mpiexec proxy,
-        a rank): nothing of one test runs into the next."""
+    def kill_processes(self, spare=()):
+        """SIGKILLs everything in the cluster's namespaces but `spare`, again
+        until none is left (one may have started another meanwhile: an
+        mpiexec proxy, a rank): nothing of one test runs into the next."""
         def killed_all():
-            pids = self.namespace_pids()
+            pids = [pid for pid in self.namespace_pids() if pid not in spare]
             for pid in pids:
                 try:
                     os.kill(pid, signal.SIGKILL)

@@ -176,8 +176,10 @@ class FakeSlurm:
         return "\n".join(text)
 
     def run(self, argv, env=None, timeout=120, cwd=None):
-        """A client command on the first host."""
-        return self.cluster.run(0, argv, env=self.env(env), timeout=timeout, cwd=cwd)
+        """A client command on the first host. One that times out is killed
+        with its job steps; the daemons stay, for the tests after it."""
+        return self.cluster.run(0, argv, env=self.env(env), timeout=timeout, cwd=cwd,
+                                spare={proc.pid for proc in self.daemons})
 
     def start_client(self, argv, env=None, cwd=None):
         return self.cluster.start(0, argv, env=self.env(env), cwd=cwd)
