@@ -259,7 +259,7 @@ setup(
     # Every subpackage, found rather than listed: a listed set once left out
     # mxplugin.elastic, and an installed (non-editable) package then failed
     # at `import mxplugin`.
-    packages=find_packages(include=["mxplugin", "mxplugin.*"]),
+    packages=find_packages(include=["mxplugin", "mxplugin.*", "mxplugin_run", "mxplugin_run.*"]),
     package_data={"mxplugin": ["*.pyi", "*.pxd", "*.pxi"]},
     ext_modules=cythonize_ext(),
     cmdclass={"build_ext": ParallelBuildExt},
@@ -287,5 +287,5 @@ setup(
                     "gluonts": GLUONTS_PINS,
                     "bench": ["matplotlib"],
                     "nccl-cu12": ["nvidia-nccl-cu12>=2.14"], "nccl-cu13": ["nvidia-nccl-cu13"]},
-    entry_points={"console_scripts": ["mxplugin-run = mxplugin.run:main"]},
+    entry_points={"console_scripts": ["mxplugin-run = mxplugin_run.run:main"]},
 )

@@ -32,7 +32,7 @@ CONFIGS = {
 def launch(build_dir, config, argv, output):
     env = dict(os.environ, OMP_NUM_THREADS="1", MXNET_CPU_WORKER_NTHREADS="1",
                PYTHONPATH=build_dir + os.pathsep + os.environ.get("PYTHONPATH", ""), **config["env"])
-    cmd = [sys.executable, "-m", "mxplugin.run", "-np", str(config["ranks"]), sys.executable, *argv,
+    cmd = [sys.executable, "-m", "mxplugin_run", "-np", str(config["ranks"]), sys.executable, *argv,
            "--output", output]
     run(cmd, env=env, timeout=1200, what=" ".join(cmd))
     with open(output) as f:

@@ -39,7 +39,7 @@ from mpi_harness import mpiexec_path, rank_env
 from mpi_plain import RESNET50_GRADIENT_BYTES, parse
 from mpi_variants import Variant, debian_openmpi_mpicc, intel_mpi_runtime
 
-from mxplugin.launch.mpi_launcher import mpich_arguments, openmpi_arguments
+from mxplugin_run.mpi_launcher import mpich_arguments, openmpi_arguments
 
 ALLREDUCE = os.path.join(HERE, "allreduce.py")
 TRAINER = os.path.join(HERE, "trainer.py")
@@ -63,7 +63,7 @@ class Mpi:
 
 def mpis(workdir):
     beside = os.path.dirname(mpiexec_path())
-    found = [Mpi("mpich", [sys.executable, "-m", "mxplugin.run"], rank_env(), sys.executable,
+    found = [Mpi("mpich", [sys.executable, "-m", "mxplugin_run"], rank_env(), sys.executable,
                  os.path.join(beside, "mpicc"), mpiexec_path())]
     mpicc, why_not = debian_openmpi_mpicc()
     builds = []
@@ -85,7 +85,7 @@ def mpis(workdir):
         os.makedirs(workdir, exist_ok=True)
         impi, why_not = intel_mpi_runtime(workdir)
     if impi:
-        found.append(Mpi("intel-mpi", [sys.executable, "-m", "mxplugin.run"],
+        found.append(Mpi("intel-mpi", [sys.executable, "-m", "mxplugin_run"],
                          rank_env({"LD_LIBRARY_PATH": os.path.join(impi, "lib"),
                                    "MXPLUGIN_MPIEXEC": os.path.join(impi, "bin", "mpiexec.hydra")}),
                          sys.executable, found[0].mpicc,  # the same ABI: built with MPICH, run on Intel MPI

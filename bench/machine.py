@@ -52,7 +52,8 @@ def _mpi_version():
     if "mxplugin" not in sys.modules:
         return None
     try:
-        from mxplugin import _build_info, mpi_family
+        from mxplugin import _build_info
+        from mxplugin_run import mpi_family
 
         return mpi_family.first_line(mpi_family.library_version(_build_info.MPI_LIBRARY)) or None
     except (ImportError, AttributeError):

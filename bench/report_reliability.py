@@ -36,7 +36,7 @@ def _kills(k):
              "loop), and each survivor's end is recorded. Survivors live on (`mpiexec -disable-auto-cleanup`), as "
              "in an elastic job; `MXPLUGIN_PEER_TIMEOUT_SECONDS=5`"
              + (", and the elastic launcher's MPI settings for its ranks (MPICH's single copy off: Note [Single "
-                "copy in elastic jobs] in `mxplugin/elastic/protocol.py`)" if k.get("survivor_mpi_env") else "")
+                "copy in elastic jobs] in `mxplugin_run/protocol.py`)" if k.get("survivor_mpi_env") else "")
              + ".", "",
              "| how the survivors ended | survivors |", "|---|---|"]
     for how, n in sorted(counts.items(), key=lambda kv: -kv[1]):
@@ -126,7 +126,7 @@ def _fuzz(service, api):
                   + f". Every request was refused or changed nothing; the world stayed unbroken, the ranks' "
                   f"records and the held state as they were, no traceback "
                   f"({'passed' if service['passed'] else 'FAILED'}). Note [What the service reads] in "
-                  "`mxplugin/elastic/service.py`.", ""]
+                  "`mxplugin_run/elastic/service.py`.", ""]
     else:
         lines += ["The elastic service: not measured yet (`python bench/soak.py --parts service`).", ""]
     return lines
@@ -269,13 +269,13 @@ def _chaos_moments(faults):
 
 CHAOS_FOUND = """What the chaos run found, fixed: a rank killed as its world started hung the job for good (the
 others waited inside MPI's start and never registered: Note [Ranks that never started] in
-`mxplugin/elastic/world_record.py`); a frozen rank let go after its world ended died inside MPI (SIGSEGV, SIGABRT,
+`mxplugin_run/elastic/world_record.py`); a frozen rank let go after its world ended died inside MPI (SIGSEGV, SIGABRT,
 exit 255) 3 times in 5 before it heard that its world was over (Note [Frozen ranks] in `mxplugin/elastic/runner.py`
 asks the launcher at once: 6 of 6 left, but a CI run still saw 1 SIGSEGV 44 ms after SIGCONT, the core's thread
 first; since Note [A rank that was stopped] in `src/backend/mpi/mpi_control_plane.cc` the core makes no MPI call
 after such a gap until the peer probe says no peer ended: 12 of 12 left with exit 75, 6-82 ms after SIGCONT, with
 the Python probe switched off); every reset left one MPICH shared-memory segment per rank in `/dev/shm` (Note [Segments of a rank that
-ended] in `mxplugin/elastic/segments.py`)."""
+ended] in `mxplugin_run/elastic/segments.py`)."""
 
 
 CHAOS_LOOP_FOUND = """What the loop found, fixed (issue 48): the SIGABRT "nobody sent" (printed after MXNet's
@@ -320,11 +320,11 @@ FIXED = """## Faults the suite checks each run
 - **A rank killed in a plain job** is named in one line (`tests/test_launcher.py`): `mxplugin-run: rank 1 (pid
   31212 on vm) ended first: the job was killed by signal 9 (SIGKILL); mpiexec stopped the other ranks`, exit
   code 137 (139 for SIGSEGV), instead of MPICH's ten-line banner, whose pid is the host's first process, not the
-  one that died (Note [Naming the rank that died] in `mxplugin/launch/rank_deaths.py`).
+  one that died (Note [Naming the rank that died] in `mxplugin_run/rank_deaths.py`).
 - **Hosts come back** (`tests/test_elastic.py`, 3 fake hosts): a rank killed at commit 4, the job on 2 ranks
   4.7 s later, the host left out for its cool-down (10 s in the test; 30 s by default, doubling per further fault
   up to 600 s: `--blacklist-cooldown-range`), then tried again: 3 ranks 14.9 s after the kill, from the last
-  commit (Note [Cool-downs] in `mxplugin/elastic/cooldown.py`).
+  commit (Note [Cool-downs] in `mxplugin_run/elastic/cooldown.py`).
 - **A world that cannot start on a host** (`tests/test_elastic_partition.py`, 3 fake hosts, cool-down 5-20 s):
   a host's link cut at commit 4 while discovery still lists it; its rank is lost and the host left out for 5 s.
   When that ends with the link still cut, the host still answers the remote shell, so the next world tries it,
@@ -336,7 +336,7 @@ FIXED = """## Faults the suite checks each run
   the link returned). A host where nothing starts while mpiexec waits (no rank's supervisor says hello within
   30 s) is left out the same way. Such a world is no reset (nothing trained in it): neither `--reset-limit` nor
   the limit on worlds without progress counts it; the job ends only when fewer than `--min-np` slots stay usable
-  for `--elastic-timeout` (Note [Hosts a world cannot start on] in `mxplugin/elastic/start_failures.py`). Before,
+  for `--elastic-timeout` (Note [Hosts a world cannot start on] in `mxplugin_run/elastic/start_failures.py`). Before,
   the job stopped there (`world 4: no rank started`, exit 1) with two hosts ready (issue 48).
 - **`save_states()` on some ranks only** (sharded or PowerSGD states; `tests/test_sharding.py`, 3 ranks) fails
   on every rank in 10.1 s, naming the call every rank must make and the collective that went on without it

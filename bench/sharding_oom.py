@@ -52,7 +52,7 @@ def run(ranks, width, shard, limit):
     try:
         if limit:
             group.write("memory.limit_in_bytes", limit)
-        argv = [sys.executable, "-m", "mxplugin.run", "-np", str(ranks), sys.executable,
+        argv = [sys.executable, "-m", "mxplugin_run", "-np", str(ranks), sys.executable,
                 os.path.join(HERE, "sharding.py"), "fit", "--shard", str(int(shard)), "--width", str(width)]
         env = dict(os.environ, OMP_NUM_THREADS="1")
         proc = subprocess.run(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

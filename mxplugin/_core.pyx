@@ -122,7 +122,7 @@ def say_exit_code(marker):
     """Makes this process write "MARKER PID TIME CODE" to stderr when it
     calls exit(CODE) (a C exit handler: after the interpreter has finalised,
     as late as an exit can be seen); not when a signal or _exit() ends it.
-    Note [Exits and kills] in mxplugin/launch/rank_deaths.py. False if the C
+    Note [Exits and kills] in mxplugin_run/rank_deaths.py. False if the C
     library had no slot for it."""
     global _exit_said_by
     cdef bytes text = marker.encode()

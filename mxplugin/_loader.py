@@ -12,7 +12,7 @@ import importlib.util
 import os
 import sys
 
-from mxplugin.mpi_family import library_candidates, library_version
+from mxplugin_run.mpi_family import library_candidates, library_version
 
 try:
     from mxplugin import _build_info

@@ -6,7 +6,7 @@ import sys
 import threading
 
 from mxplugin.errors import ArgumentError, MXPluginError, NotInitializedError
-from mxplugin.launch.line_relay import EXIT_MARKER, RELAYED
+from mxplugin_run.protocol import EXIT_MARKER, RELAYED
 
 
 class _State:
@@ -129,7 +129,7 @@ def _start_core():
     """The core, started (MPI's start among it). In an elastic launch the
     launcher is watched meanwhile: a rank whose world breaks while MPI
     starts leaves (Note [Leaving MPI's start] in mxplugin/elastic/start_guard.py)."""
-    from mxplugin.elastic.protocol import ENV_DRIVER
+    from mxplugin_run.protocol import ENV_DRIVER
 
     guard = None
     if os.environ.get(ENV_DRIVER):
@@ -188,7 +188,7 @@ def _shutdown_at_exit():
         return
     _forget_collectives_failed_by_the_stop(who)
     if _state.topology and _state.topology["size"] > 1:
-        from mxplugin.elastic.protocol import ENV_DRIVER
+        from mxplugin_run.protocol import ENV_DRIVER
 
         if ENV_DRIVER not in os.environ:  # not under the elastic supervisor
             _core_module().exit_at_end(128 + signal.SIGINT)
@@ -235,7 +235,7 @@ def _forget_collectives_failed_by_the_stop(who):
 # the other ranks' stop has ended; it would exit 1, and mpiexec's OR make
 # 131). A one-process run keeps CPython's way (its parent may be a shell),
 # and so does a rank under the elastic supervisor, which reports the signal
-# itself and exits with a code (mxplugin/elastic/supervisor.py).
+# itself and exits with a code (mxplugin_run/elastic/supervisor.py).
 
 
 def _notice_interrupts():

@@ -10,7 +10,7 @@ say in the environment how many processes they started, so a rank whose
 world has one process while its launcher's variables say more stops at
 init(), naming both sides.
 """
-from mxplugin.mpi_family import first_line
+from mxplugin_run.mpi_family import first_line
 
 # (variable, what set it): the launcher's own count of the processes it started.
 _COUNTS = (

@@ -1,8 +1,9 @@
-"""`python -m mxplugin.run` and the `mxplugin-run` entry point: the launcher
-is mxplugin/launch/run.py."""
+"""`python -m mxplugin.run`, kept for scripts that start the launcher so:
+the same as mxplugin-run (mxplugin_run/run.py), after mxplugin's own import,
+which loads MXNet. `python -m mxplugin_run` starts without it."""
 import sys
 
-from mxplugin.launch.run import main
+from mxplugin_run.run import main
 
 if __name__ == "__main__":
     sys.exit(main())

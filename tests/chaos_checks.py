@@ -130,11 +130,11 @@ CRASHED_LEAVING, CRASHED_STARTING = "crash while leaving", "crash in MPI's start
 COLLATERAL, CRASHED_UNDER_WORLD = "collateral crash", "crash under a running world"
 # A crash of a rank counts as collateral when a peer of its world was
 # killed by the run this long before it (Note [One rule for a world's end] in
-# mxplugin/elastic/rank_ends.py: MPICH crashed under the core's thread
+# mxplugin_run/elastic/rank_ends.py: MPICH crashed under the core's thread
 # 0.03-0.4 s after a peer's SIGKILL, before the launcher's word came).
 COLLATERAL_S = 2.0
 CRASH_ENDS = ("signal 11", "signal 6", "signal 7", "signal 4", "signal 8", "code 255")
-# mxplugin.elastic.protocol's; not imported, which would load MXNet into the driver
+# mxplugin_run.protocol's; not imported, which would load MXNet into the driver
 EXIT_RESET, EXIT_LEFT_CRASHED, EXIT_START_CRASHED, EXIT_WORLD_CRASHED = 75, 76, 77, 78
 # The lines kept as evidence: from this long before a rank's end to this
 # long after (its last words, MPICH's or the launcher's on it), at most

@@ -8,9 +8,9 @@ import time
 
 # The launcher's lines.
 WORLD = re.compile(r"^mxplugin-run: elastic: world (\d+): (\d+) ranks? on (\S+)$")
-# Note [Hosts a world cannot start on] (mxplugin/elastic/start_failures.py).
+# Note [Hosts a world cannot start on] (mxplugin_run/elastic/start_failures.py).
 WORLD_NOT_STARTED = re.compile(r"^mxplugin-run: elastic: world (\d+) could not start on ")
-# Note [Hosts that cannot reach the launcher] (mxplugin/elastic/driver.py).
+# Note [Hosts that cannot reach the launcher] (mxplugin_run/elastic/driver.py).
 CANNOT_REACH_BACK = re.compile(r"^mxplugin-run: elastic: (\S+)'s cool-down is over but it cannot reach the launcher: ")
 RESET = re.compile(r"^mxplugin-run: elastic: (world (\d+): .*); reset (\d+)(?: of at most \d+)?, starting a new world$")
 # Rank 0's lines (the example's and the elastic runner's).

@@ -19,8 +19,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from mxplugin.elastic.driver import ElasticDriver  # noqa: E402
-from mxplugin.elastic.protocol import ENV_DRIVER, ENV_TOKEN, ENV_WORLD, TOKEN_HEADER  # noqa: E402
+from mxplugin_run.elastic.driver import ElasticDriver  # noqa: E402
+from mxplugin_run.protocol import ENV_DRIVER, ENV_TOKEN, ENV_WORLD, TOKEN_HEADER  # noqa: E402
 
 WARM_UP_WORLDS = 5
 SLACK = 0.05

@@ -9,7 +9,6 @@ import json
 import os
 import random
 import re
-import runpy
 import signal
 import subprocess
 import sys
@@ -21,9 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mpi_harness import HANG_S, REPO, SPMD_DIR, mpiexec_path, rank_env  # noqa: E402
 
 # What the elastic launcher sets for its ranks, whose survivors live on as
-# here (Note [Single copy in elastic jobs]); read by path, since the
-# package would load MXNet.
-SURVIVOR_MPI_ENV = runpy.run_path(os.path.join(REPO, "mxplugin", "elastic", "protocol.py"))["SURVIVOR_MPI_ENV"]
+# here (Note [Single copy in elastic jobs]).
+from mxplugin_run.protocol import SURVIVOR_MPI_ENV  # noqa: E402
 
 KINDS = ("allreduce", "grouped", "allgather", "broadcast", "reducescatter")
 # The shared-memory path (ranks of one host) and the MPI path.

@@ -59,7 +59,7 @@ def test_sparse_gradients_travel_as_rows_and_match_one_process(np_):
 
 def _train_example(script, ranks, saved, args):
     """examples/<script> under the launcher, as a user runs it; its log."""
-    cmd = [sys.executable, "-m", "mxplugin.run", "-np", str(ranks), sys.executable,
+    cmd = [sys.executable, "-m", "mxplugin_run", "-np", str(ranks), sys.executable,
            os.path.join(REPO, "examples", script), "--save", str(saved), *args]
     rc, out, err = run_command(cmd, 300, env=rank_env())
     assert rc == 0, f"exit {rc}: {' '.join(cmd)}\n{out}\n{err}"

@@ -101,7 +101,7 @@ def test_core_only_build_runs_without_mxnet():
 
 
 def check_build_lines(capsys):
-    from mxplugin.run import main
+    from mxplugin_run.run import main
 
     assert main(["--check-build"]) == 0
     return {line.split(":", 1)[0]: line for line in capsys.readouterr().out.splitlines() if ": " in line}
@@ -110,7 +110,7 @@ def check_build_lines(capsys):
 def test_check_build_agrees_with_build_info(capsys):
     lines = check_build_lines(capsys)
     from mxplugin._loader import MPI_LIBRARY, mpi_library_version
-    from mxplugin.mpi_family import first_line
+    from mxplugin_run.mpi_family import first_line
 
     # the library the ranks load, its version, and a launcher of the same MPI
     assert lines["MPI"].startswith(f"MPI: {first_line(mpi_library_version())} ({MPI_LIBRARY}); launcher: "), lines

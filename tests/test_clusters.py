@@ -11,11 +11,11 @@ import sys
 import pytest
 
 from mpi_harness import HANG_S, REPO, rank_env, run_spmd
-from mxplugin.launch.hosts import UsageError
+from mxplugin_run.hosts import UsageError
 from mxplugin.lone_rank import launcher_count, lone_rank_message
-from mxplugin.mpi_family import MPICH_FAMILY, OPEN_MPI, library_family, soname
-from mxplugin.launch.mpi_launcher import openmpi_arguments
-from mxplugin.launch.slurm import allocation_hosts, expand_counts, expand_hostlist
+from mxplugin_run.mpi_family import MPICH_FAMILY, OPEN_MPI, library_family, soname
+from mxplugin_run.mpi_launcher import openmpi_arguments
+from mxplugin_run.slurm import allocation_hosts, expand_counts, expand_hostlist
 
 
 # -- Slurm's compressed lists ------------------------------------------------------------------
@@ -62,7 +62,7 @@ def test_mxplugin_run_inside_an_allocation_takes_its_hosts_and_says_so():
     host = socket.gethostname()
     env = rank_env({"SLURM_JOB_ID": "42", "SLURM_JOB_NODELIST": host, "SLURM_TASKS_PER_NODE": "2"})
     code = "import os; print('rank', os.environ.get('PMI_RANK', os.environ.get('OMPI_COMM_WORLD_RANK')))"
-    done = subprocess.run([sys.executable, "-m", "mxplugin.run", "--verbose", "-np", "2", sys.executable, "-c", code],
+    done = subprocess.run([sys.executable, "-m", "mxplugin_run", "--verbose", "-np", "2", sys.executable, "-c", code],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
     assert f"hosts from the Slurm allocation 42: {host}:2" in done.stderr, done.stderr
@@ -72,7 +72,7 @@ def test_mxplugin_run_inside_an_allocation_takes_its_hosts_and_says_so():
 # -- Open MPI's launcher -----------------------------------------------------------------------
 
 def test_open_mpi_gets_the_slots_the_root_flag_no_binding_and_the_environment():
-    """Note [Open MPI's defaults] in mxplugin/launch/mpi_launcher.py."""
+    """Note [Open MPI's defaults] in mxplugin_run/mpi_launcher.py."""
     env = {"MXPLUGIN_TIMELINE": "t.json", "NCCL_DEBUG": "INFO", "PYTHONPATH": "/x", "HOME": "/root"}
     args = openmpi_arguments(3, [], env, as_root=True)
     assert args[:4] == ["-np", "3", "-H", "localhost:3"]

@@ -131,7 +131,7 @@ def runnable_blocks():
 def test_runnable_code_blocks_run(page, index, code, ranks, tmp_path):
     script = tmp_path / "snippet.py"
     script.write_text(code)
-    cmd = [sys.executable, "-m", "mxplugin.run", "-np", str(ranks), sys.executable, str(script)]
+    cmd = [sys.executable, "-m", "mxplugin_run", "-np", str(ranks), sys.executable, str(script)]
     rc, out, err = run_command(cmd, 180, env=rank_env())
     assert rc == 0, f"{page} block {index} at {ranks} rank(s): exit {rc}\n{out}\n{err}"
 

@@ -44,7 +44,7 @@ def start(cluster, *options, epochs=12, env=None, example=()):
     release = os.path.join(cluster.dir, f"release{next(RUN_NUMBERS)}")
     if "--blacklist-cooldown-range" not in options:  # a lost host stays out: each test's worlds are known
         options = ("--blacklist-cooldown-range", "inf", "inf", *options)
-    argv = [sys.executable, "-m", "mxplugin.run", "--rsh", cluster.rsh, "--network-interface", IFACE, *options,
+    argv = [sys.executable, "-m", "mxplugin_run", "--rsh", cluster.rsh, "--network-interface", IFACE, *options,
             sys.executable, EXAMPLE, "--epochs", str(epochs), "--log-steps", "--commit-every", str(COMMIT_EVERY),
             "--min-accuracy", str(MIN_ACCURACY), "--until-exists", release, *example]
     proc, log = cluster.start(0, argv, env=rank_env({**ENV, **PEER_TIMEOUT, **(env or {})}), cwd=REPO)
@@ -69,7 +69,7 @@ def kill_ranks(cluster, *host_indexes):
     """SIGKILLs the training processes (not their supervisors, nor the
     launcher on the first host) on fake hosts, all found before any dies:
     once one dies the others leave within moments."""
-    pids = {i: cluster.pids(i, EXAMPLE, lacks=("supervisor.py", "mxplugin.run")) for i in host_indexes}
+    pids = {i: cluster.pids(i, EXAMPLE, lacks=("mxplugin_run.elastic.supervisor", "-m mxplugin_run")) for i in host_indexes}
     assert all(pids.values()), f"no rank on some host: {pids}"
     for found in pids.values():
         for pid in found:
@@ -137,7 +137,7 @@ def without_steps(text):
 def test_a_lost_rank_costs_at_most_the_steps_since_the_last_commit_and_its_host_comes_back(cluster):
     """Rank 2 killed: world 1 goes on at 2 ranks from the last commit, its
     host left out for the cool-down (Note [Cool-downs] in
-    mxplugin/elastic/cooldown.py); then the host is tried again and world 2
+    mxplugin_run/elastic/cooldown.py); then the host is tried again and world 2
     has 3 ranks. The cool-down (10 s) only needs to outlast the moment
     between the verdict and world 1's choice of hosts (a probe)."""
     proc, log, release = start(cluster, "--min-np", "2", "--max-np", "3", "-H", cluster.host_list((1, 1, 1)),

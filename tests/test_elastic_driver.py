@@ -14,13 +14,13 @@ import pytest
 
 from mpi_harness import HANG_S, REPO, assert_spmd_ok, rank_env
 from mxplugin.elastic import client as elastic_client
-from mxplugin.elastic import segments
-from mxplugin.elastic.cooldown import LeftOutHosts, cooldown_for
-from mxplugin.elastic.discovery import DiscoveryError, parse_discovered, usable
-from mxplugin.elastic.driver import ElasticDriver, ElasticError
-from mxplugin.elastic.protocol import ENV_DRIVER, ENV_TOKEN, ENV_WORLD, TOKEN_HEADER
-from mxplugin.elastic.service import NOT_STARTED, DriverService
-from mxplugin.elastic.start_failures import NO_HELLO, hosts_not_started, leave_out_not_started
+from mxplugin_run.elastic import segments
+from mxplugin_run.elastic.cooldown import LeftOutHosts, cooldown_for
+from mxplugin_run.elastic.discovery import DiscoveryError, parse_discovered, usable
+from mxplugin_run.elastic.driver import ElasticDriver, ElasticError
+from mxplugin_run.protocol import ENV_DRIVER, ENV_TOKEN, ENV_WORLD, TOKEN_HEADER
+from mxplugin_run.elastic.service import NOT_STARTED, DriverService
+from mxplugin_run.elastic.start_failures import NO_HELLO, hosts_not_started, leave_out_not_started
 
 
 @pytest.mark.parametrize("np_", [1, 2])
@@ -29,7 +29,7 @@ def test_states_commit_restore_sync_and_carry_over(np_):
 
 
 def test_elastic_launch_on_one_machine():
-    done = subprocess.run([sys.executable, "-m", "mxplugin.run", "--min-np", "2", "--max-np", "2", sys.executable,
+    done = subprocess.run([sys.executable, "-m", "mxplugin_run", "--min-np", "2", "--max-np", "2", sys.executable,
                            "examples/mxnet_elastic_digits.py", "--epochs", "2"], capture_output=True, text=True,
                           env=rank_env(), cwd=REPO, timeout=240)
     assert done.returncode == 0, done.stderr[-4000:]
@@ -43,7 +43,7 @@ def test_ctrl_c_stops_an_elastic_job_rather_than_restart_it(tmp_path):
     not lost ranks, so no new world starts."""
     # Never created: the job trains until the Ctrl-C, however fast the machine.
     never = str(tmp_path / "never")
-    proc = subprocess.Popen([sys.executable, "-m", "mxplugin.run", "--min-np", "2", "--max-np", "2", sys.executable,
+    proc = subprocess.Popen([sys.executable, "-m", "mxplugin_run", "--min-np", "2", "--max-np", "2", sys.executable,
                              "examples/mxnet_elastic_digits.py", "--epochs", "2", "--until-exists", never,
                              "--log-steps"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=rank_env(), cwd=REPO,
@@ -395,7 +395,7 @@ def test_a_left_out_host_comes_back_after_its_cool_down_and_waits_longer_each_fa
     """Note [Cool-downs]: 30 s, then 60, 120, ... up to the range's end;
     the host is usable again once its time is over and it answers, and the
     launcher says so; one that does not answer is left out again, longer."""
-    from mxplugin.elastic import driver as driver_module
+    from mxplugin_run.elastic import driver as driver_module
 
     cut_off = set()
     monkeypatch.setattr(driver_module, "unreachable_hosts",
@@ -439,15 +439,15 @@ def test_a_host_that_answers_the_shell_but_cannot_reach_the_launcher_is_left_out
     its link is cut (its remote shell still works): reach_back.py fails
     there, and c is left out again, longer, without a world being tried on
     it; once it connects, it is tried again."""
-    from mxplugin.elastic import driver as driver_module
+    from mxplugin_run.elastic import driver as driver_module
 
     link_cut = {"c"}
 
     def remote_shell(hosts, rsh, timeout, command=("true",)):
         if command == ("true",):
             return []
-        assert command[1] == driver_module.REACH_BACK and command[3] == "4321", command
-        return [(h, f"{h} (cannot connect to the launcher at {command[2]}:4321: No route to host)")
+        assert command[1:3] == ("-m", "mxplugin_run.elastic.reach_back") and command[4] == "4321", command
+        return [(h, f"{h} (cannot connect to the launcher at {command[3]}:4321: No route to host)")
                 for h, _ in hosts if h in link_cut]
     monkeypatch.setattr(driver_module, "unreachable_hosts", remote_shell)
     monkeypatch.setattr(driver_module, "is_local_host", lambda host: False)
@@ -470,18 +470,19 @@ def test_a_host_that_answers_the_shell_but_cannot_reach_the_launcher_is_left_out
 
 
 def test_reach_back_connects_or_says_why():
-    """mxplugin/elastic/reach_back.py, as the remote shell runs it."""
+    """mxplugin_run/elastic/reach_back.py, as the remote shell runs it."""
     import socket
-    from mxplugin.elastic.driver import REACH_BACK
+
+    reach_back = [sys.executable, "-m", "mxplugin_run.elastic.reach_back"]
 
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
         listening.listen(1)
         port = listening.getsockname()[1]
-        ok = subprocess.run([sys.executable, REACH_BACK, "127.0.0.1", str(port), "5"], capture_output=True,
+        ok = subprocess.run([*reach_back, "127.0.0.1", str(port), "5"], capture_output=True,
                             text=True, timeout=60)
     assert ok.returncode == 0, ok.stderr
-    refused = subprocess.run([sys.executable, REACH_BACK, "127.0.0.1", str(port), "5"], capture_output=True,
+    refused = subprocess.run([*reach_back, "127.0.0.1", str(port), "5"], capture_output=True,
                              text=True, timeout=60)  # the port is closed now
     assert refused.returncode == 1
     assert refused.stderr.startswith(f"cannot connect to the launcher at 127.0.0.1:{port}: "), refused.stderr
@@ -623,7 +624,7 @@ def test_service_keeps_the_newest_state_and_wants_the_token(service):
     (["-np", "2", "--blacklist-cooldown-range", "1", "10"], "--blacklist-cooldown-range is for elastic jobs"),
 ])
 def test_usage_errors(options, message, capsys):
-    from mxplugin.run import main
+    from mxplugin_run.run import main
 
     assert main([*options, "true"]) == 2
     assert message in capsys.readouterr().err
@@ -653,7 +654,7 @@ def raw_request(port, data):
 
 def fuzzed_request(rng, token, kept):
     """One hostile or broken request (bytes) and what it tries."""
-    from mxplugin.elastic.protocol import TOKEN_HEADER
+    from mxplugin_run.protocol import TOKEN_HEADER
 
     kind = rng.choice(["wrong token", "no token", "bad length", "oversized", "garbage", "bad query",
                        "stranger rank", "replayed", "stale world", "bad wait", "old state", "binary path"])
@@ -709,7 +710,7 @@ def test_the_service_refuses_malformed_oversized_replayed_and_wrong_token_reques
     service answering the job's own requests."""
     import random
 
-    from mxplugin.elastic.protocol import TOKEN_HEADER
+    from mxplugin_run.protocol import TOKEN_HEADER
 
     seed = int(os.environ.get("MXPLUGIN_FUZZ_SEED", random.SystemRandom().randrange(1 << 30)))
     count = int(os.environ.get("MXPLUGIN_FUZZ_REQUESTS", "600"))

@@ -1,9 +1,9 @@
 """A fake host cut off from the network mid-training (the host side of its
 link set down: its processes live on, nothing reaches them; Note
-[Partitions] in mxplugin/elastic/world_end.py). Elastic training: with and
+[Partitions] in mxplugin_run/elastic/world_end.py). Elastic training: with and
 without discovery reporting the host gone, the link restored, the host
 found still cut when its cool-down ends (Note [Hosts that cannot reach
-the launcher] in mxplugin/elastic/driver.py) and tried once its link is back, and SIGTERM to the launcher while the
+the launcher] in mxplugin_run/elastic/driver.py) and tried once its link is back, and SIGTERM to the launcher while the
 host is cut; the digits MLP of examples/mxnet_elastic_digits.py trains,
 past its epochs until the test has seen what it waits for. A plain job: every reachable rank fails naming the
 host (Note [Stuck transfers], Note [Lost hosts]). Every test waits until
@@ -22,12 +22,12 @@ import pytest
 from chaos_log import MIN_ACCURACY, reached_accuracy
 from fake_cluster import ENV, IFACE, FakeCluster
 from mpi_harness import HANG_S, REPO, rank_env
-from mxplugin.elastic.protocol import STOP_HEADER
-from mxplugin.elastic.timeouts import LAUNCHER_GONE_S, LONG_POLL_S
-from mxplugin.elastic.service import DriverService
-from mxplugin.launch.hosts_not_reached import HostsNotReached
-from mxplugin.launch.lost_hosts import reported_hosts
-from mxplugin.launch.remote_shells import placed_hosts
+from mxplugin_run.protocol import STOP_HEADER
+from mxplugin_run.timeouts import LAUNCHER_GONE_S, LONG_POLL_S
+from mxplugin_run.elastic.service import DriverService
+from mxplugin_run.hosts_not_reached import HostsNotReached
+from mxplugin_run.lost_hosts import reported_hosts
+from mxplugin_run.remote_shells import placed_hosts
 
 WHY_NOT = FakeCluster.unavailable()
 needs_cluster = pytest.mark.skipif(WHY_NOT is not None, reason=f"fake-host cluster: {WHY_NOT}")
@@ -62,7 +62,7 @@ class Run:
     def __init__(self, cluster, name, *options, env_extra=None, drop_env=()):
         self.cluster = cluster
         self.release_file = os.path.join(cluster.dir, f"release-{name}")
-        argv = [sys.executable, "-m", "mxplugin.run", "--rsh", cluster.rsh, "--network-interface", IFACE,
+        argv = [sys.executable, "-m", "mxplugin_run", "--rsh", cluster.rsh, "--network-interface", IFACE,
                 "--min-np", "2", "--max-np", "3", *options, sys.executable, EXAMPLE, "--epochs", "8", "--log-steps",
                 "--commit-every", str(COMMIT_EVERY), "--min-accuracy", str(MIN_ACCURACY), "--until-exists", self.release_file]
         env = rank_env({**ENV, **(env_extra or {})})
@@ -115,7 +115,7 @@ def lost_line(host, cooldown_s):
     """The launcher's line on rank 2 lost with `host` (a regex-escaped
     name), left out for `cooldown_s`; a healthy rank whose MPI crashed once
     the world was broken may be listed with it, its host kept (Note
-    [One rule for a world's end] in mxplugin/elastic/rank_ends.py)."""
+    [One rule for a world's end] in mxplugin_run/elastic/rank_ends.py)."""
     return (rf"lost (rank \d on \S+ \([^)]*\), )?rank 2 on {host} \(.*\)( \(kept for the next world: [^)]*\))?; "
             rf"left out: {host} for {cooldown_s} s")
 
@@ -280,7 +280,7 @@ def cut_past_its_cool_down(cluster, name):
     (5 s), and when that ends with the link still cut, the host answers the
     remote shell but cannot connect to the launcher from there: it is left
     out again (10 s) before any world is tried on it (Note [Hosts that
-    cannot reach the launcher] in mxplugin/elastic/driver.py; a world started
+    cannot reach the launcher] in mxplugin_run/elastic/driver.py; a world started
     there could not start, and mpiexec's giving up would tear it down under
     the other hosts' ranks inside MPI's start). Returns (run, seconds from
     the cut, the line that names the host)."""
@@ -374,7 +374,7 @@ def test_a_plain_job_ends_every_reachable_rank_naming_the_host_cut_off(cluster, 
     peer_timeout = 10
     near, far = cluster.hosts[0], cluster.hosts[CUT]
     cluster.limit_rate(CUT, "100mbit")
-    argv = [sys.executable, "-m", "mxplugin.run", "--rsh", cluster.rsh, "--network-interface", IFACE, "-np", "4",
+    argv = [sys.executable, "-m", "mxplugin_run", "--rsh", cluster.rsh, "--network-interface", IFACE, "-np", "4",
             "-H", f"{near}:2,{far}:2", sys.executable, ALLREDUCE_UNTIL_CUT, str(8 << 20)]
     proc, log = cluster.start(0, argv, env=rank_env({**ENV, "MXPLUGIN_PEER_TIMEOUT_SECONDS": peer_timeout}),
                               cwd=REPO)

@@ -179,7 +179,7 @@ def test_synthetic_smoke_with_options():
 def test_default_model_smoke_with_launcher():
     """The command the README shows first, with the default ResNet-50."""
     out = run_example(["--batch-size", 4, "--image-size", 64, "--num-batches", 6, "--num-epochs", 1],
-                      launcher=[sys.executable, "-m", "mxplugin.run", "-np", "2"])
+                      launcher=[sys.executable, "-m", "mxplugin_run", "-np", "2"])
     assert "resnet50_v1 on 2 rank(s)" in out
     assert re.search(r"Epoch\[0\] Batch\[6\] .*img/s per rank=[\d.]+ total img/s=[\d.]+", out), out
     assert re.search(r"Epoch\[0\] done in .*img/s", out), out
@@ -193,7 +193,7 @@ def test_the_kubernetes_manifest_launches_what_the_launcher_and_the_example_acce
     runs on fake hosts in tests/test_multi_host.py."""
     import importlib.util
 
-    from mxplugin.launch.run import parse_args
+    from mxplugin_run.run import parse_args
 
     with open(os.path.join(REPO, "examples", "kubernetes_mpijob.yaml")) as f:
         text = f.read()

@@ -102,7 +102,7 @@ def test_gluonts_example_runs_end_to_end_with_the_launcher(tmp_path):
     """examples/gluonts_deepar.py, small, under mxplugin-run at 2 ranks:
     trains, evaluates and writes the predictor once."""
     out_dir = tmp_path / "deepar"
-    cmd = [sys.executable, "-m", "mxplugin.run", "-np", "2", sys.executable, f"{REPO}/examples/gluonts_deepar.py",
+    cmd = [sys.executable, "-m", "mxplugin_run", "-np", "2", sys.executable, f"{REPO}/examples/gluonts_deepar.py",
            "--series", "10", "--epochs", "2", "--batches-per-epoch", "5", "--batch-size", "16",
            "--out", str(out_dir)]
     result = subprocess.run(cmd, cwd=REPO, env=rank_env(), capture_output=True, text=True, timeout=TIMEOUT)

@@ -38,7 +38,7 @@ def launcher_env(**overrides):
 
 
 def launcher(*args):
-    return [sys.executable, "-m", "mxplugin.run", *args]
+    return [sys.executable, "-m", "mxplugin_run", *args]
 
 
 def run_launcher(*args, env=None):
@@ -93,7 +93,7 @@ def test_one_rank_gets_every_core_and_a_user_value_wins():
 
 
 def test_threads_per_rank_follow_the_busiest_host():
-    from mxplugin.launch import hosts
+    from mxplugin_run import hosts
 
     cores = hosts.usable_cores()
     assert hosts.ranks_per_host(4, []) == 4
@@ -118,7 +118,7 @@ DIES_BY = ("import os, signal, sys, time\n"
 
 @pytest.mark.parametrize("sig", ["SIGKILL", "SIGSEGV"])
 def test_a_rank_killed_by_a_signal_is_named_in_one_line(sig):
-    """Note [Naming the rank that died] in mxplugin/launch/rank_deaths.py:
+    """Note [Naming the rank that died] in mxplugin_run/rank_deaths.py:
     MPICH's banner names only a pid; the launcher says which rank, in one
     line, and exits 128 + the signal."""
     result = run_launcher("-np", "2", sys.executable, "-c", DIES_BY.replace("{sig}", sig))
@@ -145,7 +145,7 @@ def test_host_list_runs_ranks_and_keeps_user_settings():
 
 @pytest.mark.parametrize("users", [None, "1"])
 def test_elastic_ranks_run_without_mpichs_single_copy_unless_the_user_set_it(users):
-    """Note [Single copy in elastic jobs] in mxplugin/elastic/protocol.py."""
+    """Note [Single copy in elastic jobs] in mxplugin_run/protocol.py."""
     show = "import os; print('single copy', os.environ.get('MPIR_CVAR_CH4_CMA_ENABLE'))"
     result = run_launcher("--min-np", "1", "--max-np", "1", sys.executable, "-c", show,
                           env=launcher_env(MPIR_CVAR_CH4_CMA_ENABLE=users))
@@ -172,7 +172,7 @@ def refuse(capsys, *args):
 
 
 def run_main(argv):
-    from mxplugin.run import main
+    from mxplugin_run.run import main
     return main(argv)
 
 
@@ -425,7 +425,7 @@ def test_the_banner_is_read_and_a_users_rules_pass():
     """RankDeaths on its own: the banner's pid is not the rank that died
     (Note [Naming the rank that died]); the relay line seen first is. Blank lines
     and rules of the ranks' own output still come through, in order."""
-    from mxplugin.launch.rank_deaths import RankDeaths
+    from mxplugin_run.rank_deaths import RankDeaths
 
     deaths = RankDeaths()
     out = []
@@ -443,7 +443,7 @@ def test_the_banner_is_read_and_a_users_rules_pass():
 
 
 def summary_of(lines):
-    from mxplugin.launch.rank_deaths import RankDeaths
+    from mxplugin_run.rank_deaths import RankDeaths
 
     deaths = RankDeaths()
     out = []
@@ -480,7 +480,7 @@ def test_a_rank_that_exited_is_named_when_mpiexec_printed_no_banner():
     without finishing MPI and the others are killed (a CI run's launcher then
     said nothing); the ranks' exit lines still tell it. Every rank saying it
     exited (they finished MPI, then exit(3)) is no such end."""
-    from mxplugin.launch.rank_deaths import RankDeaths
+    from mxplugin_run.rank_deaths import RankDeaths
 
     def summary(lines, ranks=3, returncode=1):
         deaths = RankDeaths()
@@ -539,7 +539,7 @@ def test_ranks_that_fail_and_exit_are_not_reported_as_killed():
 # kernel's choice when the main thread has a signal pending already).
 STOP_ON_ANOTHER_THREAD = """
 import signal, sys, threading, time
-from mxplugin.launch.job import Job
+from mxplugin_run.job import Job
 job = Job([sys.executable, "-c", "import time; time.sleep(3600)"], None, "mxplugin-run", 1)
 
 def interrupt_from_another_thread():
@@ -553,7 +553,7 @@ sys.exit(job.run())
 
 
 def test_a_stop_taken_by_another_thread_stops_the_job():
-    """Note [Signals on other threads] (mxplugin/launch/signal_wait.py): the
+    """Note [Signals on other threads] (mxplugin_run/signal_wait.py): the
     main thread blocked in waitpid() ran the handler only when the job ended
     by itself (here after an hour)."""
     done = subprocess.run([sys.executable, "-c", STOP_ON_ANOTHER_THREAD], capture_output=True, text=True,

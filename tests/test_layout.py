@@ -1,7 +1,8 @@
-"""The package's shape (docs/architecture.md, the map of rooms): no import
-circles among mxplugin's modules, counting imports inside functions too,
-and the launcher's room (mxplugin/launch/, the process that never imports
-MXNet) importing neither MXNet nor the training or collectives code; no
+"""The packages' shape (docs/architecture.md, the map of rooms): no import
+circles among the modules of mxplugin and mxplugin_run, counting imports
+inside functions too; the launcher's package (mxplugin_run, the processes
+that never import MXNet) importing neither MXNet nor mxplugin, and
+mxplugin importing of it only what the ranks and the launcher share; no
 source file longer than MOST_LINES. Read from the source with `ast`;
 nothing is imported."""
 import ast
@@ -11,27 +12,27 @@ import pytest
 
 from mpi_harness import REPO
 
-PACKAGE = os.path.join(REPO, "mxplugin")
-# What the launcher's room may import of mxplugin: itself, the facts about
-# MPIs it shares with the loader, and the elastic launcher's side.
-LAUNCH_MAY_IMPORT = ("mxplugin.launch", "mxplugin.mpi_family", "mxplugin.errors", "mxplugin.elastic.driver",
-                     "mxplugin.elastic.discovery", "mxplugin.elastic.cooldown", "mxplugin.elastic.service",
-                     "mxplugin.elastic.protocol", "mxplugin.elastic.world_end", "mxplugin.elastic.timeouts",
-                     "mxplugin._build_info")
+PACKAGES = ("mxplugin", "mxplugin_run")
 # --check-build loads the core as the ranks would, to report what really loads (CUDA, NCCL, the libraries).
-LAUNCH_EXCEPTIONS = {"mxplugin.launch.build_report": {"mxplugin", "mxplugin._loader"}}
+LAUNCHER_EXCEPTIONS = {"mxplugin_run.build_report": {"mxplugin", "mxplugin._loader"}}
+# What mxplugin may import of the launcher's package: the names and codes
+# both sides speak (protocol), the timeouts' one table, and the facts about
+# MPIs the loader shares; mxplugin.run is `python -m mxplugin.run`, kept.
+SHARED_WITH_RANKS = {"mxplugin_run.protocol", "mxplugin_run.timeouts", "mxplugin_run.mpi_family"}
+OLD_ENTRY = {"mxplugin.run": {"mxplugin_run.run"}}
 # A file past a few hundred lines holds more than one job (STYLE.md, "Small things that add up"): split it.
 MOST_LINES = 400
 
 
 def modules():
-    """{module name: path} of every .py of the package."""
+    """{module name: path} of every .py of both packages."""
     found = {}
-    for base, _, files in os.walk(PACKAGE):
-        for name in files:
-            if name.endswith(".py"):
-                rel = os.path.relpath(os.path.join(base, name), REPO)[:-3].replace(os.sep, ".")
-                found[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = os.path.join(base, name)
+    for package in PACKAGES:
+        for base, _, files in os.walk(os.path.join(REPO, package)):
+            for name in files:
+                if name.endswith(".py"):
+                    rel = os.path.relpath(os.path.join(base, name), REPO)[:-3].replace(os.sep, ".")
+                    found[rel[:-len(".__init__")] if rel.endswith(".__init__") else rel] = os.path.join(base, name)
     return found
 
 
@@ -52,7 +53,7 @@ def imports_of(path, module, known):
             names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
         else:
             continue
-        out.update(name for name in names if name.split(".")[0] in ("mxplugin", "mxnet"))
+        out.update(name for name in names if name.split(".")[0] in PACKAGES + ("mxnet",))
     return out
 
 
@@ -85,26 +86,36 @@ def test_no_import_circles():
     assert not circles, "import circles:\n" + "\n".join(" -> ".join(c) for c in circles)
 
 
-def test_the_launcher_room_imports_no_mxnet_and_no_training():
+def test_the_launcher_package_imports_neither_mxnet_nor_mxplugin():
     edges, _ = graph()
-    launch = {m: targets for m, targets in edges.items() if m.startswith("mxplugin.launch")}
-    assert launch, "no mxplugin.launch modules found"
-    wrong = {m: sorted(t for t in targets if not t.startswith(LAUNCH_MAY_IMPORT) and t not in LAUNCH_EXCEPTIONS.get(m, ()))
-             for m, targets in launch.items()}
+    launcher = {m: targets for m, targets in edges.items() if m.split(".")[0] == "mxplugin_run"}
+    assert len(launcher) > 20, f"the launcher's modules not found: {sorted(launcher)}"
+    wrong = {m: sorted(t for t in targets if t.split(".")[0] != "mxplugin_run" and t not in LAUNCHER_EXCEPTIONS.get(m, ()))
+             for m, targets in launcher.items()}
     wrong = {m: t for m, t in wrong.items() if t}
-    assert not wrong, f"the launcher's room imports what it must not: {wrong}"
+    assert not wrong, f"the launcher's package imports what it must not: {wrong}"
 
 
-@pytest.mark.parametrize("room", ["launch", "training", "elastic", "parallel", "gluonts"])
+def test_mxplugin_imports_of_the_launcher_only_what_both_share():
+    edges, _ = graph()
+    wrong = {m: sorted(t for t in targets if t.split(".")[0] == "mxplugin_run" and t not in SHARED_WITH_RANKS
+                       and t not in OLD_ENTRY.get(m, ()))
+             for m, targets in edges.items() if m.split(".")[0] == "mxplugin"}
+    wrong = {m: t for m, t in wrong.items() if t}
+    assert not wrong, f"mxplugin imports launcher code beyond what both sides share: {wrong}"
+
+
+@pytest.mark.parametrize("room", ["mxplugin_run", "mxplugin_run/elastic", "mxplugin/training", "mxplugin/elastic",
+                                  "mxplugin/parallel", "mxplugin/gluonts"])
 def test_every_room_is_a_package_with_its_job_said(room):
-    init = os.path.join(PACKAGE, room, "__init__.py")
-    assert os.path.exists(init), f"mxplugin/{room} is not a package"
-    assert ast.get_docstring(ast.parse(open(init).read())), f"mxplugin/{room}/__init__.py says nothing of its job"
+    init = os.path.join(REPO, room, "__init__.py")
+    assert os.path.exists(init), f"{room} is not a package"
+    assert ast.get_docstring(ast.parse(open(init).read())), f"{room}/__init__.py says nothing of its job"
 
 
 def test_no_source_file_outgrows_a_few_hundred_lines():
     long = {}
-    for base, _, files in os.walk(PACKAGE):
+    for base, _, files in [walked for package in PACKAGES for walked in os.walk(os.path.join(REPO, package))]:
         for name in files:
             if name.endswith((".py", ".pyx", ".pxi")):
                 path = os.path.join(base, name)

@@ -118,7 +118,7 @@ def test_open_mpi_jobs_stop_and_exit_as_mpich_jobs_do(openmpi, tmp_path):
     # The ranks end before the launcher; each rank's line relay (its output
     # reader and end watcher, detached: Note [Whole lines]) a moment after
     # its rank, which mpirun does not wait for (a CI run saw one still there).
-    assert not [line for line in running() if "line_relay.py" not in line], running()
+    assert not [line for line in running() if "mxplugin_run.line_relay" not in line], running()
     deadline = time.monotonic() + HANG_S
     while running() and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -202,11 +202,11 @@ def test_the_mpich_build_runs_on_intel_mpis_runtime(intel_mpi, np_, script, args
     LD_LIBRARY_PATH (Note [Which libmpi]), the launcher from MXPLUGIN_MPIEXEC."""
     env = rank_env({"LD_LIBRARY_PATH": os.path.join(intel_mpi, "lib"),
                     "MXPLUGIN_MPIEXEC": os.path.join(intel_mpi, "bin", "mpiexec.hydra")})
-    check = subprocess.run([sys.executable, "-m", "mxplugin.run", "--check-build"], env=env, cwd=REPO,
+    check = subprocess.run([sys.executable, "-m", "mxplugin_run", "--check-build"], env=env, cwd=REPO,
                            capture_output=True, text=True, timeout=HANG_S)
     assert re.search(r"^MPI: Intel\(R\) MPI Library .*impi/lib/libmpi\.so\.12\); launcher: \S*mpiexec\.hydra ",
                      check.stdout, re.M) and "MISMATCH" not in check.stdout, check.stdout + check.stderr
-    done = subprocess.run([sys.executable, "-m", "mxplugin.run", "-np", str(np_), sys.executable,
+    done = subprocess.run([sys.executable, "-m", "mxplugin_run", "-np", str(np_), sys.executable,
                            os.path.join(SPMD_DIR, script), *args], env=env, cwd=REPO, capture_output=True, text=True,
                           timeout=HANG_S * 2)
     report = f"exit {done.returncode}\n--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-3000:]}"

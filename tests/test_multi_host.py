@@ -26,7 +26,7 @@ def cluster():
 
 def launch(cluster, command, np_=4, slots=SLOTS, extra=(), env=None, timeout=240):
     """mxplugin-run on the first fake host, ranks on all of them."""
-    argv = [sys.executable, "-m", "mxplugin.run", "-np", str(np_), "-H", cluster.host_list(slots), "--rsh", cluster.rsh,
+    argv = [sys.executable, "-m", "mxplugin_run", "-np", str(np_), "-H", cluster.host_list(slots), "--rsh", cluster.rsh,
             "--network-interface", IFACE, *extra, *command]
     return cluster.run(0, argv, env=rank_env({**ENV, **(env or {})}), timeout=timeout, cwd=REPO)
 
@@ -104,7 +104,7 @@ def test_digits_example_converges_across_hosts(cluster):
 def test_unreachable_host_fails_fast_naming_it(cluster):
     t0 = time.monotonic()
     hosts = f"{cluster.hosts[0]}:2,mxnosuchhost{cluster.id}:2"
-    argv = [sys.executable, "-m", "mxplugin.run", "-np", "4", "-H", hosts, "--rsh", cluster.rsh,
+    argv = [sys.executable, "-m", "mxplugin_run", "-np", "4", "-H", hosts, "--rsh", cluster.rsh,
             "--ssh-connect-timeout", "3", sys.executable, "-c", "pass"]
     done = cluster.run(0, argv, env=rank_env(ENV), timeout=60, cwd=REPO)
     took = time.monotonic() - t0
@@ -142,7 +142,7 @@ def test_the_mpi_operators_launch_path_a_launcher_outside_the_hostfile(style):
         # each rank says which network namespace (fake host) it runs in
         rank = f"echo NETNS $(readlink /proc/self/ns/net) && exec {sys.executable} " \
                f"{os.path.join(SPMD_DIR, 'check_topology.py')} 2,2"
-        argv = [sys.executable, "-m", "mxplugin.run", "-np", "4", "--hostfile", hostfile, "--rsh", c.rsh,
+        argv = [sys.executable, "-m", "mxplugin_run", "-np", "4", "--hostfile", hostfile, "--rsh", c.rsh,
                 "--network-interface", IFACE, "sh", "-c", rank]
         done = c.run(0, argv, env=rank_env({**ENV, **DEBUG}), timeout=HANG_S * 2, cwd=REPO)
         report = f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-6000:]}"

@@ -1,5 +1,5 @@
 """What ranks print reaches mxplugin-run's output in whole lines (Note
-[Whole lines], mxplugin/launch/line_relay.py), optionally tagged with the rank."""
+[Whole lines], mxplugin_run/line_relay.py), optionally tagged with the rank."""
 import os
 import re
 import select
@@ -109,8 +109,7 @@ def test_the_relay_keeps_none_of_the_commands_other_descriptors(tmp_path):
     holder = f"import os, time\nwhile not os.path.exists({str(done)!r}):\n    time.sleep(0.05)\n"
     code = f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {holder!r}])\n"
     read_end, write_end = os.pipe()
-    relay = os.path.join(REPO, "mxplugin", "launch", "line_relay.py")
-    child = subprocess.Popen([sys.executable, "-S", relay, "--", sys.executable, "-c", code], pass_fds=(write_end,),
+    child = subprocess.Popen([sys.executable, "-m", "mxplugin_run.line_relay", "--", sys.executable, "-c", code], pass_fds=(write_end,),
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.close(write_end)
     try:

@@ -20,10 +20,6 @@ import pytest
 import prebuild
 from mpi_harness import REPO
 
-# Modules run by path as scripts (they import their siblings as top-level
-# modules, so that a rank's supervisor does not load MXNet): shipped, not imported.
-SCRIPTS_RUN_BY_PATH = {"mxplugin.elastic.supervisor"}
-
 # A rank's job through the installed launcher: collectives, a trainer step,
 # and where mxplugin was imported from.
 JOB = """
@@ -45,7 +41,7 @@ print(f"rank {hvd.rank()} of {hvd.size()} sum {total} weight {net.weight.data()[
 """
 
 # An elastic job through the installed launcher: its ranks run under the
-# installed package's supervisor script.
+# installed launcher package's supervisor.
 ELASTIC_JOB = """
 import mxnet as mx
 import mxplugin as hvd
@@ -123,24 +119,38 @@ def test_sdist_holds_what_the_build_needs(installed):
     with tarfile.open(installed["sdist"]) as tar:
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
     for needed in ("setup.py", "build_support.py", "pyproject.toml", "mxplugin/_core.pyx", "mxplugin/_core.pxd",
-                   "src/c_api.h", "cuda/scale_kernels.cu", "mxplugin/elastic/supervisor.py"):
+                   "src/c_api.h", "cuda/scale_kernels.cu", "mxplugin_run/elastic/supervisor.py"):
         assert needed in names, f"{needed} missing from the sdist"
     assert "mxplugin/_build_info.py" not in names, "the sdist ships one machine's build info"
 
 
 def test_every_module_imports_from_the_installed_package(installed):
+    """Every module of both packages imports from the venv; the launcher's
+    (mxplugin_run) all together load neither MXNet nor mxplugin."""
     venv = installed["venv"]
+    launcher = textwrap.dedent(f"""
+        import importlib, os, pkgutil, sys
+        import mxplugin_run
+        assert os.path.dirname(mxplugin_run.__file__).startswith({venv!r}), mxplugin_run.__file__
+        names = sorted(m.name for m in pkgutil.walk_packages(mxplugin_run.__path__, "mxplugin_run."))
+        for name in names:
+            importlib.import_module(name)
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("mxnet", "mxplugin"))
+        assert not loaded, loaded
+        print("imported", len(names), "modules:", " ".join(names))
+    """)
+    out = run([os.path.join(venv, "bin", "python"), "-c", launcher], installed["cwd"], installed["env"], 300,
+              "importing the launcher's modules")
+    for name in ("mxplugin_run.run", "mxplugin_run.elastic.supervisor", "mxplugin_run.line_relay"):
+        assert name in out, out
     check = textwrap.dedent(f"""
         import importlib, importlib.util, os, pkgutil, sys
         import mxplugin
         root = os.path.dirname(mxplugin.__file__)
         assert root.startswith({venv!r}), root
         names = sorted(m.name for m in pkgutil.walk_packages(mxplugin.__path__, "mxplugin."))
-        skip = {sorted(SCRIPTS_RUN_BY_PATH)!r}
         has_gluonts = importlib.util.find_spec("gluonts") is not None
         for name in names:
-            if name in skip:
-                continue
             if name.startswith("mxplugin.gluonts") and not has_gluonts:
                 # An optional extra: without it, a clear ImportError saying how to get it.
                 try:
@@ -151,9 +161,6 @@ def test_every_module_imports_from_the_installed_package(installed):
                     raise AssertionError(name + " imported without gluonts installed")
                 continue
             importlib.import_module(name)
-        for name in skip:
-            path = os.path.join(os.path.dirname(root), *name.split(".")) + ".py"
-            assert os.path.isfile(path), path
         import mxplugin.elastic, mxplugin.parallel, mxplugin.mpi_ops
         print("imported", len(names), "modules:", " ".join(names))
     """)

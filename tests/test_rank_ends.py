@@ -1,10 +1,10 @@
-"""The one rule for a world's end (mxplugin/elastic/rank_ends.py): typed
+"""The one rule for a world's end (mxplugin_run/elastic/rank_ends.py): typed
 rank ends in, an outcome out, for every kind of end the launcher meets.
 Outcomes, not sentences: what comes next, why, and which hosts are blamed
 or kept."""
 import pytest
 
-from mxplugin.elastic.rank_ends import Cause, Next, Phase, RankEnd, WorldSeen, classify, collateral
+from mxplugin_run.elastic.rank_ends import Cause, Next, Phase, RankEnd, WorldSeen, classify, collateral
 
 HOSTS = ("a", "b", "c")
 

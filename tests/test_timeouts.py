@@ -1,4 +1,4 @@
-"""One table of the launcher's timeouts (mxplugin/elastic/timeouts.py): its
+"""One table of the launcher's timeouts (mxplugin_run/timeouts.py): its
 order holds, a table that breaks it is refused naming the rule, and no
 other file of the launcher or the elastic ranks defines a timeout of its own."""
 import ast
@@ -8,7 +8,7 @@ import os
 import pytest
 
 from mpi_harness import REPO
-from mxplugin.elastic import timeouts
+from mxplugin_run import timeouts
 
 TABLE = {k: v for k, v in vars(timeouts).items() if k.endswith("_S")}
 
@@ -35,12 +35,14 @@ def test_a_stop_stays_within_its_bound_and_seconds_are_positive():
 
 
 def test_no_other_launcher_file_defines_a_timeout():
-    """A module-level NAME_S = <number> outside the table (a polling period
-    of one file's own, segments.py's SCAN_S, aside)."""
+    """A module-level NAME_S = <number> outside the table, in the launcher's
+    package or the elastic ranks' side."""
     own = []
-    for path in sorted(glob.glob(os.path.join(REPO, "mxplugin", "launch", "*.py"))
-                       + glob.glob(os.path.join(REPO, "mxplugin", "elastic", "*.py"))):
-        if path.endswith(("timeouts.py", "segments.py")):
+    paths = sorted(glob.glob(os.path.join(REPO, "mxplugin_run", "**", "*.py"), recursive=True)
+                   + glob.glob(os.path.join(REPO, "mxplugin", "elastic", "*.py")))
+    assert len(paths) > 30, paths
+    for path in paths:
+        if path.endswith("timeouts.py"):
             continue
         for node in ast.parse(open(path).read()).body:
             if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):

@@ -54,7 +54,7 @@ class LauncherOptions(Directive):
     """A table of `mxplugin-run`'s options, from the parser the launcher uses."""
 
     def run(self):
-        from mxplugin.launch.run import build_parser
+        from mxplugin_run.run import build_parser
 
         parser = build_parser()
         table = nodes.definition_list()

@@ -1,5 +1,5 @@
 """A rank's end of an elastic job: requests to the launcher's service
-(mxplugin.elastic.service), found through the environment the launcher
+(mxplugin_run.elastic.service), found through the environment the launcher
 sets. Outside an elastic launch `driver()` is None."""
 import http.client
 import os
@@ -7,9 +7,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from mxplugin.elastic.protocol import (COMMIT_HEADER, ENV_CHECKPOINT, ENV_DRIVER, ENV_TOKEN, ENV_WORLD,  # noqa: F401
+from mxplugin_run.protocol import (COMMIT_HEADER, ENV_CHECKPOINT, ENV_DRIVER, ENV_TOKEN, ENV_WORLD,  # noqa: F401
                                        EXIT_RESET, STOP_HEADER, TOKEN_HEADER)
-from mxplugin.elastic.timeouts import ANSWER_SLACK_S, REQUEST_TIMEOUT_S
+from mxplugin_run.timeouts import ANSWER_SLACK_S, REQUEST_TIMEOUT_S
 
 
 class DriverClient:

@@ -7,7 +7,7 @@ import signal
 import sys
 import threading
 
-from mxplugin.elastic.timeouts import LAST_WORDS_S
+from mxplugin_run.timeouts import LAST_WORDS_S
 
 # Exit code of a rank ended by the launcher's stop (as by Ctrl-C).
 EXIT_STOPPED = 128 + signal.SIGINT

@@ -3,7 +3,7 @@ survives lost ranks and changed hosts.
 
 Note [Worlds]: an MPI world cannot grow or shrink, so each change of ranks
 is a new world, a new mpiexec started by the launcher
-(mxplugin.elastic.driver). Within a world the function runs once.
+(mxplugin_run.elastic.driver). Within a world the function runs once.
 - A rank is lost: its supervisor tells the launcher at once, and the
   launcher tells the others (the watcher thread here long-polls it). When
   a whole host is lost (its MPICH proxy too), mpiexec ends and kills the
@@ -34,8 +34,8 @@ import mxplugin as hvd
 from mxplugin import basics as _basics
 from mxplugin.elastic import client as _client
 from mxplugin.elastic import last_words
-from mxplugin.elastic.protocol import ENV_CRASH_EXIT, EXIT_LEFT_CRASHED, EXIT_RESET
-from mxplugin.elastic.timeouts import (FREEZE_TICK_S, FROZEN_GAP_S, LAST_WORDS_S, LAUNCHER_GONE_S, LEAVE_TOGETHER_S,
+from mxplugin_run.protocol import ENV_CRASH_EXIT, EXIT_LEFT_CRASHED, EXIT_RESET
+from mxplugin_run.timeouts import (FREEZE_TICK_S, FROZEN_GAP_S, LAST_WORDS_S, LAUNCHER_GONE_S, LEAVE_TOGETHER_S,
                                       LEAVE_WORLD_S, LONG_POLL_S)
 from mxplugin.elastic.state import HostsUpdatedInterrupt, read_checkpoint
 from mxplugin.errors import LOST_CONTACT, PeerFailureError
@@ -173,7 +173,7 @@ def _watch(state, client):
     (MXPLUGIN_PEER_TIMEOUT_SECONDS): from this thread, so that a training
     thread stuck inside MPI does not hold it. Ends the rank, handing nothing
     over, when the user stopped the job or the launcher is out of reach
-    (Note [Partitions] in mxplugin/elastic/world_end.py)."""
+    (Note [Partitions] in mxplugin_run/elastic/world_end.py)."""
     last_answer = time.monotonic()
     while not _finished.is_set():
         stuck = _stuck_transfer()

@@ -9,8 +9,8 @@ import time
 from mxplugin.elastic import client as _client
 from mxplugin.elastic import last_words
 from mxplugin.elastic.last_words import EXIT_STOPPED
-from mxplugin.elastic.protocol import EXIT_RESET
-from mxplugin.elastic.timeouts import LAUNCHER_GONE_S, LONG_POLL_S
+from mxplugin_run.protocol import EXIT_RESET
+from mxplugin_run.timeouts import LAUNCHER_GONE_S, LONG_POLL_S
 
 # Note [Leaving MPI's start]: MPI's start (MPI_Init, inside mxplugin.init())
 # waits, with no timeout, for every rank of the world, in a PMI barrier

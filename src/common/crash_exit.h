@@ -47,7 +47,7 @@
 // core's thread (where every MPI call runs) ends the process with one line,
 // the thread's stack and a code of its own, EXIT_WORLD_CRASHED, which the
 // launcher judges as it judges any crash (Note [One rule for a world's end]
-// in mxplugin/elastic/rank_ends.py). A crash on any other thread (MXNet's)
+// in mxplugin_run/elastic/rank_ends.py). A crash on any other thread (MXNet's)
 // goes to the handler that was there before, as without it.
 #pragma once
 

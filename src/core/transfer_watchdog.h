@@ -36,7 +36,7 @@ namespace mxplugin {
 double VerdictLead(double timeout_seconds);
 
 // "<who> cannot be reached from <host> (no answer within <ms> ms): ", the
-// words that name peers cut off in every such error (mxplugin/launch/lost_hosts.py
+// words that name peers cut off in every such error (mxplugin_run/lost_hosts.py
 // reads them), then "<who> has ended (...): " for ranks whose process
 // ended; "" when the probe found nothing.
 std::string CutOffText(const PeerVerdict& who, const std::string& host, double probe_seconds);

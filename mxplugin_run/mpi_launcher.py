@@ -2,22 +2,31 @@
 $MXPLUGIN_MPIEXEC), whether it belongs to the same MPI as the library the
 ranks load, and its arguments for a job (MPICH's Hydra, Open MPI's
 mpirun/prterun). Imports nothing of MXNet: the launcher's process never does."""
+import importlib.util
 import os
 import shutil
 import sys
 
-from mxplugin.launch.hosts import UsageError
-from mxplugin.mpi_family import (MPICH_FAMILY, OPEN_MPI, chosen_library, first_line, launcher_family, library_family,
-                                 library_version)
+from mxplugin_run.hosts import UsageError
+from mxplugin_run.mpi_family import (MPICH_FAMILY, OPEN_MPI, chosen_library, first_line, launcher_family,
+                                     library_family, library_version)
 
 
 def load_build_info():
-    # _build_info is written by setup.py; a source checkout may not have it.
-    try:
-        from mxplugin import _build_info
-    except ImportError:
+    """mxplugin/_build_info.py (written by setup.py: what the build used), or
+    None where there is none (a source checkout never built). Read from its
+    file: importing mxplugin's package would load MXNet into the launcher."""
+    package = importlib.util.find_spec("mxplugin")
+    if package is None or not package.submodule_search_locations:
         return None
-    return _build_info
+    for folder in package.submodule_search_locations:
+        path = os.path.join(folder, "_build_info.py")
+        if os.path.isfile(path):
+            spec = importlib.util.spec_from_file_location("mxplugin_build_info", path)
+            info = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(info)
+            return info
+    return None
 
 
 def is_executable(path):
@@ -49,7 +58,7 @@ def find_mpiexec():
 
 def built_library():
     """(family, version line, path) of the libmpi the ranks will load: the
-    loader's choice (Note [Which libmpi] in mxplugin/mpi_family.py), made
+    loader's choice (Note [Which libmpi] in mxplugin_run/mpi_family.py), made
     here without importing MXNet."""
     path = chosen_library(os.environ, load_build_info(),
                           (sys.prefix, os.path.dirname(os.path.dirname(sys.executable))))

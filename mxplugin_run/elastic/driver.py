@@ -3,8 +3,8 @@ runs worlds one after another until the training ends (Note [Worlds] in
 mxplugin.elastic.runner).
 
 Each world is one mpiexec over the hosts usable now, each rank under
-mxplugin.elastic.supervisor. When it ends, what its ranks and supervisors
-told the service (mxplugin.elastic.service) decides what comes next:
+mxplugin_run.elastic.supervisor. When it ends, what its ranks and supervisors
+told the service (mxplugin_run.elastic.service) decides what comes next:
 - every rank finished: the job is done;
 - ranks died (a signal, or gone without a word) while others survived:
   their hosts are left out for a cool-down (Note [Cool-downs] in
@@ -31,17 +31,17 @@ import sys
 import threading
 import time
 
-from mxplugin.elastic import protocol
-from mxplugin.elastic.cooldown import DEFAULT_COOLDOWN_RANGE, LeftOutHosts, describe_cooldown
-from mxplugin.elastic.discovery import DiscoveryError, DiscoveryScript, FixedHosts, usable
-from mxplugin.elastic.service import DriverService
-from mxplugin.elastic.rank_ends import Cause, Next, WorldSeen, classify
-from mxplugin.elastic.start_failures import hosts_not_started, leave_out_not_started
-from mxplugin.elastic.timeouts import REACH_BACK_S, SETTLE_QUIET_S, SETTLE_S
-from mxplugin.elastic.world_end import WorldEnd, left_behind
-from mxplugin.launch.hosts import UsageError, is_local_host, unreachable_hosts
-from mxplugin.launch import signal_wait
-from mxplugin.launch.job import Job
+from mxplugin_run import protocol
+from mxplugin_run.elastic.cooldown import DEFAULT_COOLDOWN_RANGE, LeftOutHosts, describe_cooldown
+from mxplugin_run.elastic.discovery import DiscoveryError, DiscoveryScript, FixedHosts, usable
+from mxplugin_run.elastic.service import DriverService
+from mxplugin_run.elastic.rank_ends import Cause, Next, WorldSeen, classify
+from mxplugin_run.elastic.start_failures import hosts_not_started, leave_out_not_started
+from mxplugin_run.timeouts import REACH_BACK_S, SETTLE_QUIET_S, SETTLE_S
+from mxplugin_run.elastic.world_end import WorldEnd, left_behind
+from mxplugin_run.hosts import UsageError, is_local_host, unreachable_hosts
+from mxplugin_run import signal_wait
+from mxplugin_run.job import Job
 
 SIOCGIFADDR = 0x8915
 # A job whose worlds keep ending before anything new is committed (ranks
@@ -50,7 +50,6 @@ MAX_WORLDS_WITHOUT_PROGRESS = 3
 # Note [Hosts that cannot reach the launcher]: the check run on a host back
 # from its cool-down (REACH_BACK_S: a host whose route is gone fails at
 # once; one whose neighbour never answers, once ARP gives up: about 3 s).
-REACH_BACK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reach_back.py")
 
 
 class ElasticError(Exception):
@@ -154,7 +153,7 @@ class ElasticDriver:
             return ""
         address = advertised_address(self.args.network_interface, [(host, 1)])
         connect_s = min(REACH_BACK_S, self.args.ssh_connect_timeout)
-        command = (sys.executable, REACH_BACK, address, str(self.service_port), f"{connect_s:g}")
+        command = (sys.executable, "-m", "mxplugin_run.elastic.reach_back", address, str(self.service_port), f"{connect_s:g}")
         failed = unreachable_hosts([(host, 1)], self.args.rsh, self.args.ssh_connect_timeout + connect_s, command)
         return failed[0][1] if failed else ""
 
@@ -248,7 +247,7 @@ class ElasticDriver:
             # After the user's stop, ranks ending by the signal are not lost
             # ranks: the others must not leave mid-way through whatever they
             # do on an interrupt; ranks that have not ended when the stop is
-            # overdue end at once (Note [Bounded stops] in mxplugin/launch/job.py).
+            # overdue end at once (Note [Bounded stops] in mxplugin_run/job.py).
             job = Job(command, env, self.prog, size, hosts=hosts, received=received,
                       on_interrupt=service.stop_judging, on_stop_overdue=service.stop_ranks,
                       unreached=lambda: left_behind(service))

@@ -1,6 +1,18 @@
-"""What the launcher and the ranks of an elastic job agree on: environment
-variables, HTTP headers, the reset exit code. Imports nothing, so the rank
-supervisor can load it without mxplugin's package (and MXNet)."""
+"""What the launcher and the ranks agree on: the line relay's markers and
+environment variable; for elastic jobs the environment variables, HTTP
+headers and exit codes. Imports nothing: mxplugin's ranks load it too."""
+
+# The line a relay writes to stderr when its command has ended, with its
+# rank, pid and host: the launcher keeps it out of the output and names a
+# killed rank by it (Note [Naming the rank that died] in rank_deaths.py).
+RANK_MARKER = "mxplugin-relay-ended"
+# The line a rank writes to stderr from its C exit handler, with its pid,
+# the time and the code it passed to exit() (mxplugin/_core.pyx
+# say_exit_code), where the relay set RELAYED in its environment: a rank
+# that exits by itself is told from one mpiexec killed (Note [Exits and
+# kills] in rank_deaths.py).
+EXIT_MARKER = "mxplugin-rank-exit"
+RELAYED = "MXPLUGIN_RELAYED"
 
 ENV_DRIVER = "MXPLUGIN_ELASTIC_DRIVER"          # host:port of the launcher's service
 ENV_TOKEN = "MXPLUGIN_ELASTIC_TOKEN"            # the job's secret, sent with every request

@@ -1,7 +1,7 @@
 """The hosts mpiexec (MPICH's Hydra) says it could not reach as it started a
 job, read from its output as it passes through the launcher: an elastic
 launcher leaves them out and starts the world on the others (Note [Hosts a
-world cannot start on] in mxplugin/elastic/start_failures.py).
+world cannot start on] in mxplugin_run/elastic/start_failures.py).
 
 Hydra starts one proxy per host through the remote shell (remote_shells.py);
 the proxy connects back to mpiexec. One that cannot says so, numbered by its

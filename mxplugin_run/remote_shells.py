@@ -8,7 +8,7 @@ import os
 import re
 import signal
 
-from mxplugin.launch.placement import place_ranks
+from mxplugin_run.placement import place_ranks
 
 _PROXY_ID = re.compile(r"--proxy-id[ =](\d+)")
 

@@ -3,9 +3,9 @@ discovery script the launcher runs again and again, which prints the hosts
 available now, one per line: "host:slots" or "host" (one slot)."""
 import subprocess
 
-from mxplugin.launch.hosts import UsageError, parse_hosts
-from mxplugin.launch.placement import place_ranks
-from mxplugin.elastic.timeouts import SCRIPT_TIMEOUT_S
+from mxplugin_run.hosts import UsageError, parse_hosts
+from mxplugin_run.placement import place_ranks
+from mxplugin_run.timeouts import SCRIPT_TIMEOUT_S
 
 
 class DiscoveryError(Exception):

@@ -1,5 +1,5 @@
 """Runs one rank of an elastic world as a child and tells the launcher how
-it ended: python .../mxplugin/elastic/supervisor.py CMD ...
+it ended: python -m mxplugin_run.elastic.supervisor CMD ...
 
 MPICH's launcher tears the whole job down when a rank ends by a signal,
 even with -disable-auto-cleanup, which would kill the survivors holding the
@@ -12,10 +12,8 @@ It also starts the keeper that removes the rank's MPICH shared-memory
 segments once the rank has ended (Note [Segments of a rank that ended] in
 segments.py).
 
-Run by path, not as a module: importing mxplugin's package would load
-MXNet, seconds per rank at every world's start; this needs only the
-protocol and segments.py (found beside it: a script's directory comes
-first on sys.path)."""
+It is part of the launcher's package, which never imports MXNet: a world's
+start costs no MXNet import per rank before the rank's own."""
 import os
 import signal
 import subprocess
@@ -23,9 +21,8 @@ import sys
 import urllib.parse
 import urllib.request
 
-import protocol
-import segments
-import timeouts
+from mxplugin_run import protocol, timeouts
+from mxplugin_run.elastic import segments
 
 # Passed on to the rank: the launcher's stop.
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -70,7 +67,7 @@ def say_hello():
 
 def main(argv):
     if not argv:
-        print("usage: python supervisor.py CMD [ARGS...]", file=sys.stderr)
+        print("usage: python -m mxplugin_run.elastic.supervisor CMD [ARGS...]", file=sys.stderr)
         return 2
     # Handlers first: a signal between the start and them would end this
     # supervisor, and MPICH would then tear the whole job down.

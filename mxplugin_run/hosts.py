@@ -8,7 +8,7 @@ import socket
 import subprocess
 import time
 
-from mxplugin.launch.placement import place_ranks, slot_count
+from mxplugin_run.placement import place_ranks, slot_count
 
 
 class UsageError(Exception):

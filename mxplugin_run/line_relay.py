@@ -1,5 +1,5 @@
 """Runs one rank's command so that every line it prints reaches the
-launcher's output whole: python -S .../line_relay.py [--prefix] -- CMD ...
+launcher's output whole: python -m mxplugin_run.line_relay [--prefix] -- CMD ...
 
 Note [Whole lines]: MPICH's launcher forwards each rank's output in the
 pieces the rank wrote it, as they arrive, so two ranks' pieces interleave
@@ -40,17 +40,8 @@ import socket
 import sys
 import time
 
-# The line a relay writes to stderr when its command has ended, with its
-# rank, pid and host: the launcher keeps it out of the output and names a
-# killed rank by it (Note [Naming the rank that died] in rank_deaths.py).
-RANK_MARKER = "mxplugin-relay-ended"
-# The line a rank writes to stderr from its C exit handler, with its pid,
-# the time and the code it passed to exit() (mxplugin/_core.pyx
-# say_exit_code), where the relay set RELAYED in its environment: a rank
-# that exits by itself is told from one mpiexec killed (Note [Exits and
-# kills] in rank_deaths.py).
-EXIT_MARKER = "mxplugin-rank-exit"
-RELAYED = "MXPLUGIN_RELAYED"
+from mxplugin_run.protocol import RANK_MARKER, RELAYED
+
 PARTIAL_AFTER_SECONDS = 0.2
 PIPE_BUF = 4096  # POSIX's least guarantee: writes up to this size are never split
 READ_BYTES = 65536

@@ -10,11 +10,11 @@ import shlex
 import shutil
 import sys
 
-from mxplugin.launch.hosts import (UsageError, check_hosts_reachable, check_slots, parse_hostfile, parse_hosts,
+from mxplugin_run.hosts import (UsageError, check_hosts_reachable, check_slots, parse_hostfile, parse_hosts,
                             threads_per_rank)
-from mxplugin.launch.job import run_job
-from mxplugin.launch.mpi_launcher import find_mpiexec, mpi_flavour, mpich_arguments, openmpi_arguments
-from mxplugin.launch.slurm import allocation_hosts
+from mxplugin_run.job import run_job
+from mxplugin_run.mpi_launcher import find_mpiexec, mpi_flavour, mpich_arguments, openmpi_arguments
+from mxplugin_run.slurm import allocation_hosts
 
 PROG = "mxplugin-run"
 EXIT_USAGE = 2
@@ -190,11 +190,9 @@ def rank_environment(args, base_env, hosts=()):
 
 def line_relay(prefix_output):
     """What goes before each rank's command so that its lines arrive whole
-    (Note [Whole lines], line_relay.py): run by path, like the elastic
-    supervisor, so it costs no MXNet import; the same Python and mxplugin
-    at the same path on every host, as for the ranks themselves."""
-    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "line_relay.py")
-    return [sys.executable, "-S", script] + (["--prefix"] if prefix_output else []) + ["--"]
+    (Note [Whole lines], line_relay.py), with the same Python as the ranks
+    on every host; the launcher's package costs no MXNet import."""
+    return [sys.executable, "-m", "mxplugin_run.line_relay"] + (["--prefix"] if prefix_output else []) + ["--"]
 
 
 def mpiexec_command(mpiexec, flavour, args, hosts, env):
@@ -219,8 +217,8 @@ def is_elastic(args):
 
 
 def launch_elastic(args, hosts):
-    from mxplugin.elastic.cooldown import parse_cooldown_range
-    from mxplugin.elastic.driver import ElasticDriver
+    from mxplugin_run.elastic.cooldown import parse_cooldown_range
+    from mxplugin_run.elastic.driver import ElasticDriver
 
     if args.host_discovery_script and hosts:
         raise UsageError("give the hosts with --host-discovery-script or with -H/--hostfile, not both")
@@ -242,11 +240,11 @@ def launch_elastic(args, hosts):
     args.static_hosts = hosts
     most = args.max_np or args.num_proc or sum(s for _, s in hosts) or 1
     env, added = rank_environment(argparse.Namespace(**{**vars(args), "num_proc": most}), os.environ, hosts)
-    if "MXPLUGIN_PEER_TIMEOUT_SECONDS" not in env:  # Note [Partitions] in mxplugin/elastic/world_end.py
-        from mxplugin.elastic.timeouts import ELASTIC_PEER_TIMEOUT_S
+    if "MXPLUGIN_PEER_TIMEOUT_SECONDS" not in env:  # Note [Partitions] in mxplugin_run/elastic/world_end.py
+        from mxplugin_run.timeouts import ELASTIC_PEER_TIMEOUT_S
 
         env["MXPLUGIN_PEER_TIMEOUT_SECONDS"] = added["MXPLUGIN_PEER_TIMEOUT_SECONDS"] = str(ELASTIC_PEER_TIMEOUT_S)
-    from mxplugin.elastic.protocol import SURVIVOR_MPI_ENV  # Note [Single copy in elastic jobs]
+    from mxplugin_run.protocol import SURVIVOR_MPI_ENV  # Note [Single copy in elastic jobs]
 
     for name, value in SURVIVOR_MPI_ENV.items():
         if name not in env:
@@ -262,14 +260,11 @@ def launch_elastic(args, hosts):
         if settings:
             print(f"{PROG}: setting {settings}", file=sys.stderr)
 
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    supervisor = os.path.join(package, "elastic", "supervisor.py")
-
     def world_command(world_hosts, size):
         # -disable-auto-cleanup: a lost rank must not take the survivors
         # (and the state they hold) down with it.
         return ([mpiexec] + mpich_arguments(size, world_hosts, args.rsh, args.network_interface)
-                + ["-disable-auto-cleanup"] + line_relay(args.prefix_output) + [sys.executable, supervisor]
+                + ["-disable-auto-cleanup"] + line_relay(args.prefix_output) + [sys.executable, "-m", "mxplugin_run.elastic.supervisor"]
                 + list(args.command))
 
     return ElasticDriver(args, env, PROG, world_command).run()
@@ -331,7 +326,7 @@ def main(argv=None):
         return EXIT_USAGE
     try:
         if args.check_build:
-            from mxplugin.launch.build_report import check_build
+            from mxplugin_run.build_report import check_build
 
             return check_build()
         return launch(args)

@@ -7,7 +7,7 @@ ranks everywhere else end (their collectives fail, naming the host: Note
 [Who is unreachable] in src/backend/mpi/peer_probe.h) and mpiexec waits for
 ever. Unlike an elastic launcher, a plain one hears nothing from the ranks
 but their output, and sees nothing of the hosts but mpiexec's remote shells
-(one per host: mxplugin/launch/remote_shells.py). So it gives up on mpiexec
+(one per host: mxplugin_run/remote_shells.py). So it gives up on mpiexec
 (Job.abandon) when
 - the ranks' lines name hosts they cannot reach ("... cannot be reached
   from ...") and the remote shells of every other host have ended, for
@@ -21,8 +21,8 @@ import re
 import threading
 import time
 
-from mxplugin.elastic.timeouts import LOOK_EVERY_S, NAMED_GRACE_S, ORPHANED_GRACE_S
-from mxplugin.launch.remote_shells import remote_shells
+from mxplugin_run.timeouts import LOOK_EVERY_S, NAMED_GRACE_S, ORPHANED_GRACE_S
+from mxplugin_run.remote_shells import remote_shells
 
 # What a rank's error says of peers it cannot reach (src/core/core.cc,
 # src/core/transfer_watchdog.cc): "ranks 2, 3 on host2; rank 5 on host4
@@ -41,7 +41,7 @@ def reported_hosts(text):
 
 
 class LostHostsWatch(threading.Thread):
-    """Watches a plain job's mpiexec (a mxplugin.launch.job.Job) and abandons it by
+    """Watches a plain job's mpiexec (a mxplugin_run.job.Job) and abandons it by
     Note [Lost hosts]."""
 
     def __init__(self, job):

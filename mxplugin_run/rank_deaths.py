@@ -53,7 +53,7 @@ import re
 import signal
 import threading
 
-from mxplugin.launch.line_relay import EXIT_MARKER, RANK_MARKER
+from mxplugin_run.protocol import EXIT_MARKER, RANK_MARKER
 
 _MARKER_LINE = re.compile(re.escape(RANK_MARKER) + r" (\S+) (\d+) (\S+)(?: ([\d.]+))?(?: (\d+|\?))?")
 _EXIT_LINE = re.compile(re.escape(EXIT_MARKER) + r" (\d+) ([\d.]+) (-?\d+)")

@@ -1,6 +1,6 @@
 """MPICH's shared-memory segments of a rank, found and removed once the
-rank is done with them (Note [Segments of a rank that ended]). Imports
-nothing of mxplugin, so that the rank supervisor (run by path) can load it.
+rank is done with them (Note [Segments of a rank that ended]), by the rank
+supervisor (supervisor.py).
 
 Note [Segments of a rank that ended]: MPICH keeps a shared-memory segment
 per rank in /dev/shm (mpich_shm_<job>_<rank>, 1-3 MB), removed only by
@@ -21,9 +21,10 @@ import os
 import select
 import signal
 
+from mxplugin_run.timeouts import SEGMENT_SCAN_S
+
 SHM_DIR = "/dev/shm/"
 JOB_SEGMENT_PREFIXES = ("mpich_shm_",)
-SCAN_S = 0.25  # how often the keeper looks at the rank's mappings
 
 
 def mapped(pid="self"):
@@ -63,7 +64,7 @@ def clean_up_after(pid):
 def _keep(pid):
     # It holds none of the rank's descriptors: MPICH's proxy sees a rank
     # end by its PMI descriptor closing (Note [The relay holds only the
-    # output] in mxplugin/launch/line_relay.py).
+    # output] in mxplugin_run/line_relay.py).
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -75,6 +76,6 @@ def _keep(pid):
         pidfd = os.pidfd_open(pid)
     except OSError:  # ended already
         return
-    while not select.select([pidfd], [], [], SCAN_S)[0]:
+    while not select.select([pidfd], [], [], SEGMENT_SCAN_S)[0]:
         noted |= mapped(pid)
     remove(noted)

@@ -12,7 +12,7 @@ inside MPI's start. Taking such a world for a broken job would end a job
 whose other hosts are healthy. So when no rank of a world registered, the
 hosts to blame are
 - those mpiexec's own lines say it could not reach
-  (mxplugin/launch/hosts_not_reached.py);
+  (mxplugin_run/hosts_not_reached.py);
 - else those where no rank's supervisor said hello (it does as it starts
   its rank, before MXNet loads) while another host's did;
 - and, while mpiexec still runs, the hosts with no hello START_HELLO_S
@@ -30,8 +30,8 @@ fewer than --min-np slots stay usable for --elastic-timeout
 (ElasticDriver.wait_for_hosts). A world that no host started and nobody is
 blamed for (mpiexec itself failed: a bad option, a missing program) still
 stops the job: every world would fail the same way."""
-from mxplugin.elastic.cooldown import describe_cooldown
-from mxplugin.elastic.timeouts import START_HELLO_S
+from mxplugin_run.elastic.cooldown import describe_cooldown
+from mxplugin_run.timeouts import START_HELLO_S
 
 # START_HELLO_S (timeouts.py): a proxy and a Python process start in well
 # under a second; a loaded machine or a slow ssh may take some seconds.

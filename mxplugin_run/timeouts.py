@@ -3,7 +3,7 @@ ranks' talk with it, in seconds, in one table, with the order they must
 keep checked at import (a table edited against its own rules fails at
 once, naming the rule).
 
-Imports nothing: the rank supervisor loads it by path, beside protocol.py."""
+Imports nothing: mxplugin's ranks load it too."""
 
 # -- the ranks' talk with the elastic launcher (Note [Partitions] in world_end.py) ------------------
 # A plain request's bound.
@@ -57,8 +57,10 @@ SCRIPT_TIMEOUT_S = 30
 # How long a host back from its cool-down may take to connect to the
 # launcher (Note [Hosts that cannot reach the launcher] in driver.py).
 REACH_BACK_S = 5.0
+# How often a rank's segment keeper looks at its mappings (segments.py).
+SEGMENT_SCAN_S = 0.25
 
-# -- any job's end (mxplugin/launch/job.py, lost_hosts.py: Notes [Bounded stops], [Lost hosts]) -------
+# -- any job's end (mxplugin_run/job.py, lost_hosts.py: Notes [Bounded stops], [Lost hosts]) -------
 # After an interrupt mpiexec gets FORCE_AFTER_S to stop the job, then the
 # stop is forced; after GIVE_UP_AFTER_S mpiexec is abandoned.
 FORCE_AFTER_S = 3.0

@@ -3,7 +3,7 @@ the current world talk to.
 
 Ranks register when MPI has started, ask at every commit whether the hosts
 changed, hand over their last committed state when their world ends, and
-say why they leave; the rank supervisors (mxplugin.elastic.supervisor) say
+say why they leave; the rank supervisors (mxplugin_run.elastic.supervisor) say
 hello as they start their rank, and how its process ended. From that the
 launcher tells a rank that died (a fault: restart without its host) from
 one that raised an ordinary error (a bug in the script: stop), and the next
@@ -18,11 +18,11 @@ import threading
 import time
 import urllib.parse
 
-from mxplugin.elastic.protocol import (COMMIT_HEADER, EXIT_LEFT_CRASHED, EXIT_START_CRASHED, STOP_HEADER,
+from mxplugin_run.protocol import (COMMIT_HEADER, EXIT_LEFT_CRASHED, EXIT_START_CRASHED, STOP_HEADER,
                                       TOKEN_HEADER)
-from mxplugin.elastic.timeouts import MAX_WAIT_S
-from mxplugin.elastic.world_record import CRASH_ENDS, NOT_STARTED, WorldRecord  # noqa: F401  (NOT_STARTED: tests' import)
-from mxplugin.launch.placement import slot_count
+from mxplugin_run.timeouts import MAX_WAIT_S
+from mxplugin_run.elastic.world_record import CRASH_ENDS, NOT_STARTED, WorldRecord  # noqa: F401  (NOT_STARTED: tests' import)
+from mxplugin_run.placement import slot_count
 
 # The exit codes a rank ends with when MPI crashed under it at a moment it
 # was not lost: how it counts as having left, and why its world is broken.

@@ -2,20 +2,18 @@
 NCCL, MXNet), as the ranks would really load it."""
 import sys
 
-from mxplugin.launch.hosts import UsageError
-from mxplugin.launch.mpi_launcher import built_library, find_mpiexec, load_build_info
-from mxplugin.mpi_family import launcher_family
+from mxplugin_run.hosts import UsageError
+from mxplugin_run.mpi_launcher import built_library, find_mpiexec, load_build_info
+from mxplugin_run.mpi_family import launcher_family
 
 
 def package_version():
+    """mxplugin's installed version, from its metadata (not its import)."""
+    from importlib import metadata
+
     try:
-        import mxplugin
-        version = getattr(mxplugin, "__version__", None)
-        if version:
-            return version
-        from importlib import metadata
         return metadata.version("mxplugin")
-    except Exception:
+    except metadata.PackageNotFoundError:
         return "(version unknown)"
 
 

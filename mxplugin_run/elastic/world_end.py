@@ -35,7 +35,7 @@ its proxy there, which can never say that it ended. So:
   a crashed rank (Note [Cool-downs] in cooldown.py); tried again while still
   cut off, it is one a world cannot start on (Note [Hosts a world cannot
   start on] in start_failures.py).
-- The user's stop: Note [Bounded stops] in mxplugin/launch/job.py; an elastic
+- The user's stop: Note [Bounded stops] in mxplugin_run/job.py; an elastic
   launcher also tells the ranks still running to end (their watchers do).
 From the cut to the new world's first step: the discovery interval, the
 grace and a world's start (seconds) when discovery drops the host; else
@@ -43,7 +43,7 @@ RANK_SILENT_S (or the peer timeout, if less) more."""
 import sys
 import threading
 
-from mxplugin.elastic.timeouts import (MPIEXEC_GRACE_S, RANK_SILENT_S, SETTLE_QUIET_S, SETTLE_S, START_GRACE_S,
+from mxplugin_run.timeouts import (MPIEXEC_GRACE_S, RANK_SILENT_S, SETTLE_QUIET_S, SETTLE_S, START_GRACE_S,
                                       START_HELLO_S)
 
 # Its timeouts (timeouts.py): mpiexec ends in well under a second once it
@@ -57,7 +57,7 @@ from mxplugin.elastic.timeouts import (MPIEXEC_GRACE_S, RANK_SILENT_S, SETTLE_QU
 
 
 class WorldEnd(threading.Thread):
-    """Watches a world while its mpiexec (`job`, a mxplugin.launch.job.Job) runs:
+    """Watches a world while its mpiexec (`job`, a mxplugin_run.job.Job) runs:
     breaks the world when a rank falls silent, and abandons mpiexec when it
     does not end once the ranks the launcher can hear from are done."""
 

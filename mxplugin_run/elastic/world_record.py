@@ -3,9 +3,9 @@ left and why, lost, out of reach, said hello), which DriverService keeps
 and judges."""
 import time
 
-from mxplugin.elastic.protocol import EXIT_RESET, EXIT_WORLD_CRASHED
-from mxplugin.elastic.rank_ends import CRASH_SIGNALS, EXIT_MXNET_CRASH, Phase, RankEnd
-from mxplugin.launch.placement import host_of_rank, slot_count
+from mxplugin_run.protocol import EXIT_RESET, EXIT_WORLD_CRASHED
+from mxplugin_run.elastic.rank_ends import CRASH_SIGNALS, EXIT_MXNET_CRASH, Phase, RankEnd
+from mxplugin_run.placement import host_of_rank, slot_count
 
 # Note [Ranks that never started]: MPI's start (MPI_Init, and the core's
 # set-up after it) waits for every rank of the world. A rank lost before it
@@ -57,7 +57,7 @@ class WorldRecord:
         self.stopping = False
 
     def ends(self):
-        """One RankEnd per rank, in rank order (mxplugin/elastic/rank_ends.py)."""
+        """One RankEnd per rank, in rank order (mxplugin_run/elastic/rank_ends.py)."""
         order = {rank: i for i, rank in enumerate(self.exits)}  # the order the ends came in
         return [self._end(rank, order.get(rank)) for rank in range(slot_count(self.hosts))]
 

@@ -25,13 +25,13 @@ import sys
 import threading
 import time
 
-from mxplugin.elastic.timeouts import DRAIN_ABANDONED_S, DRAIN_S, FORCE_AFTER_S, GIVE_UP_AFTER_S
-from mxplugin.launch.hosts_not_reached import HostsNotReached
-from mxplugin.launch.line_relay import EXIT_MARKER, RANK_MARKER
-from mxplugin.launch.lost_hosts import MARKER, LostHostsWatch, reported_hosts
-from mxplugin.launch.rank_deaths import RankDeaths
-from mxplugin.launch.remote_shells import end, placed_hosts, remote_shells
-from mxplugin.launch.signal_wait import wait_for_exit
+from mxplugin_run.timeouts import DRAIN_ABANDONED_S, DRAIN_S, FORCE_AFTER_S, GIVE_UP_AFTER_S
+from mxplugin_run.hosts_not_reached import HostsNotReached
+from mxplugin_run.protocol import EXIT_MARKER, RANK_MARKER
+from mxplugin_run.lost_hosts import MARKER, LostHostsWatch, reported_hosts
+from mxplugin_run.rank_deaths import RankDeaths
+from mxplugin_run.remote_shells import end, placed_hosts, remote_shells
+from mxplugin_run.signal_wait import wait_for_exit
 
 # Signals that stop the job: SIGHUP too, since in its own session the job
 # would outlive a closed terminal.
@@ -147,7 +147,7 @@ def exit_code(returncode):
 # abandoned: killed with the remote shells it started (the launcher's end of
 # each host's connection; what runs on a host cut off cannot be reached),
 # naming the hosts left behind. The launcher exits within STOP_BOUND_S
-# (the four: mxplugin/elastic/timeouts.py).
+# (the four: mxplugin_run/timeouts.py).
 # The launcher's exit code when it gave up on mpiexec (not after an
 # interrupt): the job failed, and mpiexec cannot say how.
 EXIT_ABANDONED = 1

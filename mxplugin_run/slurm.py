@@ -4,7 +4,7 @@ allocation (SLURM_JOB_NODELIST, SLURM_TASKS_PER_NODE), in Slurm's own
 compressed forms ("node[01-03,7],gpu5", "2(x3),1")."""
 import re
 
-from mxplugin.launch.hosts import UsageError
+from mxplugin_run.hosts import UsageError
 
 _REPEAT = re.compile(r"^(\d+)(?:\(x(\d+)\))?$")
 

@@ -2,11 +2,10 @@
 shell on a host whose cool-down is over, before a world is started there
 (Note [Hosts that cannot reach the launcher] in driver.py):
 
-    python .../mxplugin/elastic/reach_back.py ADDRESS PORT SECONDS
+    python -m mxplugin_run.elastic.reach_back ADDRESS PORT SECONDS
 
 Exit 0 when a TCP connection to ADDRESS:PORT (the launcher's service) opens
-within SECONDS; else 1, with why on stderr. Run by path, standard library
-only, as the supervisor is: importing mxplugin's package would load MXNet."""
+within SECONDS; else 1, with why on stderr. Standard library only."""
 import socket
 import sys
 
