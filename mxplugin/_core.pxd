@@ -64,6 +64,8 @@ cdef extern from "c_api.h" nogil:
     int mxp_core_topology(mxp_core* core, mxp_topology* out)
     int mxp_core_stuck_transfer(mxp_core* core, char* text, int32_t capacity)
     int mxp_core_keep_running_when_stuck(mxp_core* core)
+    int mxp_core_say_lost_peers(mxp_core* core, const char* marker)
+    int mxp_core_last_failure(mxp_core* core, int32_t* code)
     int mxp_core_begin_push_batch(mxp_core* core)
     int mxp_core_end_push_batch(mxp_core* core)
     int mxp_core_leave_world(mxp_core* core, double seconds, int32_t* parked)

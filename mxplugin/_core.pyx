@@ -218,6 +218,20 @@ cdef class Core:
         """Report a stuck data plane (stuck_transfer()) rather than end the process."""
         _check(mxp_core_keep_running_when_stuck(self.c))
 
+    def say_lost_peers(self, marker):
+        """From now on a line beginning with `marker` names the peers this
+        rank lost, as fields (Note [Lost peers as data] in
+        src/core/lost_peer_report.h)."""
+        _check(mxp_core_say_lost_peers(self.c, marker.encode()))
+
+    def failed_for_peers(self):
+        """Whether the last request that failed here failed for its peers
+        (lost, stopped, or leaving: the status PeerFailureError stands for),
+        for errors that reach Python as the framework's, message only."""
+        cdef int32_t code = 0
+        _check(mxp_core_last_failure(self.c, &code))
+        return code == MXP_STATUS_ABORTED
+
     def begin_push_batch(self):
         """Note [Diverged pushes] (src/core/diverged_pushes.cc): the
         collectives this thread pushes until the matching end_push_batch()

@@ -6,7 +6,7 @@ import sys
 import threading
 
 from mxplugin.errors import ArgumentError, MXPluginError, NotInitializedError
-from mxplugin_run.protocol import EXIT_MARKER, RELAYED
+from mxplugin_run.protocol import ENV_DRIVER, EXIT_MARKER, LOST_PEERS_MARKER, RELAYED
 
 
 class _State:
@@ -120,6 +120,7 @@ def init(comm=None, process_sets=None):
     _notice_interrupts()
     if os.environ.get(RELAYED):  # behind mxplugin-run's line relay: Note [Exits and kills]
         _core_module().say_exit_code(EXIT_MARKER)
+        core.say_lost_peers(LOST_PEERS_MARKER)  # Note [Lost peers as data]
     if process_sets is not None and not isinstance(process_sets, str):
         for ps in process_sets:
             add_process_set(ps)
@@ -129,8 +130,6 @@ def _start_core():
     """The core, started (MPI's start among it). In an elastic launch the
     launcher is watched meanwhile: a rank whose world breaks while MPI
     starts leaves (Note [Leaving MPI's start] in mxplugin/elastic/start_guard.py)."""
-    from mxplugin_run.protocol import ENV_DRIVER
-
     guard = None
     if os.environ.get(ENV_DRIVER):
         from mxplugin.elastic import start_guard
@@ -188,8 +187,6 @@ def _shutdown_at_exit():
         return
     _forget_collectives_failed_by_the_stop(who)
     if _state.topology and _state.topology["size"] > 1:
-        from mxplugin_run.protocol import ENV_DRIVER
-
         if ENV_DRIVER not in os.environ:  # not under the elastic supervisor
             _core_module().exit_at_end(128 + signal.SIGINT)
 

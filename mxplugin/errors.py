@@ -27,12 +27,6 @@ def values_by_rank(ranks, keys, texts):
                      for text, rs in groups.values())
 
 
-# Words every lost-peer error of the core carries (src/core/core.cc, "mxplugin
-# lost contact with its peers"); an asynchronous op's error reaches Python as
-# an MXNetError with the core's message, so they are how one is recognised.
-LOST_CONTACT = "lost contact"
-
-
 class MXPluginError(RuntimeError):
     """An error reported by the mxplugin core."""
 

@@ -27,8 +27,8 @@ import time
 
 from mxplugin_run.timeouts import DRAIN_ABANDONED_S, DRAIN_S, FORCE_AFTER_S, GIVE_UP_AFTER_S
 from mxplugin_run.hosts_not_reached import HostsNotReached
-from mxplugin_run.protocol import EXIT_MARKER, RANK_MARKER
-from mxplugin_run.lost_hosts import MARKER, LostHostsWatch, reported_hosts
+from mxplugin_run.protocol import EXIT_MARKER, LOST_PEERS_MARKER, RANK_MARKER
+from mxplugin_run.lost_hosts import LostHostsWatch, lost_peers
 from mxplugin_run.rank_deaths import RankDeaths
 from mxplugin_run.remote_shells import end, placed_hosts, remote_shells
 from mxplugin_run.signal_wait import wait_for_exit
@@ -41,7 +41,7 @@ _LAUNCHER_NOISE = ("[mpiexec@", "[proxy:", "=====", "=   ", "YOUR APPLICATION TE
                    "Please see the FAQ", "Ctrl-C caught")
 
 
-_RELAY_MARKERS = (RANK_MARKER.encode(), EXIT_MARKER.encode())
+_RELAY_MARKERS = (RANK_MARKER.encode(), EXIT_MARKER.encode(), LOST_PEERS_MARKER.encode())
 # The tag --prefix-output puts before each line of a rank.
 _RANK_TAG = re.compile(r"^\[[0-9?]+\]<std(out|err)>:")
 
@@ -67,8 +67,6 @@ class _Pump(threading.Thread):
             chunk = os.read(self.source.fileno(), 65536)
             if not chunk:
                 break
-            if self.on_unreachable is not None and MARKER in chunk:  # Note [Lost hosts]
-                self.on_unreachable(reported_hosts(chunk.decode("utf-8", "replace")))
             if self.not_reached is not None:
                 self.not_reached(chunk)
             if self.stopping.is_set() or self.pending or self._may_hold_a_report(chunk):
@@ -107,8 +105,14 @@ class _Pump(threading.Thread):
             self.line(last + b"\n")
 
     def line(self, line):
-        """One whole line (bytes): what RankDeaths keeps of it is written."""
+        """One whole line (bytes): what RankDeaths keeps of it is written;
+        a rank's lost-peers line is read, not written (Note [Lost hosts])."""
         text = line.decode("utf-8", "replace")
+        report = lost_peers(text) if LOST_PEERS_MARKER in text else None
+        if report is not None:
+            if self.on_unreachable is not None and report["unreachable"]:
+                self.on_unreachable({host for _, host in report["unreachable"]})
+            return
         for kept in self.deaths.lines(self.stream, text):
             self.write_line(kept, line if kept is text else None)
 

@@ -9,35 +9,41 @@ ever. Unlike an elastic launcher, a plain one hears nothing from the ranks
 but their output, and sees nothing of the hosts but mpiexec's remote shells
 (one per host: mxplugin_run/remote_shells.py). So it gives up on mpiexec
 (Job.abandon) when
-- the ranks' lines name hosts they cannot reach ("... cannot be reached
-  from ...") and the remote shells of every other host have ended, for
-  NAMED_GRACE_S; or
+- the ranks name hosts they cannot reach (each rank behind the relay says
+  whom it lost in a line of fields: Note [Lost peers as data] in
+  src/core/lost_peer_report.h) and the remote shells of every other host
+  have ended, for NAMED_GRACE_S; or
 - every remote shell has ended and mpiexec has not, for ORPHANED_GRACE_S
   (with ssh a shell ends only after its proxy, which mpiexec hears at once
   where it can: so it waits for a connection that is dead).
 A job whose ranks are alive somewhere keeps the shells of their hosts, and
 is never given up on."""
-import re
 import threading
 import time
 
-from mxplugin_run.timeouts import LOOK_EVERY_S, NAMED_GRACE_S, ORPHANED_GRACE_S
+from mxplugin_run.protocol import LOST_PEERS_MARKER
 from mxplugin_run.remote_shells import remote_shells
-
-# What a rank's error says of peers it cannot reach (src/core/core.cc,
-# src/core/transfer_watchdog.cc): "ranks 2, 3 on host2; rank 5 on host4
-# cannot be reached from host1".
-MARKER = b"cannot be reached from"
-_REPORT = re.compile(r"lost contact with its peers: (.*?) cannot be reached from")
-_HOST = re.compile(r"\branks? [\d, ]+ on (\S+?)(?=;|$)")
+from mxplugin_run.timeouts import LOOK_EVERY_S, NAMED_GRACE_S, ORPHANED_GRACE_S
 
 
-def reported_hosts(text):
-    """The hosts that lines of `text` say cannot be reached."""
-    hosts = set()
-    for report in _REPORT.findall(text):
-        hosts.update(_HOST.findall(report))
-    return hosts
+def lost_peers(line):
+    """{"rank", "host", "unreachable", "ended"} of a rank's lost-peers line
+    (LOST_PEERS_MARKER, then fields; a --prefix-output tag may come first),
+    the last two lists of (rank, host); None for any other line."""
+    _, marker, rest = line.partition(LOST_PEERS_MARKER + " ")
+    fields = rest.split()
+    if not marker or len(fields) != 4 or not fields[0].lstrip("-").isdigit():
+        return None
+    report = {"rank": int(fields[0]), "host": fields[1]}
+    for name, field in zip(("unreachable", "ended"), fields[2:]):
+        key, _, peers = field.partition("=")
+        if key != name:
+            return None
+        named = [peer.partition("@") for peer in peers.split(",") if peer]
+        if not all(rank.isdigit() and host for rank, _, host in named):
+            return None
+        report[name] = [(int(rank), host) for rank, _, host in named]
+    return report
 
 
 class LostHostsWatch(threading.Thread):

@@ -13,6 +13,10 @@ RANK_MARKER = "mxplugin-relay-ended"
 # kills] in rank_deaths.py).
 EXIT_MARKER = "mxplugin-rank-exit"
 RELAYED = "MXPLUGIN_RELAYED"
+# The line a rank behind the relay writes when it has lost peers, as
+# fields (Note [Lost peers as data] in src/core/lost_peer_report.h):
+# "<marker> <rank> <host> unreachable=<rank>@<host>,... ended=<rank>@<host>,..."
+LOST_PEERS_MARKER = "mxplugin-peers-lost"
 
 ENV_DRIVER = "MXPLUGIN_ELASTIC_DRIVER"          # host:port of the launcher's service
 ENV_TOKEN = "MXPLUGIN_ELASTIC_TOKEN"            # the job's secret, sent with every request

@@ -190,6 +190,14 @@ int mxp_core_keep_running_when_stuck(mxp_core* core) {
   return Guard([&] { CoreOf(core).KeepRunningWhenStuck(); });
 }
 
+int mxp_core_say_lost_peers(mxp_core* core, const char* marker) {
+  return Guard([&] { CoreOf(core).SayLostPeers(marker != nullptr ? marker : ""); });
+}
+
+int mxp_core_last_failure(mxp_core* core, int32_t* code) {
+  return Guard([&] { *code = static_cast<int32_t>(CoreOf(core).LastFailure()); });
+}
+
 int mxp_core_begin_push_batch(mxp_core* core) {
   return Guard([&] { CoreOf(core).BeginPushBatch(); });
 }

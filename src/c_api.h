@@ -88,6 +88,13 @@ int mxp_core_topology(mxp_core* core, mxp_topology* out);
  * not); and the choice to be told that rather than have the process ended. */
 int mxp_core_stuck_transfer(mxp_core* core, char* text, int32_t capacity);
 int mxp_core_keep_running_when_stuck(mxp_core* core);
+/* Note [Lost peers as data] (src/core/lost_peer_report.h): from now on a
+ * line beginning with `marker` names, as fields, the peers this rank lost. */
+int mxp_core_say_lost_peers(mxp_core* core, const char* marker);
+/* The status code of the last request that failed on this rank
+ * (MXP_STATUS_OK while none has), for errors a framework kept only the
+ * message of. */
+int mxp_core_last_failure(mxp_core* core, int32_t* code);
 /* Note [Diverged pushes] (src/core/diverged_pushes.cc): the collectives pushed between
  * these two calls (a trainer's step) share one stamp. */
 int mxp_core_begin_push_batch(mxp_core* core);

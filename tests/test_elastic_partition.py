@@ -26,7 +26,7 @@ from mxplugin_run.protocol import STOP_HEADER
 from mxplugin_run.timeouts import LAUNCHER_GONE_S, LONG_POLL_S
 from mxplugin_run.elastic.service import DriverService
 from mxplugin_run.hosts_not_reached import HostsNotReached
-from mxplugin_run.lost_hosts import reported_hosts
+from mxplugin_run.lost_hosts import lost_peers
 from mxplugin_run.remote_shells import placed_hosts
 
 WHY_NOT = FakeCluster.unavailable()
@@ -393,6 +393,7 @@ def test_a_plain_job_ends_every_reachable_rank_naming_the_host_cut_off(cluster, 
         raise AssertionError(f"the launcher still runs 60 s after the ranks failed:\n{log.text()}") from None
     ended = time.monotonic() - cut_at
     log.thread.join(timeout=10)
+    assert "mxplugin-peers-lost" not in log.text(), log.text()  # read by the launcher, not shown
     text = log.text()
     assert proc.returncode == 1, text
     # Either mpiexec waits for the cut host's proxy and the launcher gives up
@@ -467,11 +468,18 @@ def test_a_rank_of_an_ended_world_hands_nothing_over(service):
     assert service.state_commit() == -1
 
 
-def test_the_hosts_ranks_say_they_cannot_reach():
-    line = ("[0]<stderr>:mxplugin: rank 0: mxplugin lost contact with its peers: ranks 2, 3 on b; rank 4 on c.x "
-            "cannot be reached from a (no answer within 1 s): a transfer ...")
-    assert reported_hosts(line) == {"b", "c.x"}
-    assert reported_hosts("MXNetError: mxplugin lost contact with its peers: negotiation timed out") == set()
+def test_the_peers_a_rank_says_it_lost_are_read_as_fields():
+    """Note [Lost peers as data]: the line's fields, a --prefix-output tag
+    before them or not; the error's prose names hosts too but is no report."""
+    line = "[0]<stderr>:mxplugin-peers-lost 0 a unreachable=2@b,3@b,4@c.x ended=1@a"
+    assert lost_peers(line) == {"rank": 0, "host": "a", "unreachable": [(2, "b"), (3, "b"), (4, "c.x")],
+                                "ended": [(1, "a")]}
+    assert lost_peers("mxplugin-peers-lost 5 b unreachable= ended=0@a")["unreachable"] == []
+    prose = ("mxplugin: rank 0: mxplugin lost contact with its peers: ranks 2, 3 on b cannot be reached from a "
+             "(no answer within 1000 ms): a transfer ...")
+    for other in (prose, "mxplugin-peers-lost 0 a unreachable=2@b", "mxplugin-peers-lost 0 a ended= unreachable=",
+                  "mxplugin-peers-lost x a unreachable= ended=", "mxplugin-peers-lost 0 a unreachable=b ended="):
+        assert lost_peers(other) is None, other
     assert placed_hosts([("a", 2), ("b", 2), ("c", 2)], 3) == ["a", "b"]
 
 

@@ -442,6 +442,30 @@ def test_the_banner_is_read_and_a_users_rules_pass():
     assert RankDeaths().summary() == (None, None)  # no banner: nothing to say
 
 
+def test_a_ranks_lost_peers_line_is_read_and_kept_out_of_the_output():
+    """Note [Lost peers as data]: the launcher's pump hands the unreachable
+    hosts of a rank's lost-peers line on (Note [Lost hosts]) and passes the
+    rest, the error's prose included, as it came."""
+    import io
+    import threading
+
+    from mxplugin_run.job import _Pump
+    from mxplugin_run.rank_deaths import RankDeaths
+
+    read_end, write_end = os.pipe()
+    lines = [b"step 1\n", b"[1]<stderr>:mxplugin-peers-lost 1 a unreachable=2@b,3@b ended=\n",
+             b"mxplugin: rank 1: mxplugin lost contact with its peers: ranks 2, 3 on b cannot be reached from a\n",
+             b"mxplugin-peers-lost 0 a unreachable= ended=4@c\n", b"step 2\n"]
+    os.write(write_end, b"".join(lines))
+    os.close(write_end)
+    told, sink = [], io.BytesIO()
+    with os.fdopen(read_end, "rb") as source:
+        pump = _Pump(source, sink, "err", threading.Event(), RankDeaths(), on_unreachable=told.append)
+        pump.run()
+    assert told == [{"b"}]
+    assert sink.getvalue() == lines[0] + lines[2] + lines[4]
+
+
 def summary_of(lines):
     from mxplugin_run.rank_deaths import RankDeaths
 

@@ -38,7 +38,7 @@ from mxplugin_run.protocol import ENV_CRASH_EXIT, EXIT_LEFT_CRASHED, EXIT_RESET
 from mxplugin_run.timeouts import (FREEZE_TICK_S, FROZEN_GAP_S, LAST_WORDS_S, LAUNCHER_GONE_S, LEAVE_TOGETHER_S,
                                       LEAVE_WORLD_S, LONG_POLL_S)
 from mxplugin.elastic.state import HostsUpdatedInterrupt, read_checkpoint
-from mxplugin.errors import LOST_CONTACT, PeerFailureError
+from mxplugin.errors import NotInitializedError, PeerFailureError
 
 try:
     from mxnet.base import MXNetError
@@ -47,10 +47,18 @@ except ImportError:  # pragma: no cover - mxplugin's Python API needs MXNet
 
 
 def is_peer_failure(exc):
-    """A collective failed because a peer is gone (not a bug on this rank)."""
+    """A collective failed because a peer is gone, stopped or left (not a
+    bug on this rank): a PeerFailureError, or MXNet's error for an op the
+    core failed so (an engine op's error keeps only the message; the core
+    keeps the code)."""
     if isinstance(exc, PeerFailureError):
         return True
-    return isinstance(exc, MXNetError) and LOST_CONTACT in str(exc)
+    if not isinstance(exc, MXNetError):
+        return False
+    try:
+        return _basics._core().failed_for_peers()
+    except NotInitializedError:
+        return False
 
 
 def _log(text):

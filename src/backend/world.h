@@ -15,17 +15,18 @@
 #include "backend/control_plane.h"
 #include "backend/doorbell.h"
 #include "backend/leaving.h"
+#include "backend/peers.h"
 #include "common/config.h"
 #include "common/topology.h"
 
 namespace mxplugin {
 
 // What a probe of peers found (Note [Who is unreachable] in
-// backend/mpi/peer_probe.h), as text naming ranks and hosts ("ranks 2, 3 on
-// host2"), each "" when there is nothing to say or the world cannot tell.
+// backend/mpi/peer_probe.h), each empty when there is nothing to say or the
+// world cannot tell.
 struct PeerVerdict {
-  std::string unreachable;  // on hosts that do not answer: cut off from this rank
-  std::string ended;        // on hosts that answer, whose own port refuses: their process has ended
+  Peers unreachable;  // on hosts that do not answer: cut off from this rank
+  Peers ended;        // on hosts that answer, whose own port refuses: their process has ended
   bool empty() const { return unreachable.empty() && ended.empty(); }
 };
 

@@ -102,7 +102,7 @@ void Core::Loop() {
     topology_ = world_->topology();
     logger_.set_rank(topology_.rank);
     watchdog_ = std::make_unique<TransferWatchdog>(config_.peer_timeout_seconds, reach_, host_, topology_.rank,
-                                                   everyone, &logger_);
+                                                   everyone, &logger_, &lost_peer_report_);
     sets_[0] = MakeProcessSet(everyone, std::move(group));
     started_done_ = true;
   } catch (const Error& e) {
@@ -263,11 +263,12 @@ void Core::RunCycle(bool* stop) {
       const double lead = VerdictLead(config_.peer_timeout_seconds);
       const PeerVerdict who = reach_ ? reach_(set.ranks, lead) : PeerVerdict{};
       const std::string cut_off = CutOffText(who, host_, lead);
+      lost_peer_report_.Say(topology_.rank, host_, who);  // Note [Lost peers as data]
       std::lock_guard<std::mutex> lock(mutex_);
       lost_peers_ = true;
       // A cause found earlier (a GPU failure on this rank) is the better message.
-      if (stop_status_.ok()) stop_status_ = Status::Aborted(
-          "mxplugin lost contact with its peers: " + cut_off + st.reason() + " while negotiating on process set " +
+      if (stop_status_.ok()) stop_status_ = LostContact(
+          cut_off + st.reason() + " while negotiating on process set " +
           std::to_string(id) + " (ranks " + RanksText(set.ranks) + ") within the peer timeout, " +
           std::to_string(static_cast<int>(config_.peer_timeout_seconds)) + " s (MXPLUGIN_PEER_TIMEOUT_SECONDS). " +
           (!who.unreachable.empty() ? "That host is probably cut off from the network."

@@ -27,6 +27,7 @@
 #include "core/controller.h"
 #include "core/executor.h"
 #include "core/gpu_backend.h"
+#include "core/lost_peer_report.h"
 #include "core/request.h"
 #include "core/timeline.h"
 #include "core/transfer_watchdog.h"
@@ -98,6 +99,13 @@ class Core {
   // to be told that rather than have the process ended. Any thread.
   std::string StuckTransfer() const;
   void KeepRunningWhenStuck();
+  // Note [Lost peers as data] (core/lost_peer_report.h): from now on, a
+  // line beginning with `marker` names the peers this rank has lost. Any thread.
+  void SayLostPeers(std::string marker) { lost_peer_report_.SayWith(std::move(marker)); }
+  // The code of the last request that failed on this rank (kOk while none
+  // has): what an adapter whose framework kept only the message tells the
+  // caller by. Any thread.
+  StatusCode LastFailure() const { return last_failure_.load(); }
   // Note [Leaving a broken world] (backend/leaving.h): from now on this
   // rank's planes make no call and the background thread parks; pending and
   // later ops fail. Returns whether the thread parked within `seconds` (not
@@ -162,6 +170,8 @@ class Core {
   std::mutex probe_mutex_;                     // guards the two below (any thread may fail a request)
   bool probed_ = false;
   PeerVerdict unreachable_;                    // what the first probe found
+  LostPeerReport lost_peer_report_;            // outlives the watchdog, which says through it
+  std::atomic<StatusCode> last_failure_{StatusCode::kOk};  // set by Finish, any thread
   // Times the data-plane phases; made before the loop starts, stopped when it ends.
   std::unique_ptr<TransferWatchdog> watchdog_;
   std::map<int, std::unique_ptr<ProcessSet>> sets_;  // structure guarded by mutex_

@@ -40,7 +40,10 @@ void FillFailedOutput(const Request& req) {
 
 void Core::Finish(Request& req, const Status& status) {
   if (req.stand_in) return;  // Note [Joined ranks]: no name in flight here, nobody waiting
-  if (!status.ok()) FillFailedOutput(req);
+  if (!status.ok()) {
+    FillFailedOutput(req);
+    last_failure_.store(status.code());
+  }
   bool requeued = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);

@@ -42,8 +42,10 @@ Status Core::NameUnreachable(const Status& status) {
     }
     who = unreachable_;
   }
-  if (who.empty() || NamesLostPeers(status.reason())) return status;
-  return Status::Aborted("mxplugin lost contact with its peers: " + CutOffText(who, host_, lead) + status.reason());
+  if (who.empty()) return status;
+  lost_peer_report_.Say(topology_.rank, host_, who);  // Note [Lost peers as data]
+  if (NamesLostPeers(status.reason())) return status;
+  return LostContact(CutOffText(who, host_, lead) + status.reason());
 }
 
 std::string Core::StuckTransfer() const {

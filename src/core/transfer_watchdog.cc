@@ -32,13 +32,10 @@ double VerdictLead(double timeout_seconds) { return std::min(kProbeSeconds, time
 std::string CutOffText(const PeerVerdict& who, const std::string& host, double probe_seconds) {
   std::string text;
   if (!who.unreachable.empty()) {
-    text = who.unreachable + " cannot be reached from " + host + " (no answer within " +
+    text = PeersText(who.unreachable) + " cannot be reached from " + host + " (no answer within " +
            std::to_string(static_cast<int>(probe_seconds * 1000)) + " ms): ";
   }
-  if (!who.ended.empty()) {
-    const bool one = who.ended.rfind("rank ", 0) == 0 && who.ended.find(';') == std::string::npos;
-    text += who.ended + (one ? " has" : " have") + " ended (the process is gone: its probe port refuses): ";
-  }
+  if (!who.ended.empty()) text += EndedText(who.ended) + " (the process is gone: its probe port refuses): ";
   return text;
 }
 
@@ -48,9 +45,9 @@ bool NamesLostPeers(const std::string& reason) {
 }
 
 TransferWatchdog::TransferWatchdog(double timeout_seconds, ReachabilityProbe probe, std::string host, int rank,
-                                   std::vector<int> ranks, Logger* logger)
+                                   std::vector<int> ranks, Logger* logger, LostPeerReport* report)
     : timeout_seconds_(timeout_seconds), probe_(std::move(probe)), host_(std::move(host)), rank_(rank),
-      ranks_(std::move(ranks)), logger_(logger) {
+      ranks_(std::move(ranks)), logger_(logger), report_(report) {
   if (probe_ && timeout_seconds_ > 0) {
     thread_ = std::thread([this] { Watch(); });
     // Not its creator's (the core's) name; set here, before anyone can look.
@@ -134,7 +131,8 @@ void TransferWatchdog::Watch() {
       probe_after += timeout_seconds_;
       continue;
     }
-    stuck_ = "mxplugin lost contact with its peers: " + CutOffText(who, host_, lead) + why.str();
+    stuck_ = LostContact(CutOffText(who, host_, lead) + why.str()).reason();
+    if (report_ != nullptr) report_->Say(rank_, host_, who);
     if (keep_running_) return;
     const std::string line = "mxplugin: rank " + std::to_string(rank_) + ": " + stuck_ +
                              "; a transfer inside MPI cannot be abandoned, so this process ends (exit code " +

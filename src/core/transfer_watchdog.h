@@ -27,6 +27,7 @@
 
 #include "backend/world.h"
 #include "common/logging.h"
+#include "core/lost_peer_report.h"
 
 namespace mxplugin {
 
@@ -36,18 +37,18 @@ namespace mxplugin {
 double VerdictLead(double timeout_seconds);
 
 // "<who> cannot be reached from <host> (no answer within <ms> ms): ", the
-// words that name peers cut off in every such error (mxplugin_run/lost_hosts.py
-// reads them), then "<who> has ended (...): " for ranks whose process
-// ended; "" when the probe found nothing.
+// words that name peers cut off in every such error, then "<who> has ended
+// (...): " for ranks whose process ended; "" when the probe found nothing.
 std::string CutOffText(const PeerVerdict& who, const std::string& host, double probe_seconds);
 // Whether an error's text already names peers (CutOffText's words).
 bool NamesLostPeers(const std::string& reason);
 
 class TransferWatchdog {
  public:
-  // `ranks`: the world's, probed when a phase is stuck; `host`: this rank's.
+  // `ranks`: the world's, probed when a phase is stuck; `host`: this rank's;
+  // `report` (or null) says whom a stuck phase found lost.
   TransferWatchdog(double timeout_seconds, ReachabilityProbe probe, std::string host, int rank,
-                   std::vector<int> ranks, Logger* logger);
+                   std::vector<int> ranks, Logger* logger, LostPeerReport* report = nullptr);
   ~TransferWatchdog();
   TransferWatchdog(const TransferWatchdog&) = delete;
   TransferWatchdog& operator=(const TransferWatchdog&) = delete;
@@ -72,6 +73,7 @@ class TransferWatchdog {
   const int rank_;
   const std::vector<int> ranks_;
   Logger* logger_;
+  LostPeerReport* report_;
 
   mutable std::mutex mutex_;
   std::condition_variable wake_;

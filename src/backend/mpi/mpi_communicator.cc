@@ -37,12 +37,10 @@ Status ToIntVector(const std::vector<int64_t>& in, std::vector<int>* out, const 
 Status MpiCommunicator::Checked(int rc, const char* what) const {
   Status st = MpiStatus(rc, what);
   if (!peers_) return st;
-  const std::string ended = peers_->EndedLocalPeers(comm_->global_ranks());
+  const Peers ended = peers_->EndedLocalPeers(comm_->global_ranks());
   if (ended.empty()) return st;
-  const bool one = ended.rfind("rank ", 0) == 0;
-  return Status::Aborted("mxplugin lost contact with its peers: " + ended + (one ? " has" : " have") +
-                         " ended (the process is gone) during " + what + ", whose result cannot be trusted" +
-                         (st.ok() ? "" : " (" + st.reason() + ")"));
+  return LostContact(EndedText(ended) + " (the process is gone) during " + what + ", whose result cannot be trusted" +
+                     (st.ok() ? "" : " (" + st.reason() + ")"));
 }
 
 Status MpiCommunicator::NotLeaving(const char* what) const {

@@ -42,14 +42,13 @@ Status MpiControlPlane::CheckStopped(Clock::time_point now, Clock::duration budg
   const Clock::duration idle = now - last_run_;
   last_run_ = now;
   if (idle < budget || idle < kNotRunning || !peers_) return Status::Ok();
-  std::string ended = peers_->EndedLocalPeers(comm_->global_ranks());
+  Peers ended = peers_->EndedLocalPeers(comm_->global_ranks());
   if (ended.empty()) ended = peers_->Ended(comm_->global_ranks(), kEndedProbeSeconds);
   if (ended.empty()) return Status::Ok();
   const double seconds = std::chrono::duration<double>(idle).count();
   return Status::Aborted(std::string(what) + " not started: this rank did not run for " +
-                         std::to_string(static_cast<int>(seconds)) + " s (stopped?), and meanwhile " + ended +
-                         (ended.rfind("rank ", 0) == 0 && ended.find(';') == std::string::npos ? " has" : " have") +
-                         " ended");
+                         std::to_string(static_cast<int>(seconds)) + " s (stopped?), and meanwhile " +
+                         EndedText(ended));
 }
 
 // Polls a nonblocking request until it completes or the deadline passes.

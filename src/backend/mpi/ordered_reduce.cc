@@ -148,11 +148,9 @@ Status MpiCommunicator::AwaitExchange(MPI_Request* pair, const std::vector<int>&
     }
     const auto now = std::chrono::steady_clock::now();
     if (peers_ && now >= next_look) {
-      const std::string ended = peers_->Ended(peers, kPeerProbeSeconds);
+      const Peers ended = peers_->Ended(peers, kPeerProbeSeconds);
       if (!ended.empty()) {
-        const bool one = ended.rfind("rank ", 0) == 0 && ended.find(';') == std::string::npos;
-        return Status::Aborted("mxplugin lost contact with its peers: " + ended + (one ? " has" : " have") +
-                               " ended (the process is gone: its probe port refuses) during MPI_Sendrecv");
+        return LostContact(EndedText(ended) + " (the process is gone: its probe port refuses) during MPI_Sendrecv");
       }
       next_look = now + kPeerLookAfter;
     }

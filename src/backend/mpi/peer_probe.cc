@@ -27,13 +27,6 @@ void CopyName(char* out, size_t size, const std::string& name) {
   std::memcpy(out, name.data(), std::min(name.size(), size - 1));
 }
 
-std::string RanksOn(const std::vector<int>& ranks, const std::string& host) {
-  std::ostringstream text;
-  text << (ranks.size() == 1 ? "rank " : "ranks ");
-  for (size_t i = 0; i < ranks.size(); ++i) text << (i ? ", " : "") << ranks[i];
-  text << " on " << host;
-  return text.str();
-}
 
 }  // namespace
 
@@ -112,7 +105,7 @@ static bool MemoryGone(pid_t pid) {
   return process_vm_readv(pid, &local, 1, &remote, 1, 0) < 0 && errno == ESRCH;
 }
 
-std::string PeerProbe::EndedLocalPeers(const std::vector<int>& ranks) const {
+Peers PeerProbe::EndedLocalPeers(const std::vector<int>& ranks) const {
   std::vector<pollfd> fds;
   std::vector<int> watched;
   for (int r : ranks) {
@@ -120,20 +113,20 @@ std::string PeerProbe::EndedLocalPeers(const std::vector<int>& ranks) const {
     fds.push_back({pidfds_[r], POLLIN, 0});
     watched.push_back(r);
   }
-  if (fds.empty()) return "";
+  if (fds.empty()) return {};
   const bool any_exited = poll(fds.data(), fds.size(), 0) > 0;
-  std::vector<int> ended;
+  Peers ended;
   for (size_t i = 0; i < fds.size(); ++i) {
     const bool exited = any_exited && fds[i].revents != 0;
-    if (exited || MemoryGone(static_cast<pid_t>(peers_[watched[i]].pid))) ended.push_back(watched[i]);
+    if (exited || MemoryGone(static_cast<pid_t>(peers_[watched[i]].pid))) ended.push_back({watched[i], mine_.host});
   }
-  return ended.empty() ? "" : RanksOn(ended, mine_.host);
+  return ended;
 }
 
 std::string PeerProbe::host() const { return mine_.host; }
 
-std::string PeerProbe::Unreachable(const std::vector<int>& ranks, double seconds) const {
-  if (listener_ < 0 || peers_.empty()) return "";
+Peers PeerProbe::Unreachable(const std::vector<int>& ranks, double seconds) const {
+  if (listener_ < 0 || peers_.empty()) return {};
   DrainProbes();
 
   std::map<std::string, std::vector<int>> by_host;  // other hosts' ranks among `ranks`
@@ -196,12 +189,12 @@ std::string PeerProbe::Unreachable(const std::vector<int>& ranks, double seconds
     tries.swap(waiting);
   }
   for (const Try& t : tries) close(t.fd);
-  std::string text;
+  Peers cut_off;
   for (const auto& kv : by_host) {
     if (answered[kv.first]) continue;
-    text += (text.empty() ? "" : "; ") + RanksOn(kv.second, kv.first);
+    for (int r : kv.second) cut_off.push_back({r, kv.first});
   }
-  return text;
+  return cut_off;
 }
 
 void PeerProbe::DrainProbes() const {
@@ -209,16 +202,16 @@ void PeerProbe::DrainProbes() const {
   for (int fd; (fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC)) >= 0;) close(fd);
 }
 
-std::string PeerProbe::Ended(const std::vector<int>& ranks, double seconds) const {
-  if (listener_ < 0 || peers_.empty()) return "";
+Peers PeerProbe::Ended(const std::vector<int>& ranks, double seconds) const {
+  if (listener_ < 0 || peers_.empty()) return {};
   DrainProbes();
   struct Try {
     int fd;
     int rank;
   };
   std::vector<Try> tries;
-  std::map<std::string, std::vector<int>> ended;  // host -> its ranks that refused
-  auto refused = [&](int rank) { ended[peers_[rank].host].push_back(rank); };
+  Peers ended;  // those that refused
+  auto refused = [&](int rank) { ended.push_back({rank, peers_[rank].host}); };
   for (int r : ranks) {
     if (r < 0 || r >= static_cast<int>(peers_.size()) || r == rank_) continue;
     const Endpoint& e = peers_[r];
@@ -259,9 +252,8 @@ std::string PeerProbe::Ended(const std::vector<int>& ranks, double seconds) cons
     tries.swap(waiting);
   }
   for (const Try& t : tries) close(t.fd);  // no answer: not ended as far as this can tell
-  std::string text;
-  for (const auto& kv : ended) text += (text.empty() ? "" : "; ") + RanksOn(kv.second, kv.first);
-  return text;
+  std::sort(ended.begin(), ended.end(), [](const Peer& a, const Peer& b) { return a.rank < b.rank; });
+  return ended;
 }
 
 }  // namespace mxplugin

@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "backend/peers.h"
+
 namespace mxplugin {
 
 class PeerProbe {
@@ -38,19 +40,19 @@ class PeerProbe {
   // Collective over `comm`, whose ranks are the world's: every rank's host
   // and endpoint. MPI's thread only.
   void Exchange(MPI_Comm comm, int rank);
-  // "ranks 2, 3 on host2; rank 5 on host4": those of `ranks` (world ranks)
-  // on other hosts that answer on none of their addresses within `seconds`;
-  // "" when every host answers or nothing can be told. Any thread.
-  std::string Unreachable(const std::vector<int>& ranks, double seconds) const;
-  // "rank 0 on host1; ranks 4, 5 on host3": those of `ranks` (world ranks,
-  // this host's too) on hosts that answer, whose own port refuses a
-  // connection within `seconds`: their process has ended. Any thread.
-  std::string Ended(const std::vector<int>& ranks, double seconds) const;
-  // "rank 2 on host1": those of `ranks` (world ranks) on this host whose
-  // process has ended, polled without waiting (a pidfd each, opened at the
-  // exchange; "" where the kernel has none). Note [Peers ended mid-call] in
+  // Those of `ranks` (world ranks) on other hosts that answer on none of
+  // their addresses within `seconds`; none when every host answers or
+  // nothing can be told. Any thread.
+  Peers Unreachable(const std::vector<int>& ranks, double seconds) const;
+  // Those of `ranks` (world ranks, this host's too) on hosts that answer,
+  // whose own port refuses a connection within `seconds`: their process
+  // has ended. Any thread.
+  Peers Ended(const std::vector<int>& ranks, double seconds) const;
+  // Those of `ranks` (world ranks) on this host whose process has ended,
+  // polled without waiting (a pidfd each, opened at the exchange; none
+  // where the kernel has none). Note [Peers ended mid-call] in
   // mpi_communicator.cc. Any thread.
-  std::string EndedLocalPeers(const std::vector<int>& ranks) const;
+  Peers EndedLocalPeers(const std::vector<int>& ranks) const;
   // This rank's host, as the others know it.
   std::string host() const;
 
