@@ -18,6 +18,7 @@ from mxplugin_run.elastic import segments
 from mxplugin_run.elastic.cooldown import LeftOutHosts, cooldown_for
 from mxplugin_run.elastic.discovery import DiscoveryError, parse_discovered, usable
 from mxplugin_run.elastic.driver import ElasticDriver, ElasticError
+from mxplugin_run.elastic.rank_ends import ProcessEnd
 from mxplugin_run.protocol import ENV_DRIVER, ENV_TOKEN, ENV_WORLD, TOKEN_HEADER
 from mxplugin_run.elastic.service import NOT_STARTED, DriverService
 from mxplugin_run.elastic.start_failures import NO_HELLO, hosts_not_started, leave_out_not_started
@@ -99,23 +100,23 @@ def finished_world(service, left=(), exits=(), registered=(0, 1, 2)):
 
 def test_verdicts(service):
     driver = driver_with(service)
-    done = finished_world(service, left={0: "done", 1: "done", 2: "done"}, exits={0: "code 0"})
+    done = finished_world(service, left={0: "done", 1: "done", 2: "done"}, exits={0: ProcessEnd(code=0)})
     assert driver.judge(service, done, 10) is None  # every rank finished, whatever mpiexec says
-    lost = finished_world(service, left={0: "failure", 1: "failure"}, exits={2: "signal 9"})
+    lost = finished_world(service, left={0: "failure", 1: "failure"}, exits={2: ProcessEnd(signal=9)})
     verdict = driver.judge(service, lost, 137)
     assert "lost rank 2 on c (signal 9); left out: c for 30 s" in verdict, verdict
     assert driver.left_out.now() == {"c": "rank 2 was lost there (signal 9)"}
     hosts = finished_world(service, left={0: "hosts", 1: "hosts", 2: "hosts"})
     assert driver.judge(service, hosts, 75) == "world 0: hosts changed"
-    bug = finished_world(service, left={0: "failure", 2: "failure"}, exits={1: "code 1"})
+    bug = finished_world(service, left={0: "failure", 2: "failure"}, exits={1: ProcessEnd(code=1)})
     with pytest.raises(ElasticError, match=r"rank 1 on b \(exit code 1\): an error in the training script"):
         driver.judge(service, bug, 1)
-    everyone = finished_world(service, exits={0: "signal 9", 1: "signal 9"})  # rank 2: not a word
+    everyone = finished_world(service, exits={0: ProcessEnd(signal=9), 1: ProcessEnd(signal=9)})  # rank 2: not a word
     with pytest.raises(ElasticError, match="every rank was lost and there is no committed state"):
         driver.judge(service, everyone, 137)
     service.offer_state(4, b"state")
     assert "resuming from the newest committed state" in driver.judge(service, everyone, 137)
-    finished_then_lost = finished_world(service, left={0: "done", 1: "done"}, exits={2: "signal 9"})
+    finished_then_lost = finished_world(service, left={0: "done", 1: "done"}, exits={2: ProcessEnd(signal=9)})
     assert driver.judge(service, finished_then_lost, 137) is None
     timed_out = finished_world(service, left={0: "failure", 1: "failure", 2: "failure"})
     assert "lost contact with each other, though none ended" in driver.judge(service, timed_out, 75)
@@ -135,11 +136,11 @@ def test_ranks_stuck_in_mpis_start_are_not_waited_for_nor_taken_for_errors(servi
     healthy = service.new_world(0, [("a", 1), ("b", 1), ("c", 1)])
     assert service.give_up_on_unstarted(0.1) == [] and not healthy.left
     world = service.new_world(1, [("a", 1), ("b", 1), ("c", 1)])
-    service.handle("POST", "/exit", {"world": "1", "rank": "2", "how": "signal 9"}, b"")
-    service.handle("POST", "/exit", {"world": "1", "rank": "1", "how": "code 255"}, b"")
+    service.handle("POST", "/exit", {"world": "1", "rank": "2", "signal": "9"}, b"")
+    service.handle("POST", "/exit", {"world": "1", "rank": "1", "code": "255"}, b"")
     assert service.give_up_on_unstarted(0.1) == [0]
     assert service.only_out_of_reach_run() and service.unaccounted() == []
-    service.handle("POST", "/exit", {"world": "1", "rank": "0", "how": "code 255"}, b"")
+    service.handle("POST", "/exit", {"world": "1", "rank": "0", "code": "255"}, b"")
     verdict = driver.judge(service, world, 1)
     assert verdict == "world 1: lost rank 2 on c (signal 9); left out: c for 30 s", verdict
     assert driver.left_out.now() == {"c": "rank 2 was lost there (signal 9)"}
@@ -200,15 +201,15 @@ def test_a_rank_that_crashed_as_it_left_is_a_leaver_and_keeps_its_host(service):
     driver = driver_with(service)
     world = service.new_world(0, [("a", 1), ("b", 1), ("c", 1)])
     world.registered.update({0: 1000, 1: 1001, 2: 1002})
-    service.handle("POST", "/exit", {"world": "0", "rank": "1", "how": "code 76"}, b"")
+    service.handle("POST", "/exit", {"world": "0", "rank": "1", "code": "76"}, b"")
     assert world.broken == "rank 1 on b left (crashed inside MPI as it left)", world.broken
-    service.handle("POST", "/exit", {"world": "0", "rank": "2", "how": "signal 9"}, b"")
+    service.handle("POST", "/exit", {"world": "0", "rank": "2", "signal": "9"}, b"")
     service.handle("POST", "/leave", {"world": "0", "rank": "0", "reason": "failure"}, b"")
     verdict = driver.judge(service, world, 137)
     assert verdict == "world 0: lost rank 2 on c (signal 9); left out: c for 30 s", verdict
     assert driver.left_out.now() == {"c": "rank 2 was lost there (signal 9)"}
     # Without the code (a plain EXIT_RESET with no leave said) it is a lost rank.
-    other = finished_world(service, left={0: "failure"}, exits={1: "code 75", 2: "signal 9"})
+    other = finished_world(service, left={0: "failure"}, exits={1: ProcessEnd(code=75), 2: ProcessEnd(signal=9)})
     assert "lost rank 1 on b (code 75), rank 2 on c (signal 9)" in driver.judge(service, other, 137)
 
 
@@ -219,9 +220,9 @@ def test_a_rank_whose_mpi_start_crashed_never_started_and_keeps_its_host(service
     of the training script."""
     driver = driver_with(service)
     world = service.new_world(0, [("a", 1), ("b", 1), ("c", 1)])
-    service.handle("POST", "/exit", {"world": "0", "rank": "0", "how": "code 77"}, b"")
+    service.handle("POST", "/exit", {"world": "0", "rank": "0", "code": "77"}, b"")
     assert world.broken == "rank 0 on a: MPI's start failed there as the world was torn down", world.broken
-    service.handle("POST", "/exit", {"world": "0", "rank": "1", "how": "code 77"}, b"")
+    service.handle("POST", "/exit", {"world": "0", "rank": "1", "code": "77"}, b"")
     assert world.left == {0: NOT_STARTED, 1: NOT_STARTED}
     world.out_of_reach[2] = "its MPI proxy could not connect back to mpiexec"
     verdict = driver.judge(service, world, 1)
@@ -229,7 +230,7 @@ def test_a_rank_whose_mpi_start_crashed_never_started_and_keeps_its_host(service
     assert set(driver.left_out.now()) == {"c"}
 
 
-@pytest.mark.parametrize("how", ["signal 11", "signal 6", "code 255"])
+@pytest.mark.parametrize("how", [ProcessEnd(signal=11), ProcessEnd(signal=6), ProcessEnd(code=255)])
 def test_a_crash_once_the_world_is_broken_keeps_its_host_and_is_no_script_error(service, how):
     """Note [One rule for a world's end]: rank 2's host is cut off (no rank ended)
     and the launcher has broken the world; then rank 1's MPI crashes (code
@@ -240,7 +241,7 @@ def test_a_crash_once_the_world_is_broken_keeps_its_host_and_is_no_script_error(
     world.registered.update({0: 1000, 1: 1001, 2: 1002})
     world.out_of_reach[2] = "not heard from for 15 s"
     service.break_world("rank 2 on c is out of reach")
-    service.handle("POST", "/exit", {"world": "0", "rank": "1", "how": how}, b"")
+    service.handle("POST", "/exit", {"world": "0", "rank": "1", **how.query()}, b"")
     service.handle("POST", "/leave", {"world": "0", "rank": "0", "reason": "failure"}, b"")
     verdict = driver.judge(service, world, 137)
     assert verdict.startswith(f"world 0: lost rank 1 on b ({how}), rank 2 on c (not heard from for 15 s) "
@@ -249,7 +250,7 @@ def test_a_crash_once_the_world_is_broken_keeps_its_host_and_is_no_script_error(
     # The same crash before anything broke the world is held against its host.
     first = service.new_world(1, [("a", 1), ("b", 1), ("c", 1)])
     first.registered.update({0: 1000, 1: 1001, 2: 1002})
-    service.handle("POST", "/exit", {"world": "1", "rank": "1", "how": how}, b"")
+    service.handle("POST", "/exit", {"world": "1", "rank": "1", **how.query()}, b"")
     assert first.broken == f"rank 1 on b ended ({how})" and first.crashed_when_broken == set()
 
 
@@ -258,11 +259,11 @@ def test_a_crash_after_a_peer_was_lost_keeps_its_host(service):
     only rank 2's host is left out. A host whose rank crashes first is."""
     driver = driver_with(service)
     verdict = driver.judge(service, finished_world(service, left={0: "failure"},
-                                                   exits={2: "signal 9", 1: "signal 11"}), 137)
+                                                   exits={2: ProcessEnd(signal=9), 1: ProcessEnd(signal=11)}), 137)
     assert "kept for the next world: b" in verdict and "left out: c for 30 s" in verdict, verdict
     assert driver.left_out.now() == {"c": "rank 2 was lost there (signal 9)"}
     verdict = driver.judge(service, finished_world(service, left={0: "failure"},
-                                                   exits={1: "signal 11", 2: "signal 9"}), 137)
+                                                   exits={1: ProcessEnd(signal=11), 2: ProcessEnd(signal=9)}), 137)
     assert set(driver.left_out.now()) == {"b", "c"}, verdict
     assert "left out: b for 30 s, c for 60 s" in verdict, verdict  # c's second fault: twice as long
 
@@ -273,14 +274,14 @@ def test_a_crash_under_a_running_world_keeps_its_host_whichever_end_came_first(s
     report may come first. Either way only rank 2's host is left out, and
     the crash is no script error. Alone (no peer ended by a signal nor out
     of reach), it is held against its host like any crash."""
-    for exits in ({1: "code 78", 2: "signal 9"}, {2: "signal 9", 1: "code 78"}):
+    for exits in ({1: ProcessEnd(code=78), 2: ProcessEnd(signal=9)}, {2: ProcessEnd(signal=9), 1: ProcessEnd(code=78)}):
         driver = driver_with(service)
         verdict = driver.judge(service, finished_world(service, left={0: "failure"}, exits=exits), 137)
         assert "rank 1 on b (code 78)" in verdict and "kept for the next world: b" in verdict, verdict
         assert driver.left_out.now() == {"c": "rank 2 was lost there (signal 9)"}
     driver = driver_with(service)
     verdict = driver.judge(service, finished_world(service, left={0: "failure", 2: "failure"},
-                                                   exits={1: "code 78"}), 137)
+                                                   exits={1: ProcessEnd(code=78)}), 137)
     assert driver.left_out.now() == {"b": "rank 1 was lost there (code 78)"}, verdict
 
 
@@ -295,13 +296,13 @@ def test_a_crash_after_its_peers_left_for_new_hosts_keeps_its_host(service):
     world.hosts_updated = True
     for rank in ("0", "1"):
         service.handle("POST", "/leave", {"world": "0", "rank": rank, "reason": "hosts"}, b"")
-    service.handle("POST", "/exit", {"world": "0", "rank": "2", "how": "code 78"}, b"")
+    service.handle("POST", "/exit", {"world": "0", "rank": "2", "code": "78"}, b"")
     verdict = driver.judge(service, world, 1)
     assert world.crashed_when_broken == {2} and driver.left_out.now() == {}, verdict
     alone = service.new_world(1, [("a", 1), ("b", 1), ("c", 1)])
     alone.registered.update({0: 1000, 1: 1001, 2: 1002})
     alone.hosts_updated = True
-    service.handle("POST", "/exit", {"world": "1", "rank": "2", "how": "code 78"}, b"")
+    service.handle("POST", "/exit", {"world": "1", "rank": "2", "code": "78"}, b"")
     assert alone.crashed_when_broken == set() and alone.broken is not None
 
 
@@ -321,7 +322,7 @@ def test_ranks_leaving_for_new_hosts_hear_when_every_rank_of_their_world_has_lef
         waiting = threading.Thread(target=lambda: answers.append(client.wait_all_left(HANG_S)))
         waiting.start()
         service.handle("POST", "/leave", {"world": "0", "rank": "1", "reason": "hosts"}, b"")
-        service.handle("POST", "/exit", {"world": "0", "rank": "2", "how": "code 75"}, b"")
+        service.handle("POST", "/exit", {"world": "0", "rank": "2", "code": "75"}, b"")
         assert client.wait_all_left(0) == [3] and waiting.is_alive()
         with service.lock:
             world.out_of_reach[3] = "not heard from for 15 s"
@@ -406,7 +407,7 @@ def test_a_left_out_host_comes_back_after_its_cool_down_and_waits_longer_each_fa
     clock = FakeClock()
     driver.left_out = LeftOutHosts((30, 100), clock)
     listed = [("a", 1), ("b", 1), ("c", 1)]
-    driver.judge(service, finished_world(service, left={0: "failure", 1: "failure"}, exits={2: "signal 9"}), 137)
+    driver.judge(service, finished_world(service, left={0: "failure", 1: "failure"}, exits={2: ProcessEnd(signal=9)}), 137)
     assert driver.usable_now(listed) == [("a", 1), ("b", 1)]
     clock.t += 29.9
     assert driver.usable_now(listed) == [("a", 1), ("b", 1)]
@@ -417,14 +418,14 @@ def test_a_left_out_host_comes_back_after_its_cool_down_and_waits_longer_each_fa
     assert driver.usable_now(listed) == listed and "cool-down" not in capsys.readouterr().err  # said once
     for expected in (60, 100, 100):  # it fails again: twice as long, at most the range's end
         verdict = driver.judge(service, finished_world(service, left={0: "failure", 1: "failure"},
-                                                       exits={2: "signal 9"}), 137)
+                                                       exits={2: ProcessEnd(signal=9)}), 137)
         assert f"left out: c for {expected} s" in verdict, verdict
         clock.t += expected - 1
         assert driver.usable_now(listed) == [("a", 1), ("b", 1)]
         clock.t += 1
         assert driver.usable_now(listed) == listed
     cut_off.add("c")  # its cool-down ends while it is cut off: left out again, as a further fault
-    driver.judge(service, finished_world(service, left={0: "failure", 1: "failure"}, exits={2: "signal 9"}), 137)
+    driver.judge(service, finished_world(service, left={0: "failure", 1: "failure"}, exits={2: ProcessEnd(signal=9)}), 137)
     clock.t += 100
     assert driver.usable_now(listed) == [("a", 1), ("b", 1)]
     assert "c's cool-down is over but it does not answer: left out for 100 s" in capsys.readouterr().err
@@ -456,7 +457,7 @@ def test_a_host_that_answers_the_shell_but_cannot_reach_the_launcher_is_left_out
     clock = FakeClock()
     driver.left_out = LeftOutHosts((30, 100), clock)
     listed = [("a", 1), ("b", 1), ("c", 1)]
-    driver.judge(service, finished_world(service, left={0: "failure", 1: "failure"}, exits={2: "signal 9"}), 137)
+    driver.judge(service, finished_world(service, left={0: "failure", 1: "failure"}, exits={2: ProcessEnd(signal=9)}), 137)
     clock.t += 30
     assert driver.usable_now(listed) == [("a", 1), ("b", 1)]
     said = capsys.readouterr().err
@@ -606,7 +607,7 @@ def test_service_keeps_the_newest_state_and_wants_the_token(service):
         assert good.fetch_state() == (5, b"five")
         assert bad.fetch_state() is None and bad._request("GET", "/updates")[0] == 403
         assert good.wait_broken(0) == ""
-        good._request("POST", "/exit", how="signal 9")  # as rank 0's supervisor says it
+        good._request("POST", "/exit", signal="9")  # as rank 0's supervisor says it
         assert good.wait_broken(5) == "rank 0 on localhost ended (signal 9)"
         stale = elastic_client.DriverClient(f"127.0.0.1:{service.port}", service.token, 7, rank=0)
         assert stale.wait_broken(0) is None
@@ -661,7 +662,7 @@ def fuzzed_request(rng, token, kept):
     method, path, headers, body = "GET", "/updates?world=0&rank=0", {TOKEN_HEADER: token}, b""
     if kind == "wrong token":
         headers[TOKEN_HEADER] = rng.choice(["", token[:-1], token + "0", "é" * 8, "x" * 5000])
-        method, path = rng.choice([("POST", "/exit?world=0&rank=1&how=signal%209"), ("PUT", "/state?commit=99")])
+        method, path = rng.choice([("POST", "/exit?world=0&rank=1&signal=9"), ("PUT", "/state?commit=99")])
         body = b"evil" * rng.randrange(1, 100)
     elif kind == "no token":
         del headers[TOKEN_HEADER]
@@ -679,17 +680,20 @@ def fuzzed_request(rng, token, kept):
     elif kind == "bad query":
         method, path = rng.choice([("POST", "/register?world=zero&rank=0"), ("POST", "/register?world=0&rank=x"),
                                    ("PUT", "/state"), ("PUT", "/state?commit=nan"), ("DELETE", "/state"),
-                                   ("GET", "/nothing?world=0&rank=0"), ("POST", "/exit?world=0&rank=0&rank=1%00")])
+                                   ("GET", "/nothing?world=0&rank=0"), ("POST", "/exit?world=0&rank=0&rank=1%00"),
+                                   ("POST", "/exit?world=0&rank=0&how=signal%209"),
+                                   ("POST", "/exit?world=0&rank=0&signal=nine"),
+                                   ("POST", "/exit?world=0&rank=0&code=1&signal=9")])
     elif kind == "stranger rank":  # a rank the world does not have would count as lost
         method = "POST"
-        path = rng.choice(["/exit?world=0&rank=7&how=signal%209", "/leave?world=0&rank=3&reason=failure",
-                           "/exit?world=0&rank=-2&how=code%201", "/register?world=0&rank=99999999999999&pid=1"])
+        path = rng.choice(["/exit?world=0&rank=7&signal=9", "/leave?world=0&rank=3&reason=failure",
+                           "/exit?world=0&rank=-2&code=1", "/register?world=0&rank=99999999999999&pid=1"])
     elif kind == "replayed":  # what the ranks already said, said again
         method, path = rng.choice([("POST", "/register?world=0&rank=1&pid=1001"), ("GET", "/updates?world=0&rank=2"),
                                    ("PUT", f"/state?commit={kept}"), ("GET", "/state/commit")])
         body = b"replayed state" if path.startswith("/state?") else b""
     elif kind == "stale world":
-        method, path = "POST", rng.choice(["/exit?world=-1&rank=1&how=signal%209", "/leave?world=5&rank=0"])
+        method, path = "POST", rng.choice(["/exit?world=-1&rank=1&signal=9", "/leave?world=5&rank=0"])
     elif kind == "bad wait":
         poll = rng.choice(["/broken", "/all_left"])
         path = f"{poll}?world=0&rank=0&wait={rng.choice(['nan', 'inf', '-1', '1e300', 'soon'])}"

@@ -98,3 +98,19 @@ def test_only_crashes_are_ever_collateral():
     ends = [end(0, signal=9, order=0), end(1, signal=9, order=1), end(2, code=1, order=2)]
     assert collateral(ends) == set()
     assert classify(ends, seen()).cause is Cause.SCRIPT_ERROR
+
+
+def test_a_process_end_travels_as_one_field():
+    """ProcessEnd: the supervisor's word on its rank's end, as data; the
+    service refuses (None) an end named twice, not at all, or not as a number."""
+    from mxplugin_run.elastic.rank_ends import ProcessEnd
+
+    for end in (ProcessEnd(code=0), ProcessEnd(code=78), ProcessEnd(signal=9)):
+        assert ProcessEnd.from_query({"world": "0", "rank": "1", **end.query()}) == end
+    assert ProcessEnd.of_returncode(-11) == ProcessEnd(signal=11) and str(ProcessEnd(signal=11)) == "signal 11"
+    assert [e.crashed for e in (ProcessEnd(signal=11), ProcessEnd(code=255), ProcessEnd(code=78), ProcessEnd(signal=9),
+                                ProcessEnd(code=1))] == [True, True, True, False, False]
+    for query in ({}, {"how": "signal 9"}, {"code": "1", "signal": "9"}, {"signal": "nine"}, {"code": "-1"}):
+        assert ProcessEnd.from_query(query) is None, query
+    with pytest.raises(ValueError):
+        ProcessEnd()

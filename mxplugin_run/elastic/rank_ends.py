@@ -29,10 +29,55 @@ import enum
 from dataclasses import dataclass, field
 from typing import Optional
 
+from mxplugin_run.protocol import EXIT_WORLD_CRASHED
+
 # Signals that mean a process crashed (rather than was killed).
 CRASH_SIGNALS = frozenset({4, 6, 7, 8, 11})
 # Exit code of MXNet's own SIGSEGV handler.
 EXIT_MXNET_CRASH = 255
+
+
+@dataclass(frozen=True)
+class ProcessEnd:
+    """How a rank's process ended, as its supervisor saw it: an exit code or
+    a signal. It travels as one query field, code=N or signal=N."""
+    code: Optional[int] = None
+    signal: Optional[int] = None
+
+    def __post_init__(self):
+        if (self.code is None) == (self.signal is None):
+            raise ValueError(f"a process ends by an exit code or by a signal: code={self.code}, signal={self.signal}")
+
+    @staticmethod
+    def of_returncode(returncode):
+        """The end Popen's returncode tells (-N: signal N)."""
+        return ProcessEnd(signal=-returncode) if returncode < 0 else ProcessEnd(code=returncode)
+
+    @staticmethod
+    def from_query(query):
+        """The end a request's query names, or None when it names none, or
+        not as a number (the service refuses it)."""
+        ends = [(name, query[name]) for name in ("code", "signal") if name in query]
+        if len(ends) != 1 or not ends[0][1].isdigit():
+            return None
+        name, value = ends[0]
+        return ProcessEnd(**{name: int(value)})
+
+    @property
+    def clean(self):
+        return self.code == 0
+
+    @property
+    def crashed(self):
+        """A crash signal, MXNet's crash exit, or MPI crashing under the core's thread."""
+        return self.signal in CRASH_SIGNALS or self.code in (EXIT_MXNET_CRASH, EXIT_WORLD_CRASHED)
+
+    def query(self):
+        """The query field that carries this end."""
+        return {"signal": str(self.signal)} if self.signal is not None else {"code": str(self.code)}
+
+    def __str__(self):
+        return f"signal {self.signal}" if self.signal is not None else f"code {self.code}"
 
 
 class Phase(enum.Enum):

@@ -21,16 +21,17 @@ import urllib.parse
 from mxplugin_run.protocol import (COMMIT_HEADER, EXIT_LEFT_CRASHED, EXIT_START_CRASHED, STOP_HEADER,
                                       TOKEN_HEADER)
 from mxplugin_run.timeouts import MAX_WAIT_S
-from mxplugin_run.elastic.world_record import CRASH_ENDS, NOT_STARTED, WorldRecord  # noqa: F401  (NOT_STARTED: tests' import)
+from mxplugin_run.elastic.rank_ends import ProcessEnd
+from mxplugin_run.elastic.world_record import NOT_STARTED, WorldRecord  # noqa: F401  (NOT_STARTED: tests' import)
 from mxplugin_run.placement import slot_count
 
 # The exit codes a rank ends with when MPI crashed under it at a moment it
 # was not lost: how it counts as having left, and why its world is broken.
 _CRASH_EXIT_CODES = {
     # Note [Crashes in MPI's start]: torn down as its world was; it never started.
-    f"code {EXIT_START_CRASHED}": (NOT_STARTED, ": MPI's start failed there as the world was torn down"),
+    ProcessEnd(code=EXIT_START_CRASHED): (NOT_STARTED, ": MPI's start failed there as the world was torn down"),
     # Note [Crashes while leaving]: it was leaving, as after a failure.
-    f"code {EXIT_LEFT_CRASHED}": ("failure", " left (crashed inside MPI as it left)"),
+    ProcessEnd(code=EXIT_LEFT_CRASHED): ("failure", " left (crashed inside MPI as it left)"),
 }
 
 
@@ -270,16 +271,19 @@ class DriverService:
             if path == "/exit" and method == "POST":
                 if world.broken is not None and rank not in world.registered:
                     world.left.setdefault(rank, NOT_STARTED)  # Note [Ranks that never started]
-                how = world.exits[rank] = query.get("how", "?")
-                if how in CRASH_ENDS and world.ending(rank):
+                end = ProcessEnd.from_query(query)
+                if end is None:
+                    return 400, {}, b"bad request: /exit names no code=N or signal=N"
+                world.exits[rank] = end
+                if end.crashed and world.ending(rank):
                     world.crashed_when_broken.add(rank)  # Note [One rule for a world's end] in rank_ends.py
-                said = _CRASH_EXIT_CODES.get(how)
+                said = _CRASH_EXIT_CODES.get(end)
                 if said is not None and rank not in world.left:
                     world.left[rank], why = said
                     if self.judging:
                         self._break(world, f"rank {rank} on {world.host_of(rank)}{why}")
-                if how != "code 0" and rank not in world.left and self.judging:
-                    self._break(world, f"rank {rank} on {world.host_of(rank)} ended ({how})")
+                if not end.clean and rank not in world.left and self.judging:
+                    self._break(world, f"rank {rank} on {world.host_of(rank)} ended ({end})")
                 self.changed.notify_all()
                 return 200, {}, b""
             if path == "/broken" and method == "GET":

@@ -4,7 +4,7 @@ it ended: python -m mxplugin_run.elastic.supervisor CMD ...
 MPICH's launcher tears the whole job down when a rank ends by a signal,
 even with -disable-auto-cleanup, which would kill the survivors holding the
 committed state. So each rank runs under this supervisor: it reports the
-child's end to the launcher's service ("signal 9", "code 1"), which tells
+child's end to the launcher's service (signal=9, code=1), which tells
 the other ranks at once, and exits with a plain code (128 + the signal),
 which leaves them running.
 
@@ -23,6 +23,7 @@ import urllib.request
 
 from mxplugin_run import protocol, timeouts
 from mxplugin_run.elastic import segments
+from mxplugin_run.elastic.rank_ends import ProcessEnd
 
 # Passed on to the rank: the launcher's stop.
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -53,9 +54,9 @@ def tell_launcher(path, what, **query):
                   file=sys.stderr)
 
 
-def report_exit(how):
-    """Tells the launcher's service how this rank ended."""
-    tell_launcher("/exit", "how it ended", how=how)
+def report_exit(end):
+    """Tells the launcher's service how this rank ended (a ProcessEnd)."""
+    tell_launcher("/exit", "how it ended", **end.query())
 
 
 def say_hello():
@@ -102,7 +103,7 @@ def main(argv):
     segments.clean_up_after(child.pid)  # Note [Segments of a rank that ended] in segments.py
     say_hello()  # after the start: the rank loads meanwhile
     returncode = child.wait()
-    report_exit(f"signal {-returncode}" if returncode < 0 else f"code {returncode}")
+    report_exit(ProcessEnd.of_returncode(returncode))
     return 128 - returncode if returncode < 0 else returncode
 
 

@@ -4,7 +4,7 @@ and judges."""
 import time
 
 from mxplugin_run.protocol import EXIT_RESET, EXIT_WORLD_CRASHED
-from mxplugin_run.elastic.rank_ends import CRASH_SIGNALS, EXIT_MXNET_CRASH, Phase, RankEnd
+from mxplugin_run.elastic.rank_ends import Phase, RankEnd
 from mxplugin_run.placement import host_of_rank, slot_count
 
 # Note [Ranks that never started]: MPI's start (MPI_Init, and the core's
@@ -24,12 +24,6 @@ from mxplugin_run.placement import host_of_rank, slot_count
 # not errors of the training script.
 NOT_STARTED = "not started"
 
-# The ends that are crashes, as the ranks' supervisors word them (Note [One
-# rule for a world's end] in rank_ends.py).
-WORLD_CRASH_END = f"code {EXIT_WORLD_CRASHED}"
-CRASH_ENDS = (*(f"signal {n}" for n in sorted(CRASH_SIGNALS)), f"code {EXIT_MXNET_CRASH}", WORLD_CRASH_END)
-
-
 class WorldRecord:
     """What the ranks of one world said."""
 
@@ -40,7 +34,7 @@ class WorldRecord:
         self.hello = {}           # rank -> when its supervisor said it runs (Note [Hosts a world cannot start on])
         self.registered = {}      # rank -> pid
         self.left = {}            # rank -> reason ("failure", "hosts", "done", NOT_STARTED)
-        self.exits = {}           # rank -> "code N" | "signal N", from the supervisors, in the order they came
+        self.exits = {}           # rank -> ProcessEnd, from the supervisors, in the order they came
         self.crashed_when_broken = set()  # ranks whose crash came as the world ended (Note [One rule for a world's end])
         self.hosts_updated = False
         # Why the world cannot go on (a rank ended without leaving, a rank
@@ -62,10 +56,8 @@ class WorldRecord:
         return [self._end(rank, order.get(rank)) for rank in range(slot_count(self.hosts))]
 
     def _end(self, rank, order):
-        how = self.exits.get(rank)
-        kind, _, value = (how or "").partition(" ")
-        code = int(value) if kind == "code" and value.lstrip("-").isdigit() else None
-        signum = int(value) if kind == "signal" and value.isdigit() else None
+        end = self.exits.get(rank)
+        code, signum = (end.code, end.signal) if end is not None else (None, None)
         left = self.left.get(rank)
         if left in ("failure", "hosts") or code == EXIT_RESET:
             phase = Phase.LEAVING
