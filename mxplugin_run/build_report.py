@@ -1,5 +1,9 @@
 """mxplugin-run --check-build: what this mxplugin was built with (MPI, CUDA,
-NCCL, MXNet), as the ranks would really load it."""
+NCCL, MXNet), as the ranks would really load it: a child process loads the
+core as a rank does and says what loaded, as data (the launcher itself
+never imports mxplugin nor MXNet)."""
+import json
+import subprocess
 import sys
 
 from mxplugin_run.hosts import UsageError
@@ -17,13 +21,37 @@ def package_version():
         return "(version unknown)"
 
 
+# Run by the child: the core loaded as a rank loads it, then what loaded, as one JSON line.
+_LOAD_THE_CORE = """
+import json, sys
+try:
+    from mxplugin._loader import NCCL_LIBRARY, core_module
+except Exception as exc:  # a missing .so, libmpi or mxnet all land here
+    print(json.dumps({"error": f"{type(exc).__name__}: {exc}"}))
+else:
+    print(json.dumps({"cuda_built": bool(core_module.cuda_built()), "nccl_built": int(core_module.nccl_built()),
+                      "nccl_library": NCCL_LIBRARY,
+                      "mxnet_version": getattr(sys.modules.get("mxnet"), "__version__", None)}))
+"""
+
+
 def load_core():
-    """(core module, None) or (None, reason it could not be loaded)."""
+    """({cuda_built, nccl_built, nccl_library, mxnet_version}, None) of the
+    core as a child process loads it, or (None, why it could not)."""
     try:
-        from mxplugin._loader import core_module
-    except Exception as exc:  # a missing .so, libmpi or mxnet all land here
+        done = subprocess.run([sys.executable, "-c", _LOAD_THE_CORE], capture_output=True, text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"{type(exc).__name__}: {exc}"
-    return core_module, None
+    lines = done.stdout.strip().splitlines()
+    try:
+        said = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        said = {}
+    if "error" in said:
+        return None, said["error"]
+    if done.returncode != 0 or "cuda_built" not in said:
+        return None, f"loading it ended with exit code {done.returncode}: {done.stderr.strip()[-500:]}"
+    return said, None
 
 
 def mpi_line(info):
@@ -46,7 +74,7 @@ def mpi_line(info):
 
 
 def cuda_line(info, core):
-    built = core.cuda_built() if core is not None else getattr(info, "CUDA_BUILT", None)
+    built = core["cuda_built"] if core is not None else getattr(info, "CUDA_BUILT", None)
     source = "" if core is not None else " (from build info)"
     if built is None:
         return "CUDA: unknown"
@@ -59,17 +87,14 @@ def cuda_line(info, core):
 def nccl_line(info, core):
     """NCCL's version and the libnccl loaded (or recorded), or why not built."""
     recorded = getattr(info, "NCCL_BUILT", None)
-    code = core.nccl_built() if core is not None else recorded
+    code = core["nccl_built"] if core is not None else recorded
     source = "" if core is not None else " (from build info)"
     if code is None:
         return "NCCL: unknown"
     if not code:
         reason = getattr(info, "NCCL_NOT_BUILT_REASON", "")
         return f"NCCL: no ({reason}){source}" if reason else f"NCCL: no{source}"
-    library = None
-    if core is not None:
-        from mxplugin._loader import NCCL_LIBRARY as library
-    library = library or getattr(info, "NCCL_LIBRARY", "") or "from the linker search path"
+    library = (core or {}).get("nccl_library") or getattr(info, "NCCL_LIBRARY", "") or "from the linker search path"
     version = getattr(info, "NCCL_VERSION", "") if recorded == code else ""
     line = f"NCCL: yes ({version or f'version code {code}'}, {library}){source}"
     if recorded is not None and recorded != code:
@@ -77,12 +102,12 @@ def nccl_line(info, core):
     return line
 
 
-def mxnet_line(info):
+def mxnet_line(info, core):
     if info is not None and not getattr(info, "MXNET_BUILT", True):
         return "MXNet: no (core-only build)"
     built = getattr(info, "MXNET_VERSION", None)
-    # _loader imports mxnet; report a mismatch with what is installed now.
-    running = getattr(sys.modules.get("mxnet"), "__version__", None)
+    # The child's _loader imported mxnet: a mismatch with what is installed now is reported.
+    running = (core or {}).get("mxnet_version")
     if built and running and built != running:
         return f"MXNet: yes (built against {built}, installed {running})"
     return f"MXNet: yes ({built or running or 'version unknown'})"
@@ -96,7 +121,7 @@ def check_build():
         mpi_line(info),
         cuda_line(info, core),
         nccl_line(info, core),
-        mxnet_line(info),
+        mxnet_line(info, core),
     ]
     if core_error:
         lines.append(f"core: not loadable ({core_error})")

@@ -13,8 +13,6 @@ import pytest
 from mpi_harness import REPO
 
 PACKAGES = ("mxplugin", "mxplugin_run")
-# --check-build loads the core as the ranks would, to report what really loads (CUDA, NCCL, the libraries).
-LAUNCHER_EXCEPTIONS = {"mxplugin_run.build_report": {"mxplugin", "mxplugin._loader"}}
 # What mxplugin may import of the launcher's package: the names and codes
 # both sides speak (protocol), the timeouts' one table, and the facts about
 # MPIs the loader shares; mxplugin.run is `python -m mxplugin.run`, kept.
@@ -90,8 +88,7 @@ def test_the_launcher_package_imports_neither_mxnet_nor_mxplugin():
     edges, _ = graph()
     launcher = {m: targets for m, targets in edges.items() if m.split(".")[0] == "mxplugin_run"}
     assert len(launcher) > 20, f"the launcher's modules not found: {sorted(launcher)}"
-    wrong = {m: sorted(t for t in targets if t.split(".")[0] != "mxplugin_run" and t not in LAUNCHER_EXCEPTIONS.get(m, ()))
-             for m, targets in launcher.items()}
+    wrong = {m: sorted(t for t in targets if t.split(".")[0] != "mxplugin_run") for m, targets in launcher.items()}
     wrong = {m: t for m, t in wrong.items() if t}
     assert not wrong, f"the launcher's package imports what it must not: {wrong}"
 
