@@ -32,7 +32,7 @@ from mpi_harness import REPO, run_program
 # The MPI world (with its shared-memory allreduce) and what it needs.
 COMMON = ["src/core/timeline.cc", "src/common/types.cc", "src/common/half_vector.cc", "src/common/logging.cc",
           "src/common/reduce.cc", "src/common/scale.cc", "src/common/crash_exit.cc"] + sorted(
-    os.path.relpath(p, REPO) for d in ("mpi", "shm") for p in glob.glob(os.path.join(REPO, "src", "backend", d, "*.cc")))
+    os.path.relpath(p, REPO) for d in ("", "mpi", "shm") for p in glob.glob(os.path.join(REPO, "src", "backend", d, "*.cc")))
 PROGRAMS = {
     "gpu_executor_host_test": ["tests/native/gpu_executor_host_test.cc", "src/core/gpu_executor.cc",
                                "src/core/gpu_launch.cc"] + COMMON,

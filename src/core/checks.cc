@@ -113,7 +113,7 @@ void Core::Check(int process_set_id, const std::vector<TensorOp>& ops) const {
 }
 
 const Core::ProcessSet& Core::CheckLocked(int process_set_id, const std::vector<TensorOp>& ops) const {
-  if (stopped_) throw Error(stop_status_);
+  if (Stopped()) throw Error(stop_status_);
   auto it = sets_.find(process_set_id);
   if (it == sets_.end()) {
     throw Error(UnknownSet(process_set_id));

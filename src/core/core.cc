@@ -28,11 +28,11 @@ Core::Core(Config config, WorldFactory make_world, GpuBackend gpu)
   if (!gpu_.runtime && gpu_.missing.empty()) gpu_.missing = "this mxplugin has no GPU backend";
   thread_ = std::thread([this] { Loop(); });
   std::unique_lock<std::mutex> lock(mutex_);
-  started_.wait(lock, [this] { return started_done_; });
+  started_.wait(lock, [this] { return life_ != Life::kStarting; });
   // Only a failed start throws: a world that came up and stopped at once
   // (a peer that finished and shut down before this thread woke) is a core
   // whose later calls fail, as any stopped core's do.
-  if (start_failed_) {
+  if (life_ == Life::kStartFailed) {
     lock.unlock();
     thread_.join();
     throw Error(stop_status_);
@@ -104,13 +104,11 @@ void Core::Loop() {
     watchdog_ = std::make_unique<TransferWatchdog>(config_.peer_timeout_seconds, reach_, host_, topology_.rank,
                                                    everyone, &logger_, &lost_peer_report_);
     sets_[0] = MakeProcessSet(everyone, std::move(group));
-    started_done_ = true;
+    life_ = Life::kRunning;
   } catch (const Error& e) {
     std::lock_guard<std::mutex> lock(mutex_);
-    stopped_ = true;
-    start_failed_ = true;
     stop_status_ = Status(e.status().code(), "mxplugin initialisation failed: " + e.status().reason());
-    started_done_ = true;
+    life_ = Life::kStartFailed;
     started_.notify_all();
     return;
   }
@@ -138,7 +136,7 @@ void Core::Loop() {
                                         "rank stopped after a failure: see the other ranks' output)")
                                   : failure;
     }
-    stopped_ = true;
+    life_ = Life::kStopped;
   }
   FailEverything(stop_status_);
   // The world skips its collective shutdown (MPI_Finalize) only when it may
@@ -193,15 +191,15 @@ void Core::RunCycle(bool* stop) {
     if (leave_requested_) {
       // Note [Leaving a broken world]: no MPI call from here on, nor MPI's
       // collective shutdown; what is pending fails now, what comes later
-      // at once (Check: stopped_).
+      // at once (Note [A core's life]).
       lost_peers_ = true;
-      stopped_ = true;
+      life_ = Life::kLeaving;
       if (stop_status_.ok()) stop_status_ = Status::Aborted(kLeftWorld);
       const Status left = stop_status_;
       lock.unlock();
       FailEverything(left);
       lock.lock();
-      parked_ = true;
+      life_ = Life::kParked;
       parked_cv_.notify_all();
       wake_.wait(lock, [this] { return shutdown_requested_; });
       *stop = true;

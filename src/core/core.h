@@ -7,6 +7,23 @@
 // are only correct) when a single thread makes every call. Framework threads
 // therefore only enqueue; the background thread negotiates, runs the
 // collectives and calls the completion callbacks.
+//
+// Note [A core's life]: the background loop is in one state (Life), which
+// only the loop changes and every thread reads, under mutex_:
+//
+//   kStarting --world up--> kRunning --loop ends--> kStopped
+//       |                      |                       ^
+//       | world failed         | LeaveWorld            | Shutdown
+//       v                      v                       |
+//   kStartFailed            kLeaving --pending failed--> kParked
+//
+// A core accepts ops in kRunning only; in every other state after the start
+// an op fails at once with stop_status_, why the loop ended. The loop ends
+// on three requests other threads make, which are not states:
+// shutdown_requested_ (Shutdown, or RequestStop), failed_ (RequestStop: a
+// failure on this rank, told to the others) and leave_requested_
+// (LeaveWorld); and on a peer lost or a loop that throws. lost_peers_ says
+// the world may be unusable (no MPI call, no collective shutdown).
 #pragma once
 
 #include <atomic>
@@ -189,8 +206,7 @@ class Core {
   std::shared_ptr<Doorbell> doorbell_;
   std::shared_ptr<Leaving> leaving_;           // from the world, null if it has none; set before the loop starts
   bool leave_requested_ = false;               // LeaveWorld was called; guarded by mutex_
-  bool parked_ = false;                        // the loop parked for it; guarded by mutex_
-  std::condition_variable parked_cv_;
+  std::condition_variable parked_cv_;          // the loop stopped taking ops (Note [A core's life])
   std::atomic<Doorbell*> doorbell_ring_{nullptr};
   bool doorbell_reaches_all_ = false;          // background thread only: every rank is on this host
   Clock::time_point last_work_;                // background thread only: when a cycle last had work
@@ -206,10 +222,12 @@ class Core {
   std::map<int, std::set<std::string>> in_flight_;  // names per process set
   // Ops waiting for an earlier op of the same name (Note [Reused names]).
   std::map<std::pair<int, std::string>, std::deque<Request>> deferred_;
-  bool started_done_ = false;
-  bool start_failed_ = false;  // the world did not come up (the constructor throws)
+  // Note [A core's life].
+  enum class Life { kStarting, kStartFailed, kRunning, kLeaving, kParked, kStopped };
+  Life life_ = Life::kStarting;
+  // Whether ops fail at once, with stop_status_ (after the start). Under mutex_.
+  bool Stopped() const { return life_ != Life::kStarting && life_ != Life::kRunning; }
   bool shutdown_requested_ = false;
-  bool stopped_ = false;
   Status stop_status_;  // why ops fail after the loop ended
 };
 

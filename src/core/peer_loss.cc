@@ -65,7 +65,7 @@ bool Core::LeaveWorld(double seconds) {
   lock.unlock();
   WakeLoops();
   lock.lock();
-  return parked_cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return parked_ || stopped_; });
+  return parked_cv_.wait_for(lock, std::chrono::duration<double>(seconds), [this] { return Stopped(); });
 }
 
 }  // namespace mxplugin

@@ -23,7 +23,7 @@ Status Core::RunControl(ControlKind kind, std::vector<int64_t> args, std::functi
   r.completion = std::make_shared<Completion>(1, [promise](const Status& s) { promise->set_value(s); });
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (stopped_) return stop_status_;
+    if (Stopped()) return stop_status_;
     r.meta.name = MXP_CONTROL_PREFIX + std::to_string(control_counter_++);
     r.meta.rank = topology_.rank;
     in_flight_[0].insert(r.meta.name);
@@ -88,7 +88,7 @@ bool Core::RemoveProcessSet(int id) {
 // The sets go with a stopped core: asked for one then, a rank hears why the
 // core stopped (a lost peer, say), not that the set is unknown. Under mutex_.
 Status Core::UnknownSet(int id) const {
-  if (stopped_ && !stop_status_.ok()) return stop_status_;
+  if (Stopped() && !stop_status_.ok()) return stop_status_;
   return Status::InvalidArgument("unknown process set id " + std::to_string(id));
 }
 
