@@ -17,6 +17,9 @@
 #pragma once
 
 #include <atomic>
+#include <string>
+
+#include "common/status.h"
 
 namespace mxplugin {
 
@@ -28,5 +31,12 @@ class Leaving {
  private:
   std::atomic<bool> set_{false};
 };
+
+// The one status of a call a leaving rank does not make (`started` false:
+// "<what> not started: ...") or stops polling ("<what> not finished: ...").
+inline Status LeavingStatus(const char* what, bool started) {
+  return Status::Aborted(std::string(what) + (started ? " not finished" : " not started") +
+                         ": this rank is leaving its world");
+}
 
 }  // namespace mxplugin

@@ -45,7 +45,7 @@ Status MpiCommunicator::Checked(int rc, const char* what) const {
 
 Status MpiCommunicator::NotLeaving(const char* what) const {
   if (!leaving_ || !leaving_->IsSet()) return Status::Ok();
-  return Status::Aborted(std::string(what) + " not started: this rank is leaving its world");
+  return LeavingStatus(what, false);
 }
 
 MPI_Datatype MpiCommunicator::MpiType(DataType dtype) const {

@@ -11,10 +11,6 @@ constexpr auto kNotRunning = std::chrono::seconds(1);
 // How long the probe of peers that ended may take: a refusal is one round trip.
 constexpr double kEndedProbeSeconds = 0.3;
 
-Status LeavingStatus(const char* what) {
-  return Status::Aborted(std::string(what) + " not finished: this rank is leaving its world");
-}
-
 }  // namespace
 
 // Note [A rank that was stopped]: a process stopped (SIGSTOP, a frozen
@@ -38,7 +34,7 @@ Status LeavingStatus(const char* what) {
 // crashes in it the rank ends with its own code and its thread's stack
 // (Note [Crashes under a running world] in src/common/crash_exit.h).
 Status MpiControlPlane::CheckStopped(Clock::time_point now, Clock::duration budget, const char* what) {
-  if (leaving_ && leaving_->IsSet()) return LeavingStatus(what);
+  if (leaving_ && leaving_->IsSet()) return LeavingStatus(what, true);
   const Clock::duration idle = now - last_run_;
   last_run_ = now;
   if (idle < budget || idle < kNotRunning || !peers_) return Status::Ok();
@@ -66,7 +62,7 @@ Status MpiControlPlane::WaitUntil(MPI_Request* request, Clock::time_point deadli
     last_run_ = now;
     // Note [Leaving a broken world]: the request is left as it is; the
     // process ends without another MPI call.
-    if (leaving_ && leaving_->IsSet()) return LeavingStatus(what);
+    if (leaving_ && leaving_->IsSet()) return LeavingStatus(what, true);
     int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return MpiStatus(rc, what);
     if (done) return Status::Ok();

@@ -144,7 +144,7 @@ Status MpiCommunicator::AwaitExchange(MPI_Request* pair, const std::vector<int>&
     const int rc = MPI_Testall(2, pair, &done, MPI_STATUSES_IGNORE);
     if (rc != MPI_SUCCESS || done) return Checked(rc, "MPI_Sendrecv");
     if (leaving_ && leaving_->IsSet()) {
-      return Status::Aborted("MPI_Sendrecv not finished: this rank is leaving its world");
+      return LeavingStatus("MPI_Sendrecv", true);
     }
     const auto now = std::chrono::steady_clock::now();
     if (peers_ && now >= next_look) {
