@@ -21,9 +21,12 @@ def package_version():
         return "(version unknown)"
 
 
-# Run by the child: the core loaded as a rank loads it, then what loaded, as one JSON line.
+# Run by the child, with the launcher's own sys.path (argv[1], so that the
+# mxplugin beside this launcher is the one loaded, whatever the directory):
+# the core loaded as a rank loads it, then what loaded, as one JSON line.
 _LOAD_THE_CORE = """
 import json, sys
+sys.path[:] = json.loads(sys.argv[1])
 try:
     from mxplugin._loader import NCCL_LIBRARY, core_module
 except Exception as exc:  # a missing .so, libmpi or mxnet all land here
@@ -39,7 +42,8 @@ def load_core():
     """({cuda_built, nccl_built, nccl_library, mxnet_version}, None) of the
     core as a child process loads it, or (None, why it could not)."""
     try:
-        done = subprocess.run([sys.executable, "-c", _LOAD_THE_CORE], capture_output=True, text=True, timeout=300)
+        done = subprocess.run([sys.executable, "-c", _LOAD_THE_CORE, json.dumps(sys.path)], capture_output=True,
+                              text=True, timeout=300)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return None, f"{type(exc).__name__}: {exc}"
     lines = done.stdout.strip().splitlines()

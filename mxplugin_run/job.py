@@ -112,6 +112,9 @@ class _Pump(threading.Thread):
         if report is not None:
             if self.on_unreachable is not None and report["unreachable"]:
                 self.on_unreachable({host for _, host in report["unreachable"]})
+            before = text[:text.index(LOST_PEERS_MARKER)]  # a partial line of the rank's, joined to it
+            if _RANK_TAG.sub("", before, count=1):
+                self.write_line(before + "\n")
             return
         for kept in self.deaths.lines(self.stream, text):
             self.write_line(kept, line if kept is text else None)

@@ -26,13 +26,17 @@ from mxplugin_run.remote_shells import remote_shells
 from mxplugin_run.timeouts import LOOK_EVERY_S, NAMED_GRACE_S, ORPHANED_GRACE_S
 
 
+def _number(text):
+    return text.isascii() and text.isdigit()
+
+
 def lost_peers(line):
     """{"rank", "host", "unreachable", "ended"} of a rank's lost-peers line
     (LOST_PEERS_MARKER, then fields; a --prefix-output tag may come first),
     the last two lists of (rank, host); None for any other line."""
     _, marker, rest = line.partition(LOST_PEERS_MARKER + " ")
     fields = rest.split()
-    if not marker or len(fields) != 4 or not fields[0].lstrip("-").isdigit():
+    if not marker or len(fields) != 4 or not _number(fields[0].lstrip("-")):
         return None
     report = {"rank": int(fields[0]), "host": fields[1]}
     for name, field in zip(("unreachable", "ended"), fields[2:]):
@@ -40,7 +44,7 @@ def lost_peers(line):
         if key != name:
             return None
         named = [peer.partition("@") for peer in peers.split(",") if peer]
-        if not all(rank.isdigit() and host for rank, _, host in named):
+        if not all(_number(rank) and host for rank, _, host in named):
             return None
         report[name] = [(int(rank), host) for rank, _, host in named]
     return report

@@ -447,8 +447,8 @@ def test_a_host_that_answers_the_shell_but_cannot_reach_the_launcher_is_left_out
     def remote_shell(hosts, rsh, timeout, command=("true",)):
         if command == ("true",):
             return []
-        assert command[1:3] == ("-m", "mxplugin_run.elastic.reach_back") and command[4] == "4321", command
-        return [(h, f"{h} (cannot connect to the launcher at {command[3]}:4321: No route to host)")
+        assert command[:-3] == driver_module.reach_back_command() and command[-2] == "4321", command
+        return [(h, f"{h} (cannot connect to the launcher at {command[-3]}:4321: No route to host)")
                 for h, _ in hosts if h in link_cut]
     monkeypatch.setattr(driver_module, "unreachable_hosts", remote_shell)
     monkeypatch.setattr(driver_module, "is_local_host", lambda host: False)
@@ -474,17 +474,19 @@ def test_reach_back_connects_or_says_why():
     """mxplugin_run/elastic/reach_back.py, as the remote shell runs it."""
     import socket
 
-    reach_back = [sys.executable, "-m", "mxplugin_run.elastic.reach_back"]
+    from mxplugin_run.elastic.driver import reach_back_command
+
+    reach_back = list(reach_back_command())
 
     with socket.socket() as listening:
         listening.bind(("127.0.0.1", 0))
         listening.listen(1)
         port = listening.getsockname()[1]
         ok = subprocess.run([*reach_back, "127.0.0.1", str(port), "5"], capture_output=True,
-                            text=True, timeout=60)
+                            text=True, timeout=60, cwd="/")
     assert ok.returncode == 0, ok.stderr
     refused = subprocess.run([*reach_back, "127.0.0.1", str(port), "5"], capture_output=True,
-                             text=True, timeout=60)  # the port is closed now
+                             text=True, timeout=60, cwd="/")  # the port is closed now
     assert refused.returncode == 1
     assert refused.stderr.startswith(f"cannot connect to the launcher at 127.0.0.1:{port}: "), refused.stderr
 

@@ -478,7 +478,8 @@ def test_the_peers_a_rank_says_it_lost_are_read_as_fields():
     prose = ("mxplugin: rank 0: mxplugin lost contact with its peers: ranks 2, 3 on b cannot be reached from a "
              "(no answer within 1000 ms): a transfer ...")
     for other in (prose, "mxplugin-peers-lost 0 a unreachable=2@b", "mxplugin-peers-lost 0 a ended= unreachable=",
-                  "mxplugin-peers-lost x a unreachable= ended=", "mxplugin-peers-lost 0 a unreachable=b ended="):
+                  "mxplugin-peers-lost x a unreachable= ended=", "mxplugin-peers-lost 0 a unreachable=b ended=",
+                  "mxplugin-peers-lost \u00b2 a unreachable= ended=", "mxplugin-peers-lost 0 a unreachable=\u00b2@b ended="):
         assert lost_peers(other) is None, other
     assert placed_hosts([("a", 2), ("b", 2), ("c", 2)], 3) == ["a", "b"]
 

@@ -455,15 +455,16 @@ def test_a_ranks_lost_peers_line_is_read_and_kept_out_of_the_output():
     read_end, write_end = os.pipe()
     lines = [b"step 1\n", b"[1]<stderr>:mxplugin-peers-lost 1 a unreachable=2@b,3@b ended=\n",
              b"mxplugin: rank 1: mxplugin lost contact with its peers: ranks 2, 3 on b cannot be reached from a\n",
-             b"mxplugin-peers-lost 0 a unreachable= ended=4@c\n", b"step 2\n"]
+             b"mxplugin-peers-lost 0 a unreachable= ended=4@c\n", b"step 2\n",
+             b"loss 0.5 mxplugin-peers-lost 0 a unreachable=5@d ended=\n"]
     os.write(write_end, b"".join(lines))
     os.close(write_end)
     told, sink = [], io.BytesIO()
     with os.fdopen(read_end, "rb") as source:
         pump = _Pump(source, sink, "err", threading.Event(), RankDeaths(), on_unreachable=told.append)
         pump.run()
-    assert told == [{"b"}]
-    assert sink.getvalue() == lines[0] + lines[2] + lines[4]
+    assert told == [{"b"}, {"d"}]
+    assert sink.getvalue() == lines[0] + lines[2] + lines[4] + b"loss 0.5 \n"  # a partial line joined to one
 
 
 def summary_of(lines):

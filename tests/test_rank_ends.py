@@ -110,7 +110,8 @@ def test_a_process_end_travels_as_one_field():
     assert ProcessEnd.of_returncode(-11) == ProcessEnd(signal=11) and str(ProcessEnd(signal=11)) == "signal 11"
     assert [e.crashed for e in (ProcessEnd(signal=11), ProcessEnd(code=255), ProcessEnd(code=78), ProcessEnd(signal=9),
                                 ProcessEnd(code=1))] == [True, True, True, False, False]
-    for query in ({}, {"how": "signal 9"}, {"code": "1", "signal": "9"}, {"signal": "nine"}, {"code": "-1"}):
+    for query in ({}, {"how": "signal 9"}, {"code": "1", "signal": "9"}, {"signal": "nine"}, {"code": "-1"},
+                  {"signal": "\u00b2"}):
         assert ProcessEnd.from_query(query) is None, query
     with pytest.raises(ValueError):
         ProcessEnd()

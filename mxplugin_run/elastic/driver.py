@@ -31,6 +31,7 @@ import sys
 import threading
 import time
 
+import mxplugin_run
 from mxplugin_run import protocol
 from mxplugin_run.elastic.cooldown import DEFAULT_COOLDOWN_RANGE, LeftOutHosts, describe_cooldown
 from mxplugin_run.elastic.discovery import DiscoveryError, DiscoveryScript, FixedHosts, usable
@@ -51,6 +52,14 @@ MAX_WORLDS_WITHOUT_PROGRESS = 3
 # from its cool-down (REACH_BACK_S: a host whose route is gone fails at
 # once; one whose neighbour never answers, once ARP gives up: about 3 s).
 
+
+
+def reach_back_command():
+    """reach_back as the remote shell runs it: this Python, with this
+    launcher's package on its path (a remote shell passes no PYTHONPATH on,
+    and the package may not be installed where it was found here)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(mxplugin_run.__file__)))
+    return ("env", f"PYTHONPATH={root}", sys.executable, "-m", "mxplugin_run.elastic.reach_back")
 
 class ElasticError(Exception):
     """The elastic job cannot go on; the message says why."""
@@ -153,7 +162,7 @@ class ElasticDriver:
             return ""
         address = advertised_address(self.args.network_interface, [(host, 1)])
         connect_s = min(REACH_BACK_S, self.args.ssh_connect_timeout)
-        command = (sys.executable, "-m", "mxplugin_run.elastic.reach_back", address, str(self.service_port), f"{connect_s:g}")
+        command = (*reach_back_command(), address, str(self.service_port), f"{connect_s:g}")
         failed = unreachable_hosts([(host, 1)], self.args.rsh, self.args.ssh_connect_timeout + connect_s, command)
         return failed[0][1] if failed else ""
 

@@ -58,7 +58,7 @@ class ProcessEnd:
         """The end a request's query names, or None when it names none, or
         not as a number (the service refuses it)."""
         ends = [(name, query[name]) for name in ("code", "signal") if name in query]
-        if len(ends) != 1 or not ends[0][1].isdigit():
+        if len(ends) != 1 or not (ends[0][1].isascii() and ends[0][1].isdigit()):
             return None
         name, value = ends[0]
         return ProcessEnd(**{name: int(value)})

@@ -269,11 +269,11 @@ class DriverService:
                 self.changed.notify_all()
                 return 200, {}, b""
             if path == "/exit" and method == "POST":
-                if world.broken is not None and rank not in world.registered:
-                    world.left.setdefault(rank, NOT_STARTED)  # Note [Ranks that never started]
                 end = ProcessEnd.from_query(query)
                 if end is None:
                     return 400, {}, b"bad request: /exit names no code=N or signal=N"
+                if world.broken is not None and rank not in world.registered:
+                    world.left.setdefault(rank, NOT_STARTED)  # Note [Ranks that never started]
                 world.exits[rank] = end
                 if end.crashed and world.ending(rank):
                     world.crashed_when_broken.add(rank)  # Note [One rule for a world's end] in rank_ends.py

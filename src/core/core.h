@@ -120,9 +120,11 @@ class Core {
   // line beginning with `marker` names the peers this rank has lost. Any thread.
   void SayLostPeers(std::string marker) { lost_peer_report_.SayWith(std::move(marker)); }
   // The code of the last request that failed on this rank (kOk while none
-  // has): what an adapter whose framework kept only the message tells the
-  // caller by. Any thread.
+  // has), whether it failed running or was refused at Enqueue: what an
+  // adapter whose framework kept only the message tells the caller by. An
+  // adapter that catches Enqueue's Error notes it (NoteFailure). Any thread.
   StatusCode LastFailure() const { return last_failure_.load(); }
+  void NoteFailure(StatusCode code) { last_failure_.store(code); }
   // Note [Leaving a broken world] (backend/leaving.h): from now on this
   // rank's planes make no call and the background thread parks; pending and
   // later ops fail. Returns whether the thread parked within `seconds` (not

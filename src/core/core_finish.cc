@@ -42,7 +42,7 @@ void Core::Finish(Request& req, const Status& status) {
   if (req.stand_in) return;  // Note [Joined ranks]: no name in flight here, nobody waiting
   if (!status.ok()) {
     FillFailedOutput(req);
-    last_failure_.store(status.code());
+    NoteFailure(status.code());
   }
   bool requeued = false;
   {

@@ -5,12 +5,13 @@
 namespace mxplugin {
 namespace {
 
-std::string Field(const char* name, const Peers& peers) {
-  std::string text = std::string(" ") + name + "=";
-  for (size_t i = 0; i < peers.size(); ++i) {
-    text += (i ? "," : "") + std::to_string(peers[i].rank) + "@" + peers[i].host;
-  }
-  return text;
+// A line within PIPE_BUF is written, and relayed, whole (Note [Whole lines]
+// in mxplugin_run/line_relay.py); more peers than fit take more lines.
+constexpr size_t kMostLineBytes = 2048;
+
+void WriteLine(const std::string& line) {
+  ssize_t written = write(2, line.data(), line.size());
+  (void)written;
 }
 
 }  // namespace
@@ -27,11 +28,26 @@ void LostPeerReport::Say(int rank, const std::string& host, const PeerVerdict& w
   for (const Peer& p : who.unreachable) news |= named_.insert({p.rank, false}).second;
   for (const Peer& p : who.ended) news |= named_.insert({p.rank, true}).second;
   if (!news) return;
-  // One write: the relay passes whole lines, and a line within PIPE_BUF is never split.
-  const std::string line = marker_ + " " + std::to_string(rank) + " " + host + Field("unreachable", who.unreachable) +
-                           Field("ended", who.ended) + "\n";
-  ssize_t written = write(2, line.data(), line.size());
-  (void)written;
+  // Each line names some of the peers, each of them once, in fields of
+  // their own kind: the launcher gathers the lines.
+  const std::string head = marker_ + " " + std::to_string(rank) + " " + host;
+  std::string unreachable, ended;
+  auto flush = [&] {
+    WriteLine(head + " unreachable=" + unreachable + " ended=" + ended + "\n");
+    unreachable.clear();
+    ended.clear();
+  };
+  auto add = [&](std::string* field, const Peer& p) {
+    const std::string named = std::to_string(p.rank) + "@" + p.host;
+    if (head.size() + unreachable.size() + ended.size() + named.size() + 32 > kMostLineBytes &&
+        !(unreachable.empty() && ended.empty())) {
+      flush();
+    }
+    *field += (field->empty() ? "" : ",") + named;
+  };
+  for (const Peer& p : who.unreachable) add(&unreachable, p);
+  for (const Peer& p : who.ended) add(&ended, p);
+  flush();
 }
 
 }  // namespace mxplugin

@@ -9,7 +9,8 @@
 //
 //   <marker> <rank> <host> unreachable=<rank>@<host>,... ended=<rank>@<host>,...
 //
-// (a field with no peers is "unreachable=", "ended="). Said once for each
+// (a field with no peers is "unreachable=", "ended="; many peers take
+// several lines, each short enough to be relayed whole). Said once for each
 // verdict that names a peer not named before. Any thread: the core's, the
 // transfer watchdog's.
 #pragma once

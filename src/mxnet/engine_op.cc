@@ -175,8 +175,10 @@ void Run(void* run_context, void* on_complete_ptr, void* param) {
     op->core->Enqueue(op->process_set_id, std::move(ops),
                       [on_complete](const Status& status) { Complete(on_complete, status); }, op->pushed_at);
   } catch (const Error& e) {
+    op->core->NoteFailure(e.status().code());
     Complete(on_complete, e.status());
   } catch (const std::exception& e) {
+    op->core->NoteFailure(StatusCode::kInternal);
     Complete(on_complete, Status::Internal(std::string("mxplugin: ") + e.what()));
   }
 }
