@@ -1,10 +1,13 @@
 """gluon.Trainer(params, ..., kvstore='mxplugin'): mxplugin through MXNet's own
-KVStore plug-in mechanism (KVStoreBase.register).
+KVStore plug-in mechanism (KVStoreBase.register). kvstore='horovod' and
+mx.kv.create('horovod'), the name scripts written for Horovod's MXNet
+kvstore use, give the same store.
 
 MXNet's Trainer drops a kvstore given by name when a process has one device
 and the name does not contain 'dist' (mxnet/model.py:_create_kvstore), which
 would silently train every rank alone. Registering therefore also wraps the
-Trainer's _create_kvstore so the name 'mxplugin' always yields this store.
+Trainer's _create_kvstore so the names 'mxplugin' and 'horovod' always
+yield this store.
 """
 import mxnet as mx
 from mxnet.kvstore import KVStoreBase
@@ -81,6 +84,20 @@ class MXPlugin(KVStoreBase):
         raise NotImplementedError("optimizer states live in the Trainer (trainer.load_states)")
 
 
+@KVStoreBase.register
+class Horovod(MXPlugin):
+    """kvstore='horovod': the mxplugin store under the name Horovod's MXNet
+    kvstore has, for scripts written for it."""
+
+    @property
+    def type(self):
+        return "horovod"
+
+
+# The names gluon.Trainer is given for this store (lower case, as MXNet's registry keeps them).
+NAMES = ("mxplugin", "horovod")
+
+
 def _install_trainer_hook():
     import mxnet.gluon.trainer as gluon_trainer
 
@@ -89,8 +106,8 @@ def _install_trainer_hook():
         return
 
     def create_kvstore(kvstore, num_device, arg_params):
-        if isinstance(kvstore, str) and kvstore.lower() == "mxplugin":
-            return mx.kvstore.create("mxplugin"), False
+        if isinstance(kvstore, str) and kvstore.lower() in NAMES:
+            return mx.kvstore.create(kvstore.lower()), False
         return original(kvstore, num_device, arg_params)
 
     create_kvstore._mxplugin = True
@@ -106,7 +123,7 @@ def _install_trainer_hook():
     def init_kvstore(trainer):
         kvstore = trainer._kvstore_params.get("kvstore")
         sparse_grad = trainer._contains_sparse_grad
-        if not (isinstance(kvstore, str) and kvstore.lower() == "mxplugin" and sparse_grad
+        if not (isinstance(kvstore, str) and kvstore.lower() in NAMES and sparse_grad
                 and not trainer._contains_sparse_weight):
             return original_init(trainer)
         trainer._contains_sparse_grad = False

@@ -54,13 +54,16 @@ def same(a_net, b_net, what, rtol=1e-4):
 
 
 def check_kvstore_plugin(rank, size):
-    ref, net = make_net(1), make_net(1)
+    """kvstore='mxplugin', and 'horovod' (Horovod's MXNet kvstore's name), as gluon.Trainer in one process."""
+    ref = make_net(1)
     run(ref, gluon.Trainer(ref.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9}, kvstore=None), 3)
-    trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9},
-                            kvstore="mxplugin")
-    run(net, trainer, 3, rank, size)
-    assert type(trainer._kvstore).__name__ == "MXPlugin", f"kvstore not used: {trainer._kvstore}"
-    same(net, ref, "kvstore='mxplugin'")
+    for name, kind in (("mxplugin", "MXPlugin"), ("horovod", "Horovod")):
+        net = make_net(1)
+        trainer = gluon.Trainer(net.collect_params(), "sgd", {"learning_rate": 0.1, "momentum": 0.9}, kvstore=name)
+        run(net, trainer, 3, rank, size)
+        assert type(trainer._kvstore).__name__ == kind, f"kvstore={name!r} not used: {trainer._kvstore}"
+        assert mx.kv.create(name).num_workers == size, name
+        same(net, ref, f"kvstore={name!r}")
 
 
 def check_two_trainers(rank, size):
