@@ -41,12 +41,14 @@ def job_env(extra=None):
 MPI_INIT_UPSTREAM_FAILURE = "MPIDI_UCX_comm_addr_exchange"
 
 
-def srun(slurm, *argv, env=None):
+def srun(slurm, *argv, env=None, alone=False):
     """srun over both hosts, 4 tasks; a task that fails ends the step
-    (--kill-on-bad-exit) rather than leaving the others waiting in MPI_Init."""
+    (--kill-on-bad-exit) rather than leaving the others waiting in MPI_Init,
+    unless the tasks run `alone` (no PMI: each fails by itself, and each
+    must get to say why)."""
+    ends = [] if alone else ["--kill-on-bad-exit=1"]
     for _ in range(2):
-        done = slurm.run(["srun", "-N", "2", "-n", "4", "--kill-on-bad-exit=1", *argv], env=job_env(env),
-                         timeout=HANG_S, cwd=REPO)
+        done = slurm.run(["srun", "-N", "2", "-n", "4", *ends, *argv], env=job_env(env), timeout=HANG_S, cwd=REPO)
         if done.returncode == 0 or MPI_INIT_UPSTREAM_FAILURE not in done.stderr:
             break
     return done, f"exit {done.returncode}\n--- stdout\n{done.stdout}\n--- stderr\n{done.stderr[-4000:]}"
@@ -69,7 +71,7 @@ def test_srun_without_pmi_is_refused_on_every_rank(slurm):
     """Slurm's MpiDefault=none (common on sites): each task would be a world
     of one; every rank must fail at init() saying to add --mpi=pmi2."""
     code = "import mxplugin as hvd; hvd.init(); print('TRAINED ALONE', hvd.rank(), hvd.size(), flush=True)"
-    done, report = srun(slurm, "--mpi=none", sys.executable, "-c", code)
+    done, report = srun(slurm, "--mpi=none", sys.executable, "-c", code, alone=True)
     assert done.returncode != 0 and "TRAINED ALONE" not in done.stdout, report
     assert done.stderr.count("add --mpi=pmi2 to srun") == 4, report
     assert done.stderr.count("but Slurm's srun (SLURM_STEP_NUM_TASKS=4) started 4 processes") == 4, report
