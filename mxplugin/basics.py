@@ -132,7 +132,7 @@ def _start_core():
     starts leaves (Note [Leaving MPI's start] in mxplugin/elastic/start_guard.py)."""
     guard = None
     if os.environ.get(ENV_DRIVER):
-        from mxplugin.elastic import start_guard
+        import mxplugin.elastic.start_guard as start_guard
 
         guard = start_guard.guard_start()
     try:

@@ -32,8 +32,8 @@ import time
 
 import mxplugin as hvd
 from mxplugin import basics as _basics
-from mxplugin.elastic import client as _client
-from mxplugin.elastic import last_words
+import mxplugin.elastic.client as _client
+import mxplugin.elastic.last_words as last_words
 from mxplugin_run.protocol import ENV_CRASH_EXIT, EXIT_LEFT_CRASHED, EXIT_RESET
 from mxplugin_run.timeouts import (FREEZE_TICK_S, FROZEN_GAP_S, LAST_WORDS_S, LAUNCHER_GONE_S, LEAVE_TOGETHER_S,
                                       LEAVE_WORLD_S, LONG_POLL_S)

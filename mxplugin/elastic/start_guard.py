@@ -6,8 +6,8 @@ import os
 import threading
 import time
 
-from mxplugin.elastic import client as _client
-from mxplugin.elastic import last_words
+import mxplugin.elastic.client as _client
+import mxplugin.elastic.last_words as last_words
 from mxplugin.elastic.last_words import EXIT_STOPPED
 from mxplugin_run.protocol import EXIT_RESET
 from mxplugin_run.timeouts import LAUNCHER_GONE_S, LONG_POLL_S

@@ -20,7 +20,7 @@ import mxnet as mx
 
 import mxplugin as hvd
 from mxplugin import array_kinds
-from mxplugin.elastic import client as _client
+import mxplugin.elastic.client as _client
 
 
 class HostsUpdatedInterrupt(RuntimeError):

@@ -27,6 +27,7 @@ class MXPlugin(KVStoreBase):
             basics.init()
 
     def broadcast(self, key, value, out, priority=0):
+        """Copies rank 0's `value` into `out` on every rank."""
         if basics.size() > 1:
             broadcast_(value, root_rank=0, name=f"kvstore.bcast.{key}", priority=priority)
         for o in (out if isinstance(out, (list, tuple)) else [out]):
@@ -34,6 +35,7 @@ class MXPlugin(KVStoreBase):
                 value.copyto(o)
 
     def pushpull(self, key, value, out=None, priority=0):
+        """Averages `value` over the ranks (in place), then copies it into `out`."""
         values = value if isinstance(value, (list, tuple)) else [value]
         if len(values) != 1:
             raise ArgumentError("the mxplugin kvstore runs one device per process")
@@ -59,28 +61,35 @@ class MXPlugin(KVStoreBase):
 
     @staticmethod
     def is_capable(capability):
+        """No optional capability: the optimizer runs in the Trainer."""
         return False  # the optimizer runs in the Trainer, after pushpull
 
     @property
     def type(self):
+        """The store's name."""
         return "mxplugin"
 
     @property
     def rank(self):
+        """This process's rank."""
         return basics.rank()
 
     @property
     def num_workers(self):
+        """The number of ranks."""
         return basics.size()
 
     def set_optimizer(self, optimizer):
+        """Refused: the store does not update (update_on_kvstore=False)."""
         raise NotImplementedError("the mxplugin kvstore does not update on the store; "
                                   "use update_on_kvstore=False")
 
     def save_optimizer_states(self, fname, dump_optimizer=False):
+        """Refused: optimizer states live in the Trainer."""
         raise NotImplementedError("optimizer states live in the Trainer (trainer.save_states)")
 
     def load_optimizer_states(self, fname):
+        """Refused: optimizer states live in the Trainer."""
         raise NotImplementedError("optimizer states live in the Trainer (trainer.load_states)")
 
 
@@ -91,6 +100,7 @@ class Horovod(MXPlugin):
 
     @property
     def type(self):
+        """The store's name, as the script gave it."""
         return "horovod"
 
 
