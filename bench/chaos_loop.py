@@ -64,8 +64,8 @@ def main():
     parser.add_argument("--work", help="where the runs' logs and cores go (default: a new folder in /tmp)")
     parser.add_argument("--keep-cores", action="store_true", help="keep the core files after reading them")
     parser.add_argument("--crashes-stay", action="store_true",
-                        help="MXPLUGIN_CRASH_EXIT=0: a crash inside MPI's start or while a rank leaves stays a crash "
-                             "(with its core) instead of the elastic exit code and one line")
+                        help="MXPLUGIN_CRASH_EXIT=0: MPI crashing under a rank's core thread stays a crash "
+                             "(with its core) instead of code 78 and one line")
     args = parser.parse_args()
     why = chaos.unavailable()
     if why:
@@ -165,7 +165,7 @@ def one_run(seed, args, pool, work):
 
 def other_cores(work, keep):
     """Cores in `work` that no rank of the run left (mpiexec, a proxy, the
-    supervisor): their command line and crashing thread's stack."""
+    agent): their command line and crashing thread's stack."""
     found = []
     for core in sorted(glob.glob(os.path.join(work, "core.*"))):
         found.append({"core": os.path.basename(core), **backtrace(core)})

@@ -84,7 +84,6 @@ cdef extern from "c_api.h" nogil:
     int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, int32_t priority)
     int mxp_mxnet_grads_bound(void* const* weights, void* const* grads, int32_t n, int32_t* out)
     int mxp_cuda_built()
-    void mxp_arm_crash_exit(int32_t exit_code)
     int mxp_nccl_built()
 
 

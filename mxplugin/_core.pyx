@@ -57,12 +57,6 @@ def cuda_built():
     return bool(mxp_cuda_built())
 
 
-def arm_crash_exit(int exit_code):
-    """Note [Crashes while leaving] (src/common/crash_exit.h): from now on a
-    crash signal ends this process with `exit_code` and one line."""
-    mxp_arm_crash_exit(exit_code)
-
-
 def nccl_built():
     return int(mxp_nccl_built())
 
@@ -92,47 +86,6 @@ def exit_at_end(int status):
         return False
     _status_at_end = status
     return True
-
-
-from libc.stdio cimport snprintf
-from posix.time cimport CLOCK_REALTIME, clock_gettime, timespec
-from posix.unistd cimport getpid, write
-
-cdef extern from "stdlib.h" nogil:
-    int on_exit(void (*function)(int, void*) noexcept nogil, void* arg)  # glibc's; Cython declares no binding
-
-cdef char _exit_marker[64]  # a C copy: the handler runs after the interpreter has finalised
-cdef int _exit_said_by = -1  # the pid that registered: a forked child that exits says nothing
-
-
-cdef void _say_exit_code(int code, void* unused) noexcept nogil:
-    cdef char line[160]
-    cdef timespec now
-    cdef int length
-    if getpid() != _exit_said_by:
-        return
-    clock_gettime(CLOCK_REALTIME, &now)
-    length = snprintf(line, sizeof(line), b"%s %d %ld.%06ld %d\n", _exit_marker, getpid(), now.tv_sec,
-                      now.tv_nsec // 1000, code & 0xFF)  # as the parent sees it: exit(-1) is 255
-    if 0 < length < <int>sizeof(line):
-        write(2, line, length)
-
-
-def say_exit_code(marker):
-    """Makes this process write "MARKER PID TIME CODE" to stderr when it
-    calls exit(CODE) (a C exit handler: after the interpreter has finalised,
-    as late as an exit can be seen); not when a signal or _exit() ends it.
-    Note [Exits and kills] in mxplugin_run/rank_deaths.py. False if the C
-    library had no slot for it."""
-    global _exit_said_by
-    cdef bytes text = marker.encode()
-    if len(text) >= sizeof(_exit_marker):
-        raise ValueError(f"exit marker too long: {marker!r}")
-    if _exit_said_by >= 0:
-        return True
-    memcpy(_exit_marker, <const char*>text, len(text) + 1)
-    _exit_said_by = getpid()
-    return on_exit(_say_exit_code, NULL) == 0
 
 
 include "_core_ops.pxi"

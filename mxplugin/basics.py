@@ -6,7 +6,8 @@ import sys
 import threading
 
 from mxplugin.errors import ArgumentError, MXPluginError, NotInitializedError
-from mxplugin_run.protocol import ENV_DRIVER, EXIT_MARKER, LOST_PEERS_MARKER, RELAYED
+from mxplugin_run import phases
+from mxplugin_run.protocol import ENV_DRIVER, LOST_PEERS_MARKER, RELAYED
 
 
 class _State:
@@ -118,8 +119,7 @@ def init(comm=None, process_sets=None):
         global_process_set.ranks = list(range(topo["size"]))
     atexit.register(_shutdown_at_exit)
     _notice_interrupts()
-    if os.environ.get(RELAYED):  # behind mxplugin-run's line relay: Note [Exits and kills]
-        _core_module().say_exit_code(EXIT_MARKER)
+    if os.environ.get(RELAYED):  # beside mxplugin-run's rank agent, which reads these lines
         core.say_lost_peers(LOST_PEERS_MARKER)  # Note [Lost peers as data]
     if process_sets is not None and not isinstance(process_sets, str):
         for ps in process_sets:
@@ -136,7 +136,9 @@ def _start_core():
 
         guard = start_guard.guard_start()
     try:
-        return _core_module().Core()
+        core = _core_module().Core()
+        phases.tell(phases.RUNNING)  # Note [A rank's agent] in mxplugin_run/rank_agent.py
+        return core
     finally:
         if guard is not None:
             guard.end()
@@ -187,7 +189,7 @@ def _shutdown_at_exit():
         return
     _forget_collectives_failed_by_the_stop(who)
     if _state.topology and _state.topology["size"] > 1:
-        if ENV_DRIVER not in os.environ:  # not under the elastic supervisor
+        if ENV_DRIVER not in os.environ:  # not an elastic rank (its agent reports the signal)
             _core_module().exit_at_end(128 + signal.SIGINT)
 
 
@@ -231,8 +233,8 @@ def _forget_collectives_failed_by_the_stop(who):
 # NDArray's, is swallowed; the rank then fails at its next collective, which
 # the other ranks' stop has ended; it would exit 1, and mpiexec's OR make
 # 131). A one-process run keeps CPython's way (its parent may be a shell),
-# and so does a rank under the elastic supervisor, which reports the signal
-# itself and exits with a code (mxplugin_run/elastic/supervisor.py).
+# and so does an elastic rank, whose agent reports the signal itself and
+# exits with a code (Note [A rank's agent] in mxplugin_run/rank_agent.py).
 
 
 def _notice_interrupts():
@@ -273,6 +275,7 @@ def shutdown():
             return
         _state.core = None
         _state.shut_down = True
+    phases.tell(phases.DONE)
     core.shutdown()
 
 

@@ -27,7 +27,8 @@ import time
 
 from mxplugin_run.timeouts import DRAIN_ABANDONED_S, DRAIN_S, FORCE_AFTER_S, GIVE_UP_AFTER_S
 from mxplugin_run.hosts_not_reached import HostsNotReached
-from mxplugin_run.protocol import EXIT_MARKER, LOST_PEERS_MARKER, RANK_MARKER
+from mxplugin_run.process_end import END_MARKER
+from mxplugin_run.protocol import LOST_PEERS_MARKER
 from mxplugin_run.lost_hosts import LostHostsWatch, lost_peers
 from mxplugin_run.rank_deaths import RankDeaths
 from mxplugin_run.remote_shells import end, placed_hosts, remote_shells
@@ -41,7 +42,7 @@ _LAUNCHER_NOISE = ("[mpiexec@", "[proxy:", "=====", "=   ", "YOUR APPLICATION TE
                    "Please see the FAQ", "Ctrl-C caught")
 
 
-_RELAY_MARKERS = (RANK_MARKER.encode(), EXIT_MARKER.encode(), LOST_PEERS_MARKER.encode())
+_REPORT_MARKERS = (END_MARKER.encode(), LOST_PEERS_MARKER.encode())
 # The tag --prefix-output puts before each line of a rank.
 _RANK_TAG = re.compile(r"^\[[0-9?]+\]<std(out|err)>:")
 
@@ -49,7 +50,7 @@ _RANK_TAG = re.compile(r"^\[[0-9?]+\]<std(out|err)>:")
 class _Pump(threading.Thread):
     """Copies one of the child's output pipes to ours as it comes; line by
     line, without the stop's noise, once the job is being stopped, and
-    without the relays' rank lines and MPICH's banner (Note [Naming the
+    without the agents' end records and MPICH's banner (Note [Naming the
     rank that died] in rank_deaths.py)."""
 
     def __init__(self, source, sink, stream, stopping, deaths, on_unreachable=None, not_reached=None):
@@ -80,9 +81,9 @@ class _Pump(threading.Thread):
             self.write_line(text)
 
     def _may_hold_a_report(self, chunk):
-        """Whether `chunk` must be read line by line: a relay's or a rank's
-        end line (rank_deaths.py) or a banner may be in it (most output passes as it comes)."""
-        return (any(marker in chunk for marker in _RELAY_MARKERS) or chunk.startswith(b"=") or b"\n=" in chunk
+        """Whether `chunk` must be read line by line: an agent's end record
+        or a rank's lost-peers line or a banner may be in it (most output passes as it comes)."""
+        return (any(marker in chunk for marker in _REPORT_MARKERS) or chunk.startswith(b"=") or b"\n=" in chunk
                 or self.deaths.reading(self.stream))
 
     def write(self, data):
@@ -128,7 +129,7 @@ class _Pump(threading.Thread):
 def _stop_noise(text):
     """Whether a line printed while the job stops is the stop's own noise.
     Ranks' tracebacks arrive interleaved line by line (each line whole,
-    Note [Whole lines] in line_relay.py), so this works on lines, not
+    Note [Whole lines] in rank_agent.py), so this works on lines, not
     structure: a traceback printed while stopping is reduced to its last
     line, and dropped whole when that is KeyboardInterrupt. A rank's tag
     (--prefix-output) is not part of what is judged."""
@@ -172,10 +173,11 @@ class Job:
     stop when the job has not stopped FORCE_AFTER_S later (default: mpiexec
     is asked again); `unreached()`, if given, describes what is left
     running when mpiexec is abandoned (default: the hosts of its remote
-    shells still running). Note [Bounded stops]."""
+    shells still running); `say_ends`: a line for each rank's end as its
+    agent told it (--verbose). Note [Bounded stops]."""
 
     def __init__(self, command, env, prog, num_proc, hosts=(), received=None, on_interrupt=None,
-                 on_stop_overdue=None, unreached=None):
+                 on_stop_overdue=None, unreached=None, say_ends=False):
         self.command, self.env, self.prog, self.num_proc, self.hosts = command, env, prog, num_proc, list(hosts)
         self.received = [] if received is None else received
         self.on_interrupt, self.on_stop_overdue, self.unreached = on_interrupt, on_stop_overdue, unreached
@@ -186,8 +188,15 @@ class Job:
         self.abandoned = False
         self.unreachable = set()  # hosts the ranks say they cannot reach (Note [Lost hosts])
         self.not_reached = HostsNotReached(placed_hosts(self.hosts, num_proc))  # what mpiexec says it cannot reach
-        self.deaths = RankDeaths()  # Note [Naming the rank that died]
+        self.deaths = RankDeaths(self._say_end if say_ends else None)  # Note [Naming the rank that died]
         self.lock = threading.Lock()
+
+    def _say_end(self, record):
+        said = f" (its last line: {record.said})" if record.said and not record.end.clean else ""
+        rank = "?" if record.rank is None else record.rank
+        sys.stderr.write(f"{self.prog}: rank {rank} (pid {record.pid} on {record.host}) ended: {record.end}, "
+                         f"phase {record.phase}{said}\n")
+        sys.stderr.flush()
 
     def wait(self, timeout=None):
         """True once mpiexec has ended (or was abandoned), waiting up to `timeout`."""
@@ -313,6 +322,7 @@ class Job:
         return code
 
 
-def run_job(command, env, prog, num_proc, received=None, on_interrupt=None, hosts=()):
+def run_job(command, env, prog, num_proc, received=None, on_interrupt=None, hosts=(), say_ends=False):
     """Runs mpiexec's command line (Job); returns the exit code for the shell."""
-    return Job(command, env, prog, num_proc, hosts=hosts, received=received, on_interrupt=on_interrupt).run()
+    return Job(command, env, prog, num_proc, hosts=hosts, received=received, on_interrupt=on_interrupt,
+               say_ends=say_ends).run()

@@ -1,19 +1,13 @@
-"""What the launcher and the ranks agree on: the line relay's markers and
-environment variable; for elastic jobs the environment variables, HTTP
-headers and exit codes. Imports nothing: mxplugin's ranks load it too."""
+"""What the launcher and the ranks agree on: the marker of the lines a rank
+writes for the launcher, and the variable its agent sets; for elastic jobs
+the environment variables, HTTP headers and exit codes. Imports nothing:
+mxplugin's ranks load it too. (A rank's phases and end record: phases.py,
+process_end.py.)"""
 
-# The line a relay writes to stderr when its command has ended, with its
-# rank, pid and host: the launcher keeps it out of the output and names a
-# killed rank by it (Note [Naming the rank that died] in rank_deaths.py).
-RANK_MARKER = "mxplugin-relay-ended"
-# The line a rank writes to stderr from its C exit handler, with its pid,
-# the time and the code it passed to exit() (mxplugin/_core.pyx
-# say_exit_code), where the relay set RELAYED in its environment: a rank
-# that exits by itself is told from one mpiexec killed (Note [Exits and
-# kills] in rank_deaths.py).
-EXIT_MARKER = "mxplugin-rank-exit"
+# Set in a rank's environment by its agent (Note [A rank's agent] in
+# rank_agent.py), which reads the lines below off its output.
 RELAYED = "MXPLUGIN_RELAYED"
-# The line a rank behind the relay writes when it has lost peers, as
+# The line a rank beside its agent writes when it has lost peers, as
 # fields (Note [Lost peers as data] in src/core/lost_peer_report.h):
 # "<marker> <rank> <host> unreachable=<rank>@<host>,... ended=<rank>@<host>,..."
 LOST_PEERS_MARKER = "mxplugin-peers-lost"
@@ -22,28 +16,17 @@ ENV_DRIVER = "MXPLUGIN_ELASTIC_DRIVER"          # host:port of the launcher's se
 ENV_TOKEN = "MXPLUGIN_ELASTIC_TOKEN"            # the job's secret, sent with every request
 ENV_WORLD = "MXPLUGIN_ELASTIC_WORLD"            # this world's number, 0 for the first
 ENV_CHECKPOINT = "MXPLUGIN_ELASTIC_CHECKPOINT"  # --checkpoint-path, absolute
-# A crash inside MPI's start ends a rank with EXIT_START_CRASHED (Note
-# [Crashes in MPI's start] in src/common/crash_exit.h; the core's config)
-ENV_START_CRASH_EXIT = "MXPLUGIN_START_CRASH_EXIT_CODE"
 # A crash on the core's thread while the world runs ends a rank with
-# EXIT_WORLD_CRASHED (Note [Crashes under a running world], the same file)
+# EXIT_WORLD_CRASHED (Note [Crashes under a running world] in src/common/crash_exit.h)
 ENV_WORLD_CRASH_EXIT = "MXPLUGIN_WORLD_CRASH_EXIT_CODE"
-# "0" keeps such crashes (and those while leaving) crashes, with their core
-# dumps: for catching one (bench/chaos_loop.py --crashes-stay)
+# "0" keeps such crashes crashes, with their core dumps: for catching one
+# (bench/chaos_loop.py --crashes-stay)
 ENV_CRASH_EXIT = "MXPLUGIN_CRASH_EXIT"
 TOKEN_HEADER = "X-Mxplugin-Token"
 COMMIT_HEADER = "X-Mxplugin-Commit"
 STOP_HEADER = "X-Mxplugin-Stop"  # on /broken's answer: the user stopped the job, end now
 # Exit code of a rank that leaves so that the launcher starts a new world.
 EXIT_RESET = 75
-# Exit code of a rank that had decided to leave and crashed inside MPI
-# before it could tell the launcher (Note [Crashes while leaving] in
-# src/common/crash_exit.h): a leaver, not a lost rank; its host keeps its place.
-EXIT_LEFT_CRASHED = 76
-# Exit code of a rank whose MPI start crashed as its world was torn down
-# (Note [Crashes in MPI's start] in src/common/crash_exit.h): it never
-# started; its host is not to blame.
-EXIT_START_CRASHED = 77
 # Exit code of a rank whose MPI crashed under its core's thread while its
 # world ran, most likely as a peer ended (Note [Crashes under a running
 # world] in src/common/crash_exit.h): a crash, judged as any other (Note

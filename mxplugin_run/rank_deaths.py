@@ -13,50 +13,33 @@ ten-line banner that names the process only by pid and host:
 
 The user wants the rank, and the banner cannot give it: its pid is the
 first process its host's proxy started (rank 0 on one host, whichever rank
-died), its exit code that process's; only its last line, the exit string,
-is the job's: the first abnormal end's signal. So each rank starts behind
-the line relay (line_relay.py), which execs the command in its own place
-(the rank keeps the relay's pid) and whose output reader watches that pid
-(a pidfd): when the command ends, it writes one line, RANK_MARKER with the
-rank, pid and host, to stderr. The launcher keeps those lines out of the
-job's output, notes their order, drops the banner and, after mpiexec ends,
-says "rank 1 (pid 29530 on node3) ended first: the job was killed by
-signal 9 (SIGKILL) ...": the rank that ended first is the one that died
-(the others end only once mpiexec has learnt of it and stops them; each
-relay says when it saw its command end, since the lines may arrive in
-another order), unless
-ranks had already finished normally, which the relay cannot tell from a
-death (the line then names the first of them; the signal is still right).
-The exit code is the shell's 128 + the signal, as after Ctrl-C (MPICH's own
-is the bare signal number, which reads like a rank's exit code).
+died), its exit code that process's, and its signal that of the ranks' raw
+wait statuses ORed (a rank still in its own exit when the proxy SIGKILLs
+it makes 1 | 9). So the launcher reads the end records of the ranks'
+agents instead (Note [A rank's agent] in rank_agent.py: rank, pid, host,
+time, the exit code or signal from the wait status), keeps them and the
+banner out of the job's output and, after mpiexec ends, says "rank 1 (pid
+29530 on node3) ended first: the job was killed by signal 9 (SIGKILL) ...":
+the first end in time that is not a clean exit 0 is the job's (an agent
+writes its record before MPICH hears of the end, so the others end only
+later), an exit with its code ("... ended first: it exited with code 1
+without finishing MPI"), a signal with its signal. The exit code is the
+shell's 128 + the signal, as after Ctrl-C (MPICH's own is the bare signal
+number, which reads like a rank's exit code). The banner's own word stands
+only where no agent could tell (the agent itself was killed).
 
-Note [Exits and kills]: the banner's signal is that of the ranks' raw wait
-statuses ORed, not the first end's. A rank that fails (its peers' host cut
-off, an uncaught exception after a collective failed) exits without
-finalising MPI, and MPICH's proxy SIGKILLs its other ranks as after a crash:
-a rank still in its own exit then makes the banner say "Killed (signal 9)"
-(1 | 9), and the killed rank's relay may even see its end first. So each end
-is told by what is known of it: a rank that calls exit() writes its code and
-the time from a C exit handler (EXIT_MARKER, from _core.say_exit_code,
-before the kernel tears the process down, so before the proxy hears of the
-end), and the relay reads the raw wait status of a rank not yet reaped
-(known for a kill, rarely for an exit). The first end not known to be a
-clean exit 0 is the job's: an exit with its code ("... ended first: it
-exited with code 1 without finishing MPI"), a signal with its signal; of an
-end known in neither way, the banner's signal. MPICH does not always print
-the banner there: when some ranks exit 1 and the others are killed, mpiexec
-alone may just exit 1. So without a banner the line is said as well when a
-rank said it exited with a nonzero code and fewer ranks said they exited
-than the job has: the others were killed. Ranks that all finish MPI and
-exit(3) all say so, and mpiexec's exit 3 stands alone, as it should."""
+MPICH does not always print the banner: when a rank exits 1 without
+finishing MPI and the proxy kills the others, mpiexec alone may just exit
+1. So without a banner the line is said as well when mpiexec failed and
+not every rank's end was a plain exit (some were killed: their agents died
+with them, or told a signal). Ranks that all finish MPI and exit(3) all say
+so, and mpiexec's exit 3 stands alone, as it should."""
 import re
 import signal
 import threading
 
-from mxplugin_run.protocol import EXIT_MARKER, RANK_MARKER
+from mxplugin_run.process_end import END_MARKER, EndRecord
 
-_MARKER_LINE = re.compile(re.escape(RANK_MARKER) + r" (\S+) (\d+) (\S+)(?: ([\d.]+))?(?: (\d+|\?))?")
-_EXIT_LINE = re.compile(re.escape(EXIT_MARKER) + r" (\d+) ([\d.]+) (-?\d+)")
 _RULE = re.compile(r"^=+\s*$")
 _BANNER_START = "=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES"
 _BANNER_PID = re.compile(r"^=\s+(?:RANK \d+ )?PID (\d+) RUNNING AT (\S+)")
@@ -75,13 +58,14 @@ def signal_name(number):
 
 class RankDeaths:
     """Reads the job's output line by line (both streams, from the launcher's
-    pumps): keeps the relays' rank lines and MPICH's banner out of it and
-    remembers what they said."""
+    pumps): keeps the agents' end records and MPICH's banner out of it and
+    remembers what they said; `on_record`, if given, is called with each
+    record as it comes."""
 
-    def __init__(self):
+    def __init__(self, on_record=None):
         self.lock = threading.Lock()
-        self.ended = []  # [(when seen, arrival, rank, pid, host, raw wait status or None)] as the relays said so
-        self.exits = {}  # pid -> (when, code) as ranks said when they called exit() (Note [Exits and kills])
+        self.on_record = on_record
+        self.records = []  # EndRecord, as the agents wrote them
         self.deaths = []  # [{pid, host, code, signal}] from each banner
         self.held = {}  # stream -> lines that may open a banner (a blank line, a rule)
         self.in_banner = {}  # stream -> what the banner being read said so far
@@ -93,19 +77,15 @@ class RankDeaths:
     def lines(self, stream, text):
         """The lines to print for `text` (one line with its newline) of
         `stream` ("out" or "err"): none, the line, or lines held before it."""
-        marker = _MARKER_LINE.search(text)
-        if marker:
-            with self.lock:
-                seen = float(marker.group(4)) if marker.group(4) else float("inf")
-                status = int(marker.group(5)) if marker.group(5) not in (None, "?") else None
-                self.ended.append((seen, len(self.ended), marker.group(1), int(marker.group(2)), marker.group(3),
-                                   status))
-            return []
-        exited = _EXIT_LINE.search(text)
-        if exited:
-            with self.lock:
-                self.exits[int(exited.group(1))] = (float(exited.group(2)), int(exited.group(3)))
-            return []
+        if END_MARKER in text:
+            record = EndRecord.parse(text)
+            if record is not None:
+                with self.lock:
+                    self.records.append(record)
+                if self.on_record is not None:
+                    self.on_record(record)
+                before = text[:text.find(END_MARKER)]  # a partial line the rank left, joined to it
+                return [before + "\n"] if before.strip() else []
         bare = text.rstrip("\r\n")
         banner = self.in_banner.get(stream)
         if banner is not None:
@@ -151,64 +131,25 @@ class RankDeaths:
         """(one line, the exit code for the shell: 128 + the signal, else
         the code) or (None, None) when there was no banner and no end of
         the job's `ranks` ranks (mpiexec ended with `returncode`) is known
-        to have stopped the others (Note [Exits and kills])."""
+        to have stopped the others (Note [Naming the rank that died])."""
         with self.lock:
-            deaths, ended, exits = list(self.deaths), list(self.ended), dict(self.exits)
+            deaths, records = list(self.deaths), list(self.records)
+        causes = sorted((r for r in records if not r.end.clean), key=lambda r: r.time)
         if not deaths:
-            causes = [end for end in _ends(ended, exits, unrelayed=True) if end[5] != (None, 0)]
-            return _summary_without_banner(causes, exits, ranks, returncode)
-        death = deaths[0]
-        sig, code = death.get("signal"), None
-        ends = _ends(ended, exits)
-        causes = [end for end in ends if end[5] != (None, 0)] or ends  # a clean exit 0 ended nothing
+            all_exited = ranks is not None and len(records) >= ranks and all(r.end.signal is None for r in records)
+            if returncode == 0 or all_exited or not causes:
+                return None, None
         if causes:
-            _, _, rank, pid, host, known = min(causes)  # the first, by each rank's or relay's clock
-            who = f"rank {rank} (pid {pid} on {host}) ended first"
-            if known is not None:
-                sig, code = known
-        else:
-            who = f"a rank on {death.get('host', '?')} ended"
-        if sig is None and code is None:
+            first = causes[0]
+            who = f"rank {'?' if first.rank is None else first.rank} (pid {first.pid} on {first.host}) ended first"
+            return _said(who, first.end.signal, first.end.code)
+        death = deaths[0]
+        who = f"a rank on {death.get('host', '?')} ended"
+        if death.get("signal") is None:
             code = death.get("code", 1)
             return [f"{who}: the job ended with exit code {code} before finishing MPI; mpiexec stopped the "
                     "other ranks"], code
-        return _said(who, sig, code)
-
-
-def _ends(ended, exits, unrelayed=False):
-    """Each end as [(when, arrival, rank, pid, host, (signal, exit code) or
-    None)]: from the relays' lines, told by the rank's own exit line where
-    there is one (Note [Exits and kills]); `unrelayed`: also an exit line
-    whose relay line did not come (its relay was killed with it), by pid."""
-    ends = []
-    for seen, arrival, rank, pid, host, status in ended:
-        if pid in exits:
-            ends.append((exits[pid][0], arrival, rank, pid, host, (None, exits[pid][1])))
-        elif status is not None:
-            ends.append((seen, arrival, rank, pid, host, (status & 0x7F or None, status >> 8)))
-        else:
-            ends.append((seen, arrival, rank, pid, host, None))
-    relayed = {end[3] for end in ends}
-    for pid, (when, code) in exits.items() if unrelayed else ():
-        if pid not in relayed:
-            ends.append((when, len(ends), "?", pid, "?", (None, code)))
-    return ends
-
-
-def _summary_without_banner(causes, exits, ranks, returncode):
-    """MPICH prints no banner for some jobs whose ranks it stopped (a rank
-    exited 1 without finishing MPI, and the kill of the others came late
-    enough not to be counted): the line is said when fewer of the job's
-    `ranks` ranks said they exited than it has (the rest were killed) and
-    the first end not known to be clean is known (an exit with its code, a
-    signal). Ranks that all exit(3) after finishing MPI all say so:
-    mpiexec's own exit 3, and no line."""
-    if returncode == 0 or ranks is None or len(exits) >= ranks or not causes:
-        return None, None
-    _, _, rank, pid, host, known = min(causes)
-    if known is None:  # the first end's cause is not known: the banner's signal would have told it
-        return None, None
-    return _said(f"rank {rank} (pid {pid} on {host}) ended first", *known)
+        return _said(who, death["signal"], None)
 
 
 def _said(who, sig, code):

@@ -188,11 +188,12 @@ def rank_environment(args, base_env, hosts=()):
     return env, added
 
 
-def line_relay(prefix_output):
-    """What goes before each rank's command so that its lines arrive whole
-    (Note [Whole lines], line_relay.py), with the same Python as the ranks
-    on every host; the launcher's package costs no MXNet import."""
-    return [sys.executable, "-m", "mxplugin_run.line_relay"] + (["--prefix"] if prefix_output else []) + ["--"]
+def rank_agent(prefix_output, elastic=False):
+    """What goes before each rank's command: its agent (Note [A rank's
+    agent] in rank_agent.py), with the same Python as the ranks on every
+    host; the launcher's package costs no MXNet import."""
+    return ([sys.executable, "-m", "mxplugin_run.rank_agent"] + (["--prefix"] if prefix_output else [])
+            + (["--elastic"] if elastic else []) + ["--"])
 
 
 def mpiexec_command(mpiexec, flavour, args, hosts, env):
@@ -200,14 +201,14 @@ def mpiexec_command(mpiexec, flavour, args, hosts, env):
         launch = openmpi_arguments(args.num_proc, hosts, env, args.rsh, args.network_interface)
     else:
         launch = mpich_arguments(args.num_proc, hosts, args.rsh, args.network_interface)
-    return [mpiexec] + launch + line_relay(args.prefix_output) + list(args.command)
+    return [mpiexec] + launch + rank_agent(args.prefix_output) + list(args.command)
 
 
 # ------------------------------------------------------------------- running
 
-def run_child(command, env, num_proc, hosts=()):
+def run_child(command, env, num_proc, hosts=(), verbose=False):
     try:
-        return run_job(command, env, PROG, num_proc, hosts=hosts)
+        return run_job(command, env, PROG, num_proc, hosts=hosts, say_ends=verbose)
     except OSError as exc:
         raise UsageError(f"cannot start {command[0]}: {exc}") from exc
 
@@ -264,8 +265,7 @@ def launch_elastic(args, hosts):
         # -disable-auto-cleanup: a lost rank must not take the survivors
         # (and the state they hold) down with it.
         return ([mpiexec] + mpich_arguments(size, world_hosts, args.rsh, args.network_interface)
-                + ["-disable-auto-cleanup"] + line_relay(args.prefix_output) + [sys.executable, "-m", "mxplugin_run.elastic.supervisor"]
-                + list(args.command))
+                + ["-disable-auto-cleanup"] + rank_agent(args.prefix_output, elastic=True) + list(args.command))
 
     return ElasticDriver(args, env, PROG, world_command).run()
 
@@ -313,7 +313,7 @@ def launch(args):
         if settings:
             print(f"{PROG}: setting {settings}", file=sys.stderr)
         print(f"{PROG}: {shlex.join(command)}", file=sys.stderr, flush=True)
-    return run_child(command, env, args.num_proc, hosts)
+    return run_child(command, env, args.num_proc, hosts, verbose=args.verbose)
 
 
 def main(argv=None):

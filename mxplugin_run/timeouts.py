@@ -46,7 +46,7 @@ SETTLE_QUIET_S = 3
 # How long ranks that have not registered when their world is broken get
 # to do so (Note [Ranks that never started] in world_record.py).
 START_GRACE_S = 5
-# How long after a world began every rank's supervisor must have said hello
+# How long after a world began every rank's agent must have said hello
 # while no rank has registered (Note [Hosts a world cannot start on]).
 START_HELLO_S = 30
 # MXPLUGIN_PEER_TIMEOUT_SECONDS for the ranks of an elastic job unless the

@@ -11,7 +11,6 @@
 
 #include "c_api_guard.h"
 #include "backend/memory/memory_world.h"
-#include "common/crash_exit.h"
 #include "core/core.h"
 #include "defaults.h"
 #ifdef MXPLUGIN_WITH_MXNET
@@ -335,13 +334,6 @@ int mxp_mxnet_grads_bound(void* const* weights, void* const* grads, int32_t n, i
     throw Error(Status::InvalidArgument("mxplugin was built without MXNet (MXPLUGIN_WITH_MXNET=0)"));
 #endif
   });
-}
-
-void mxp_arm_crash_exit(int32_t exit_code) {
-  static const char kLine[] =
-      "mxplugin: elastic: a crash inside MPI while this rank was leaving its world (its peers leaving theirs): "
-      "leaving\n";
-  mxplugin::ArmCrashExit(exit_code, kLine);
 }
 
 int mxp_cuda_built(void) {

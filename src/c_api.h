@@ -139,10 +139,6 @@ int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t proc
  * shape), else 0. NDArrayHandles; reads no data. */
 int mxp_mxnet_grads_bound(void* const* weights, void* const* grads, int32_t n, int32_t* out);
 
-/* Note [Crashes while leaving] (common/crash_exit.h): from now on a crash
- * signal ends the process with `exit_code` and one line. */
-void mxp_arm_crash_exit(int32_t exit_code);
-
 /* What was compiled in. */
 int mxp_cuda_built(void);
 int mxp_nccl_built(void);

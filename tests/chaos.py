@@ -33,8 +33,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import rank_processes  # noqa: E402
-from chaos_checks import (final_accuracy, job_segments, nothing_running, rank_ends, rank_records,  # noqa: E402
-                          remove_segments, resumes, segments_left)
+from chaos_checks import (final_accuracy, job_segments, nothing_running, phases_of, rank_ends,  # noqa: E402
+                          rank_records, remove_segments, resumes, segments_left)
 from chaos_faults import KINDS  # noqa: E402
 from chaos_job import MIN_ACCURACY, ChaosError, ChaosJob, COOLDOWN_RANGE  # noqa: E402
 from chaos_log import RESET, STEP, COMMIT, worlds  # noqa: E402
@@ -160,7 +160,7 @@ def _checks(job, lines, code, problems):
     problems = problems + found
     found, accuracy = final_accuracy(lines, MIN_ACCURACY)
     problems += found if code == 0 else []
-    found, ends = rank_ends(job.ranks.all_ranks, job.injected)
+    found, ends = rank_ends(job.ranks.all_ranks, job.injected, phases_of(lines))
     problems += found if code is not None else []
     if job.ranks.lost_events:
         problems.append(f"{job.ranks.lost_events} batches of process events lost: the ranks' ends are not all known")

@@ -85,17 +85,28 @@ def final_accuracy(lines, target):
     return ([] if said[-1] >= target else [f"final test accuracy {said[-1]} below {target}"]), said[-1]
 
 
-def rank_ends(ranks, injected):
+# A rank's end as the launcher says it with --verbose (Job's say_ends in
+# mxplugin_run/job.py): its agent's record, the phase among it.
+END_SAID = re.compile(r"^mxplugin-run: rank \S+ \(pid (\d+) on \S+\) ended: [^,]+, phase (\w+)")
+
+
+def phases_of(lines):
+    """{pid: the phase its agent last heard of} from the launcher's `lines` ([(time, text)])."""
+    return {int(m.group(1)): m.group(2) for m in (END_SAID.match(t) for _, t in lines) if m}
+
+
+def rank_ends(ranks, injected, phases=None):
     """Every rank process ended, none by a signal it was not sent
     (`injected`: {pid: [signal numbers sent]}) and none with an exit code
-    that no part of the job documents (Note [Rank ends]). Returns (problems,
-    {how: count})."""
+    that no part of the job documents (Note [Rank ends]; `phases`: {pid:
+    its last phase}). Returns (problems, {how: count})."""
     problems, counts = [], {}
+    phases = phases or {}
     for rank in ranks:
         how = rank.how or "still running"
         counts[how] = counts.get(how, 0) + 1
         cause, why = explain_end(rank.how, injected.get(rank.pid, ()), None, killed_peer(rank, ranks, injected),
-                                 left_peer(rank, ranks))
+                                 left_peer(rank, ranks), phases.get(rank.pid))
         if cause == UNEXPLAINED:
             problems.append(f"rank process {rank.pid} on host {rank.host} (world {getattr(rank, 'world', '?')}, "
                             f"rank {getattr(rank, 'rank', '?')}): {why}")
@@ -106,11 +117,11 @@ def rank_ends(ranks, injected):
 # one of: a clean exit (code 0: the training function returned), the
 # elastic exit (code 75, EXIT_RESET: a rank leaving its world for the
 # next, whatever ended the world, with its line in the output), a crash
-# while leaving (code 76, EXIT_LEFT_CRASHED: MPICH crashed under a rank
-# that had decided to leave, Note [Crashes while leaving]; counted apart,
-# as it is a crash however it is explained), a crash in MPI's start (code
-# 77, EXIT_START_CRASHED: Note [Crashes in MPI's start]; apart too), a
-# crash under a running world (code 78, EXIT_WORLD_CRASHED, within
+# while leaving (a crash signal, MXNet's exit 255 or code 78 in the phase
+# leaving, as the rank's agent recorded it: MPICH crashed under a rank
+# that had decided to leave; counted apart, as it is a crash however it is
+# explained), a crash in MPI's start (the same in the phase starting: its
+# world torn down under it; apart too), a crash under a running world (code 78, EXIT_WORLD_CRASHED, within
 # COLLATERAL_S of the run's kill of a peer of its world: MPICH crashed under
 # the core's thread as it worked against the killed peer, Note [Crashes
 # under a running world]; or as a peer left it, its world ended (Note
@@ -135,14 +146,14 @@ COLLATERAL, CRASHED_UNDER_WORLD = "collateral crash", "crash under a running wor
 COLLATERAL_S = 2.0
 CRASH_ENDS = ("signal 11", "signal 6", "signal 7", "signal 4", "signal 8", "code 255")
 # mxplugin_run.protocol's; not imported, which would load MXNet into the driver
-EXIT_RESET, EXIT_LEFT_CRASHED, EXIT_START_CRASHED, EXIT_WORLD_CRASHED = 75, 76, 77, 78
+EXIT_RESET, EXIT_WORLD_CRASHED = 75, 78
 # The lines kept as evidence: from this long before a rank's end to this
 # long after (its last words, MPICH's or the launcher's on it), at most
 # EVIDENCE_LINES of them, and as many naming it.
 EVIDENCE_BEFORE_S, EVIDENCE_AFTER_S, EVIDENCE_LINES = 2.0, 0.5, 20
 
 
-def rank_records(ranks, injected, faults, killed_with_host, lines, start):
+def rank_records(ranks, injected, faults, killed_with_host, lines, start, phases=None):
     """One record per rank process (Note [Rank ends]): pid, host, world,
     rank, how it ended, when (seconds from monotonic time `start`), its
     cause and why, and for an unexplained end the evidence from `lines`
@@ -150,14 +161,15 @@ def rank_records(ranks, injected, faults, killed_with_host, lines, start):
     fault_of = {f["pid"]: f["kind"] for f in faults if "pid" in f}
     fault_of.update((pid, "kill_host") for pid in killed_with_host)
     records = []
+    phases = phases_of(lines) if phases is None else phases
     for rank in ranks:
         cause, why = explain_end(rank.how, injected.get(rank.pid, ()), fault_of.get(rank.pid),
-                                 killed_peer(rank, ranks, injected), left_peer(rank, ranks))
+                                 killed_peer(rank, ranks, injected), left_peer(rank, ranks), phases.get(rank.pid))
         record = {"pid": rank.pid, "host": rank.host, "world": getattr(rank, "world", None),
                   "rank": getattr(rank, "rank", None), "how": rank.how or "still running",
                   "started_s": round(rank.started - start, 2),
                   "ended_s": None if rank.ended is None else round(rank.ended - start, 2),
-                  "cause": cause, "why": why}
+                  "phase": phases.get(rank.pid), "cause": cause, "why": why}
         if cause == UNEXPLAINED:
             record["evidence"] = evidence(rank, lines, start)
         records.append(record)
@@ -188,11 +200,11 @@ def _peer_ended_just_before(rank, ranks, chosen):
     return None
 
 
-def explain_end(how, sent, fault, killed=None, left=None):
+def explain_end(how, sent, fault, killed=None, left=None, phase=None):
     """(cause, why) of a rank end `how` ("code N", "signal N", None while it
     runs), given the signals the run sent it, its fault's kind, a peer of
-    its world the run killed just before (killed_peer) and one that left
-    its world just before (left_peer)."""
+    its world the run killed just before (killed_peer), one that left its
+    world just before (left_peer) and the phase its agent recorded."""
     if how is None:
         return UNEXPLAINED, "still running when the run ended"
     kind, number = how.split()
@@ -201,10 +213,11 @@ def explain_end(how, sent, fault, killed=None, left=None):
         return CLEAN, "its training function returned"
     if kind == "code" and number == EXIT_RESET:
         return ELASTIC, "left its world for the next (EXIT_RESET)"
-    if kind == "code" and number == EXIT_LEFT_CRASHED:
-        return CRASHED_LEAVING, "MPI crashed under it as it left its world (EXIT_LEFT_CRASHED)"
-    if kind == "code" and number == EXIT_START_CRASHED:
-        return CRASHED_STARTING, "MPI's start crashed under it as its world was torn down (EXIT_START_CRASHED)"
+    crashed = how in CRASH_ENDS or how == f"code {EXIT_WORLD_CRASHED}"
+    if crashed and phase == "leaving":
+        return CRASHED_LEAVING, f"{how}: MPI crashed under it as it left its world (phase leaving)"
+    if crashed and phase == "starting":
+        return CRASHED_STARTING, f"{how}: MPI's start crashed under it as its world was torn down (phase starting)"
     if kind == "code" and number == EXIT_WORLD_CRASHED and signal.SIGCONT in sent:
         return CRASHED_UNDER_WORLD, ("MPI crashed under its core's thread as the run let it go (SIGCONT): its world "
                                      "had ended while it was stopped inside an MPI call (Note [A rank that was "

@@ -112,7 +112,7 @@ def cut_past_cooldown(job, rng):
 
 
 def kill_host(job, rng):
-    """SIGKILL of every process of one host at once (rank, supervisor,
+    """SIGKILL of every process of one host at once (rank, its agent,
     relay, MPICH's proxy), as when a machine fails."""
     world = job.ready_world()
     host = rng.choice(_spare_first(job, world))

@@ -57,7 +57,7 @@ class ChaosJob:
         self.closing = threading.Event()
         self.identities = threading.Thread(target=self._identify_ranks, name="rank-identities", daemon=True)
         self.identities.start()
-        argv = [sys.executable, "-m", "mxplugin_run", "--rsh", cluster.rsh, "--network-interface", IFACE,
+        argv = [sys.executable, "-m", "mxplugin_run", "--verbose", "--rsh", cluster.rsh, "--network-interface", IFACE,
                 "--min-np", str(MIN_NP), "--max-np", str(len(cluster.hosts)), "--host-discovery-script",
                 f"cat {self.discovery}", "--blacklist-cooldown-range", *COOLDOWN_RANGE,
                 sys.executable, EXAMPLE, "--epochs", str(epochs), "--log-steps", "--commit-every", str(COMMIT_EVERY),

@@ -34,6 +34,24 @@ def test_a_crash_under_a_running_world_needs_a_peer_killed_just_before():
     assert explain_end("signal 11", (), None, killed)[0] == COLLATERAL
 
 
+def test_a_crash_in_the_phases_starting_and_leaving_is_explained_by_the_phase():
+    """Note [Rank ends]: the agent's record of the phase tells a crash in
+    MPI's start or while leaving; the same crash while running is not
+    explained so."""
+    from chaos_checks import CRASHED_LEAVING, CRASHED_STARTING, phases_of
+
+    lines = [(1.0, "mxplugin-run: rank 2 (pid 41 on h3) ended: signal 11, phase leaving"),
+             (1.1, "mxplugin-run: rank 0 (pid 42 on h1) ended: code 255, phase starting (its last line: x, y)"),
+             (1.2, "mxplugin-run: rank 1 (pid 43 on h2) ended: signal 6, phase running")]
+    phases = phases_of(lines)
+    assert phases == {41: "leaving", 42: "starting", 43: "running"}
+    assert explain_end("signal 11", (), None, phase=phases[41])[0] == CRASHED_LEAVING
+    assert explain_end("code 78", (), None, phase="leaving")[0] == CRASHED_LEAVING
+    assert explain_end("code 255", (), None, phase=phases[42])[0] == CRASHED_STARTING
+    assert explain_end("signal 6", (), None, phase=phases[43])[0] == UNEXPLAINED
+    assert explain_end("code 1", (), None, phase="leaving")[0] == UNEXPLAINED
+
+
 def test_a_frozen_rank_let_go_into_its_ended_world_is_explained_only_after_its_sigcont():
     cause, why = explain_end("code 78", (signal.SIGSTOP, signal.SIGCONT), "freeze_rank")
     assert cause == CRASHED_UNDER_WORLD and "stopped inside an MPI call" in why

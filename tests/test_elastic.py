@@ -66,10 +66,10 @@ def finish(proc, log, release, timeout=RUN_TIMEOUT_S):
 
 
 def kill_ranks(cluster, *host_indexes):
-    """SIGKILLs the training processes (not their supervisors, nor the
+    """SIGKILLs the training processes (not their agents, nor the
     launcher on the first host) on fake hosts, all found before any dies:
     once one dies the others leave within moments."""
-    pids = {i: cluster.pids(i, EXAMPLE, lacks=("mxplugin_run.elastic.supervisor", "-m mxplugin_run")) for i in host_indexes}
+    pids = {i: cluster.pids(i, EXAMPLE, lacks=("mxplugin_run.rank_agent", "-m mxplugin_run")) for i in host_indexes}
     assert all(pids.values()), f"no rank on some host: {pids}"
     for found in pids.values():
         for pid in found:
@@ -166,7 +166,7 @@ def test_a_lost_rank_costs_at_most_the_steps_since_the_last_commit_and_its_host_
 
 
 def test_a_lost_host_takes_only_its_rank_the_others_hand_over(cluster):
-    """Everything on the third host dies at once (rank, supervisor, MPICH's
+    """Everything on the third host dies at once (rank, its agent, MPICH's
     proxy), as when a machine fails: mpiexec ends and kills the other
     ranks' process groups, but the ranks outlive that in sessions of their
     own and hand their state over when the launcher tells them."""

@@ -194,40 +194,57 @@ def test_a_frozen_rank_hears_that_its_world_is_over_on_the_connection_it_kept(se
 
 
 def test_a_rank_that_crashed_as_it_left_is_a_leaver_and_keeps_its_host(service):
-    """Note [Crashes while leaving]: rank 1 decided to leave (its world was
-    broken by rank 2's end) and crashed inside MPI before it said so: its
-    exit code says it was leaving, and only rank 2's host is left out. Such
-    an end alone breaks the world, as a leave after a failure does."""
+    """Note [One rule for a world's end]: rank 1 decided to leave (its world
+    was broken by rank 2's end) and crashed inside MPI before it said so:
+    the phase its agent reports says it was leaving, and only rank 2's host
+    is left out. Such an end alone breaks the world, as a leave after a
+    failure does."""
     driver = driver_with(service)
     world = service.new_world(0, [("a", 1), ("b", 1), ("c", 1)])
     world.registered.update({0: 1000, 1: 1001, 2: 1002})
-    service.handle("POST", "/exit", {"world": "0", "rank": "1", "code": "76"}, b"")
+    service.handle("POST", "/exit", {"world": "0", "rank": "1", "signal": "11", "phase": "leaving"}, b"")
     assert world.broken == "rank 1 on b left (crashed inside MPI as it left)", world.broken
     service.handle("POST", "/exit", {"world": "0", "rank": "2", "signal": "9"}, b"")
     service.handle("POST", "/leave", {"world": "0", "rank": "0", "reason": "failure"}, b"")
     verdict = driver.judge(service, world, 137)
     assert verdict == "world 0: lost rank 2 on c (signal 9); left out: c for 30 s", verdict
     assert driver.left_out.now() == {"c": "rank 2 was lost there (signal 9)"}
-    # Without the code (a plain EXIT_RESET with no leave said) it is a lost rank.
+    # Not a crash (a plain EXIT_RESET with no leave said) it is a lost rank.
     other = finished_world(service, left={0: "failure"}, exits={1: ProcessEnd(code=75), 2: ProcessEnd(signal=9)})
     assert "lost rank 1 on b (code 75), rank 2 on c (signal 9)" in driver.judge(service, other, 137)
 
 
 def test_a_rank_whose_mpi_start_crashed_never_started_and_keeps_its_host(service):
-    """Note [Crashes in MPI's start]: mpiexec gave up on world 0 (host c
-    unreachable) and ranks 0 and 1 crashed inside MPI's start: their code
-    says so; the world is broken, only c is blamed, and nothing is an error
-    of the training script."""
+    """Note [One rule for a world's end]: mpiexec gave up on world 0 (host c
+    unreachable) and ranks 0 and 1 crashed inside MPI's start: the phase
+    their agents report says so; the world is broken, only c is blamed, and
+    nothing is an error of the training script."""
     driver = driver_with(service)
     world = service.new_world(0, [("a", 1), ("b", 1), ("c", 1)])
-    service.handle("POST", "/exit", {"world": "0", "rank": "0", "code": "77"}, b"")
-    assert world.broken == "rank 0 on a: MPI's start failed there as the world was torn down", world.broken
-    service.handle("POST", "/exit", {"world": "0", "rank": "1", "code": "77"}, b"")
+    service.handle("POST", "/exit", {"world": "0", "rank": "0", "code": "255", "phase": "starting"}, b"")
+    assert world.broken == "rank 0 on a crashed in MPI's start, as its world was torn down", world.broken
+    service.handle("POST", "/exit", {"world": "0", "rank": "1", "signal": "6", "phase": "starting"}, b"")
     assert world.left == {0: NOT_STARTED, 1: NOT_STARTED}
     world.out_of_reach[2] = "its MPI proxy could not connect back to mpiexec"
     verdict = driver.judge(service, world, 1)
     assert verdict.startswith("world 0: lost rank 2 on c (its MPI proxy"), verdict
     assert set(driver.left_out.now()) == {"c"}
+
+
+def test_an_end_in_a_phase_no_agent_has_is_refused_and_a_running_crash_is_a_crash(service):
+    """The service takes only the phases of phases.py, before it records
+    anything; a crash in the phase running is a lost rank, its host left out."""
+    driver = driver_with(service)
+    world = service.new_world(0, [("a", 1), ("b", 1)])
+    world.registered.update({0: 1000, 1: 1001})
+    status, _, body = service.handle("POST", "/exit", {"world": "0", "rank": "1", "signal": "11", "phase": "lunch"},
+                                     b"")
+    assert status == 400 and b"phase" in body and world.exits == {} and world.broken is None, body
+    service.handle("POST", "/exit", {"world": "0", "rank": "1", "signal": "11", "phase": "running"}, b"")
+    assert world.broken == "rank 1 on b ended (signal 11)" and world.left == {}, world.broken
+    service.handle("POST", "/leave", {"world": "0", "rank": "0", "reason": "failure"}, b"")
+    verdict = driver.judge(service, world, 1)
+    assert verdict.startswith("world 0: lost rank 1 on b (signal 11)"), verdict
 
 
 @pytest.mark.parametrize("how", [ProcessEnd(signal=11), ProcessEnd(signal=6), ProcessEnd(code=255)])
@@ -437,7 +454,7 @@ def test_a_left_out_host_comes_back_after_its_cool_down_and_waits_longer_each_fa
 def test_a_host_that_answers_the_shell_but_cannot_reach_the_launcher_is_left_out_again(service, capsys,
                                                                                      monkeypatch):
     """Note [Hosts that cannot reach the launcher]: c's cool-down ends while
-    its link is cut (its remote shell still works): reach_back.py fails
+    its link is cut (its remote shell still works): the agent's reach check fails
     there, and c is left out again, longer, without a world being tried on
     it; once it connects, it is tried again."""
     from mxplugin_run.elastic import driver as driver_module
@@ -471,7 +488,7 @@ def test_a_host_that_answers_the_shell_but_cannot_reach_the_launcher_is_left_out
 
 
 def test_reach_back_connects_or_says_why():
-    """mxplugin_run/elastic/reach_back.py, as the remote shell runs it."""
+    """The agent's reach check (mxplugin_run/rank_agent.py --reach), as the remote shell runs it."""
     import socket
 
     from mxplugin_run.elastic.driver import reach_back_command
@@ -501,7 +518,7 @@ NO_ROUTE = "its MPI proxy could not connect back to mpiexec: No route to host"
 
 def test_the_hosts_a_world_could_not_start_on_are_left_out_as_a_lost_ranks_would_be(service):
     """Note [Hosts a world cannot start on]: no rank registered; the hosts
-    mpiexec names, else those where no supervisor said hello while another
+    mpiexec names, else those where no agent said hello while another
     did, are left out with a lost rank's back-off. A world that nobody
     started and nobody is blamed for, or one that started, blames no host."""
     driver = driver_with(service)
@@ -609,7 +626,7 @@ def test_service_keeps_the_newest_state_and_wants_the_token(service):
         assert good.fetch_state() == (5, b"five")
         assert bad.fetch_state() is None and bad._request("GET", "/updates")[0] == 403
         assert good.wait_broken(0) == ""
-        good._request("POST", "/exit", signal="9")  # as rank 0's supervisor says it
+        good._request("POST", "/exit", signal="9")  # as rank 0's agent says it
         assert good.wait_broken(5) == "rank 0 on localhost ended (signal 9)"
         stale = elastic_client.DriverClient(f"127.0.0.1:{service.port}", service.token, 7, rank=0)
         assert stale.wait_broken(0) is None

@@ -129,7 +129,7 @@ def test_a_rank_killed_by_a_signal_is_named_in_one_line(sig):
     assert result.returncode == 128 + number, report
     assert len(said) == 1 and said[0].startswith(f"mxplugin-run: rank 1 (pid {pid} on "), report
     assert f") ended first: the job was killed by signal {number} ({sig}); mpiexec stopped the other ranks" in said[0], report
-    for noise in ("BAD TERMINATION", "=====", "mxplugin-relay-rank", "YOUR APPLICATION"):
+    for noise in ("BAD TERMINATION", "=====", "mxplugin-rank-end", "YOUR APPLICATION"):
         assert noise not in result.stdout + result.stderr, report
 
 
@@ -421,17 +421,25 @@ Please see the FAQ page for debugging suggestions
 """
 
 
-def test_the_banner_is_read_and_a_users_rules_pass():
+def end_line(rank, pid, host, when, code=None, signal=None, phase="running", said=""):
+    """An agent's end record line (mxplugin_run/process_end.py)."""
+    from mxplugin_run.process_end import EndRecord, ProcessEnd
+
+    return EndRecord(rank, host, pid, when, ProcessEnd(code=code, signal=signal), phase, said).line()
+
+
+def test_the_banner_is_dropped_and_a_users_rules_pass():
     """RankDeaths on its own: the banner's pid is not the rank that died
-    (Note [Naming the rank that died]); the relay line seen first is. Blank lines
-    and rules of the ranks' own output still come through, in order."""
+    (Note [Naming the rank that died]); the agent's record of the first end
+    in time is. Blank lines and rules of the ranks' own output still come
+    through, in order."""
     from mxplugin_run.rank_deaths import RankDeaths
 
     deaths = RankDeaths()
     out = []
-    # Rank 0's line arrives first, but rank 3's relay saw its command end first.
-    relays = ["mxplugin-relay-ended 0 700 node1 20.5\n", "mxplugin-relay-ended 3 812 node2 20.25\n"]
-    for text in ["step 1\n", "\n", "=====\n", "step 2\n", *relays,
+    # Rank 0's record arrives first, but rank 3 ended first.
+    records = [end_line(0, 700, "node1", 20.5, signal=9), end_line(3, 812, "node2", 20.25, signal=11)]
+    for text in ["step 1\n", "\n", "=====\n", "step 2\n", *records,
                  *[line + "\n" for line in BANNER.splitlines()], "=====\n"]:
         out += deaths.lines("out", text)
     out += deaths.flush("out")
@@ -439,7 +447,30 @@ def test_the_banner_is_read_and_a_users_rules_pass():
     said, code = deaths.summary()
     assert code == 139 and said == ["rank 3 (pid 812 on node2) ended first: the job was killed by signal 11 "
                                     "(SIGSEGV); mpiexec stopped the other ranks"], said
-    assert RankDeaths().summary() == (None, None)  # no banner: nothing to say
+    assert RankDeaths().summary() == (None, None)  # no banner, no record: nothing to say
+
+
+def test_without_records_the_banner_tells_the_signal():
+    """An agent killed with its rank writes no record: the banner's own
+    word (its signal, its host) is what is left."""
+    from mxplugin_run.rank_deaths import RankDeaths
+
+    deaths = RankDeaths()
+    for text in [line + "\n" for line in BANNER.splitlines()]:
+        assert deaths.lines("err", text) == []
+    said, code = deaths.summary(2, 11)
+    assert code == 139 and said[0].startswith("a rank on node1 ended: the job was killed by signal 11"), said
+
+
+def test_a_record_after_a_partial_line_keeps_the_line():
+    """The agent writes a partial last line of its rank before the record:
+    that line stays in the output, the record does not."""
+    from mxplugin_run.rank_deaths import RankDeaths
+
+    deaths = RankDeaths()
+    assert deaths.lines("err", "50% done" + end_line(1, 5, "h", 1.0, code=0)) == ["50% done\n"]
+    assert [r.pid for r in deaths.records] == [5]
+    assert deaths.lines("err", "mxplugin-rank-end {broken\n") == ["mxplugin-rank-end {broken\n"]
 
 
 def test_a_ranks_lost_peers_line_is_read_and_kept_out_of_the_output():
@@ -467,70 +498,54 @@ def test_a_ranks_lost_peers_line_is_read_and_kept_out_of_the_output():
     assert sink.getvalue() == lines[0] + lines[2] + lines[4] + b"loss 0.5 \n"  # a partial line joined to one
 
 
-def summary_of(lines):
+def summary_of(lines, ranks=None, returncode=0, banner=True):
     from mxplugin_run.rank_deaths import RankDeaths
 
     deaths = RankDeaths()
     out = []
-    for text in [*lines, *[line + "\n" for line in BANNER.replace("Segmentation fault (signal 11)",
-                                                                  "Killed (signal 9)").splitlines()]]:
+    banner_lines = BANNER.replace("Segmentation fault (signal 11)", "Killed (signal 9)").splitlines() if banner else []
+    for text in [*lines, *[line + "\n" for line in banner_lines]]:
         out += deaths.lines("err", text)
-    assert out + deaths.flush("err") == []  # every marker line is kept out of the output
-    return deaths.summary()
+    assert out + deaths.flush("err") == []  # every record is kept out of the output
+    return deaths.summary(ranks, returncode)
 
 
 def test_a_rank_that_exited_is_told_from_the_ranks_mpiexec_killed():
-    """Note [Exits and kills] in rank_deaths.py: the banner says SIGKILL (an
-    exit code 1 ORed with the 9 of a rank mpiexec killed) and the killed
-    rank's relay saw its end first; rank 0 said it called exit(1) before."""
-    said, code = summary_of(["mxplugin-rank-exit 700 20.1 1\n",
-                             "mxplugin-relay-ended 1 812 node1 20.15 9\n",
-                             "mxplugin-relay-ended 0 700 node1 20.2 ?\n"])
+    """Note [Naming the rank that died]: the banner says SIGKILL (an exit
+    code 1 ORed with the 9 of a rank mpiexec killed); the records say rank 0
+    exited 1 first."""
+    said, code = summary_of([end_line(1, 812, "node1", 20.15, signal=9), end_line(0, 700, "node1", 20.1, code=1)])
     assert code == 1 and said == ["rank 0 (pid 700 on node1) ended first: it exited with code 1 without finishing "
                                   "MPI; mpiexec stopped the other ranks"], said
-    # A rank that finished (exit 0) ended nothing; the one killed after it is named by its own status.
-    said, code = summary_of(["mxplugin-rank-exit 700 20.1 0\n",
-                             "mxplugin-relay-ended 0 700 node1 20.2 0\n",
-                             "mxplugin-relay-ended 1 812 node1 20.3 139\n"])
+    # A rank that finished (exit 0) ended nothing; the one killed after it is named with its own signal.
+    said, code = summary_of([end_line(0, 700, "node1", 20.1, code=0, phase="done"),
+                             end_line(1, 812, "node1", 20.3, signal=11)])
     assert code == 128 + 11 and said[0].startswith("rank 1 (pid 812 on node1) ended first: the job was killed by "
                                                    "signal 11 (SIGSEGV)"), said
-    # Nothing known of the ends: the first seen, with the banner's signal, as before.
-    said, code = summary_of(["mxplugin-relay-ended 0 700 node1 20.2\n", "mxplugin-relay-ended 1 812 node1 20.1\n"])
-    assert code == 137 and said[0].startswith("rank 1 (pid 812 on node1) ended first: the job was killed by "
-                                              "signal 9"), said
 
 
 def test_a_rank_that_exited_is_named_when_mpiexec_printed_no_banner():
-    """Note [Exits and kills]: MPICH may print no banner after a rank exits 1
-    without finishing MPI and the others are killed (a CI run's launcher then
-    said nothing); the ranks' exit lines still tell it. Every rank saying it
-    exited (they finished MPI, then exit(3)) is no such end."""
-    from mxplugin_run.rank_deaths import RankDeaths
+    """Note [Naming the rank that died]: MPICH may print no banner after a
+    rank exits 1 without finishing MPI and the others are killed; the
+    records still tell it. Every rank exiting with a code (they finished
+    MPI, then exit(3)) is no such end."""
+    exits = [end_line(1, 812, "node1", 20.3, code=1), end_line(0, 700, "node1", 20.1, code=1)]
 
     def summary(lines, ranks=3, returncode=1):
-        deaths = RankDeaths()
-        out = []
-        for text in lines:
-            out += deaths.lines("err", text)
-        assert out + deaths.flush("err") == []
-        return deaths.summary(ranks, returncode)
+        return summary_of(lines, ranks, returncode, banner=False)
 
-    exits = ["mxplugin-rank-exit 812 20.3 1\n", "mxplugin-rank-exit 700 20.1 1\n",
-             "mxplugin-relay-ended 1 812 node1 20.35 ?\n", "mxplugin-relay-ended 0 700 node1 20.15 ?\n"]
     said, code = summary(exits)
     assert code == 1 and said == ["rank 0 (pid 700 on node1) ended first: it exited with code 1 without finishing "
                                   "MPI; mpiexec stopped the other ranks"], said
-    said, code = summary(exits[:2])  # the relays' lines lost: the pid still names it
-    assert code == 1 and said[0].startswith("rank ? (pid 700 on ?) ended first: it exited with code 1"), said
-    assert summary(exits, ranks=2, returncode=1) == (None, None)  # every rank exited: nobody was stopped
+    assert summary(exits, ranks=2) == (None, None)  # every rank exited: nobody was stopped
     assert summary(exits, returncode=0) == (None, None)
-    assert summary(["mxplugin-rank-exit 700 20.1 0\n"]) == (None, None)  # a clean exit ended nothing
-    # Rank 2 was killed first (its relay saw signal 9 before the others exited on the peer timeout): rank 2.
-    said, code = summary([*exits, "mxplugin-relay-ended 2 900 node2 19.5 9\n"])
+    assert summary([end_line(0, 700, "node1", 20.1, code=0)]) == (None, None)  # a clean exit ended nothing
+    # Rank 2 was killed first (before the others exited on the peer timeout): rank 2.
+    said, code = summary([*exits, end_line(2, 900, "node2", 19.5, signal=9)])
     assert code == 137 and said[0].startswith("rank 2 (pid 900 on node2) ended first: the job was killed by "
                                               "signal 9 (SIGKILL)"), said
-    # An end seen first whose cause is not known: no line rather than a guess.
-    assert summary([*exits, "mxplugin-relay-ended 2 900 node2 19.5 ?\n"]) == (None, None)
+    # Every rank's record a plain exit: mpiexec's code stands alone.
+    assert summary([*exits, end_line(2, 900, "node2", 20.5, code=3)]) == (None, None)
 
 
 # Rank 2 stops itself; ranks 0 and 1 fail on the peer timeout and exit(1)
@@ -549,14 +564,14 @@ PEER_STOPPED = ("import os, signal, sys, mxnet as mx, mxplugin as hvd\n"
 
 def test_ranks_that_fail_and_exit_are_not_reported_as_killed():
     """A CI run's job whose ranks failed (exit 1) ended 137, "rank 1 ...
-    killed by signal 9": Note [Exits and kills]."""
+    killed by signal 9": Note [Naming the rank that died]."""
     result = run_launcher("-np", "3", sys.executable, "-c", PEER_STOPPED,
                           env=launcher_env(MXPLUGIN_PEER_TIMEOUT_SECONDS="2"))
     report = f"exit {result.returncode}\nstdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     assert result.returncode == 1, report
     assert re.search(r"^mxplugin-run: rank [01] \(pid \d+ on \S+\) ended first: it exited with code 1 without "
                      r"finishing MPI; mpiexec stopped the other ranks$", result.stderr, re.M), report
-    for noise in ("mxplugin-rank-exit", "mxplugin-relay-ended", "BAD TERMINATION"):
+    for noise in ("mxplugin-rank-end", "BAD TERMINATION"):
         assert noise not in result.stdout + result.stderr, report
 
 

@@ -16,7 +16,7 @@ PACKAGES = ("mxplugin", "mxplugin_run")
 # What mxplugin may import of the launcher's package: the names and codes
 # both sides speak (protocol), the timeouts' one table, and the facts about
 # MPIs the loader shares; mxplugin.run is `python -m mxplugin.run`, kept.
-SHARED_WITH_RANKS = {"mxplugin_run.protocol", "mxplugin_run.timeouts", "mxplugin_run.mpi_family"}
+SHARED_WITH_RANKS = {"mxplugin_run.protocol", "mxplugin_run.timeouts", "mxplugin_run.mpi_family", "mxplugin_run.phases"}
 OLD_ENTRY = {"mxplugin.run": {"mxplugin_run.run"}}
 # A file past a few hundred lines holds more than one job (STYLE.md, "Small things that add up"): split it.
 MOST_LINES = 400

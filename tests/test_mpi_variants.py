@@ -115,10 +115,9 @@ def test_open_mpi_jobs_stop_and_exit_as_mpich_jobs_do(openmpi, tmp_path):
         listed = subprocess.run(["pgrep", "-af", str(script)], capture_output=True, text=True).stdout
         return [line for line in listed.splitlines() if line.strip()]
 
-    # The ranks end before the launcher; each rank's line relay (its output
-    # reader and end watcher, detached: Note [Whole lines]) a moment after
-    # its rank, which mpirun does not wait for (a CI run saw one still there).
-    assert not [line for line in running() if "mxplugin_run.line_relay" not in line], running()
+    # The ranks end before the launcher; each rank's agent (its parent: Note
+    # [A rank's agent]) a moment after its rank.
+    assert not [line for line in running() if "mxplugin_run.rank_agent" not in line], running()
     deadline = time.monotonic() + HANG_S
     while running() and time.monotonic() < deadline:
         time.sleep(0.1)

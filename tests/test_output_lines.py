@@ -1,8 +1,10 @@
 """What ranks print reaches mxplugin-run's output in whole lines (Note
-[Whole lines], mxplugin_run/line_relay.py), optionally tagged with the rank."""
+[Whole lines], mxplugin_run/rank_agent.py), optionally tagged with the rank;
+how the rank's agent ends and what it records (Note [A rank's agent])."""
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -82,40 +84,105 @@ def test_a_partial_line_is_shown_while_the_rank_waits(tmp_path):
 
 
 @pytest.mark.parametrize("prefix", [False, True])
-def test_exit_code_pid_and_stdin_are_the_commands_own(prefix):
-    """The relay execs the command in its place: mpiexec's pid is the
-    command's, its exit code comes back, and piped stdin reaches rank 0."""
-    code = ("import os, sys\nprint('pid', os.getpid(), 'parent', os.getppid(), 'read', sys.stdin.readline().strip())\n"
-            "sys.exit(5)")
+def test_exit_code_and_stdin_are_the_commands_own(prefix):
+    """The agent is the rank's parent: the rank's exit code comes back
+    through it, and piped stdin reaches rank 0."""
+    code = ("import os, sys\nprint('parent', os.getppid(), 'read', sys.stdin.readline().strip())\n"
+            "sys.stdout.flush()\nsys.exit(5)")
     result = subprocess.run(launcher(*(["--prefix-output"] if prefix else []), "-np", "1", sys.executable, "-c",
                                      code), cwd=REPO, env=launcher_env(), input="hello\n", capture_output=True,
                             text=True, timeout=TIMEOUT)
     assert result.returncode == 5, result.stderr
-    m = re.search(r"pid (\d+) parent (\d+) read hello", result.stdout)
-    assert m, result.stdout
-    with open(f"/proc/{m.group(2)}/cmdline", "rb") if os.path.exists(f"/proc/{m.group(2)}") else open(os.devnull,
-                                                                                                       "rb") as f:
-        parent = f.read()
-    # The parent is MPICH's proxy (or gone already), never the relay.
-    assert b"line_relay" not in parent, parent
+    assert re.search(r"parent (\d+) read hello", result.stdout), result.stdout
+    assert "mxplugin-rank-end" not in result.stdout + result.stderr, result.stderr
 
 
-def test_the_relay_keeps_none_of_the_commands_other_descriptors(tmp_path):
-    """Note [The relay holds only the output] (line_relay.py): a descriptor
-    the command starts with (MPICH's PMI socket, say) closes when the command
-    ends, though a process it started still holds its output, and so keeps
-    the relay's reader running."""
+def agent(*args, command, **kwargs):
+    """Runs the agent with `command` (Python source) as its rank."""
+    return subprocess.run([sys.executable, "-m", "mxplugin_run.rank_agent", *args, "--", sys.executable, "-c",
+                           command], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT, **kwargs)
+
+
+def record_of(stderr):
+    from mxplugin_run.process_end import EndRecord
+
+    records = [r for r in map(EndRecord.parse, stderr.splitlines()) if r is not None]
+    assert len(records) == 1, stderr
+    return records[0]
+
+
+@pytest.mark.parametrize("elastic", [False, True], ids=["plain", "elastic"])
+def test_the_agent_ends_as_mpiexec_must_see_it_and_records_the_end(elastic):
+    """Note [A rank's agent]: a rank killed by a signal ends a plain job's
+    agent by the same signal, an elastic one's with 128 + the signal; the
+    record names the rank's pid, the signal, the phase it said last and its
+    last line on stderr. A phase said by a process the rank started counts
+    for nothing."""
+    command = ("import os, signal, subprocess, sys\n"
+               "from mxplugin_run import phases\n"
+               "assert phases.tell('running')\n"
+               "subprocess.run([sys.executable, '-c', 'from mxplugin_run import phases; "
+               "assert not phases.tell(\"done\")'], check=True)\n"
+               "phases.tell('leaving')\n"
+               "print('pid', os.getpid(), flush=True)\n"
+               "sys.stderr.write('last words\\n'); sys.stderr.flush()\n"
+               "os.kill(os.getpid(), signal.SIGTERM)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PMI_RANK": "3"}
+    result = agent(*(["--elastic"] if elastic else []), command=command, env=env)
+    assert result.returncode == (128 + 15 if elastic else -15), result.stderr
+    record = record_of(result.stderr)
+    assert (record.rank, record.end.signal, record.end.code, record.phase, record.said) == (
+        3, 15, None, "leaving", "last words"), record
+    assert f"pid {record.pid}" in result.stdout, (record, result.stdout)
+
+
+def test_the_agent_passes_an_exit_code_on_and_a_stop_to_the_rank():
+    """An exit code comes back as it was; the launcher's SIGTERM to the
+    agent reaches the rank once, which may handle it."""
+    result = agent(command="import sys; sys.exit(7)", env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert result.returncode == 7 and record_of(result.stderr).end.code == 7, result.stderr
+    ready = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"agent-ready-{os.getpid()}")
+    command = ("import os, signal, sys, time\n"
+               "got = []\n"
+               "signal.signal(signal.SIGTERM, lambda *a: got.append(1))\n"
+               f"open({ready!r}, 'w').close()\n"
+               "while not got:\n    time.sleep(0.01)\n"
+               "time.sleep(0.2)\nsys.exit(40 + len(got))\n")
+    child = subprocess.Popen([sys.executable, "-m", "mxplugin_run.rank_agent", "--", sys.executable, "-c", command],
+                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while not os.path.exists(ready):
+            assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+            time.sleep(0.01)
+        os.killpg(child.pid, signal.SIGTERM)  # the agent's group: the rank, in its own, hears it from the agent
+        _, err = child.communicate(timeout=TIMEOUT)
+        assert child.returncode == 41, err
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if os.path.exists(ready):
+            os.unlink(ready)
+
+
+def test_a_process_the_rank_left_holding_its_output_does_not_keep_the_agent(tmp_path):
+    """Note [A rank's agent]: the agent holds the rank's descriptors to
+    MPICH's proxy, so it must end with the rank: a process the rank started
+    that still holds the rank's output does not keep it (nor the descriptor
+    the rank started with) past the rank's end."""
     done = tmp_path / "done"
     holder = f"import os, time\nwhile not os.path.exists({str(done)!r}):\n    time.sleep(0.05)\n"
     code = f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {holder!r}])\n"
     read_end, write_end = os.pipe()
-    child = subprocess.Popen([sys.executable, "-m", "mxplugin_run.line_relay", "--", sys.executable, "-c", code], pass_fds=(write_end,),
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    child = subprocess.Popen([sys.executable, "-m", "mxplugin_run.rank_agent", "--", sys.executable, "-c", code],
+                             pass_fds=(write_end,), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=REPO)
     os.close(write_end)
     try:
         assert child.wait(timeout=TIMEOUT) == 0
-        ready = select.select([read_end], [], [], 5)[0]
-        assert ready and os.read(read_end, 1) == b"", "the command's descriptor outlived it (held by the relay)"
+        ready = select.select([read_end], [], [], TIMEOUT)[0]
+        assert ready and os.read(read_end, 1) == b"", "the rank's descriptor outlived it and its agent"
     finally:
         done.touch()
         os.close(read_end)

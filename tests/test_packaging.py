@@ -40,8 +40,8 @@ print(f"rank {hvd.rank()} of {hvd.size()} sum {total} weight {net.weight.data()[
       f"from {hvd.__file__}", flush=True)
 """
 
-# An elastic job through the installed launcher: its ranks run under the
-# installed launcher package's supervisor.
+# An elastic job through the installed launcher: its ranks run beside the
+# installed launcher package's agent.
 ELASTIC_JOB = """
 import mxnet as mx
 import mxplugin as hvd
@@ -119,7 +119,7 @@ def test_sdist_holds_what_the_build_needs(installed):
     with tarfile.open(installed["sdist"]) as tar:
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
     for needed in ("setup.py", "build_support.py", "pyproject.toml", "mxplugin/_core.pyx", "mxplugin/_core.pxd",
-                   "src/c_api.h", "cuda/scale_kernels.cu", "mxplugin_run/elastic/supervisor.py"):
+                   "src/c_api.h", "cuda/scale_kernels.cu", "mxplugin_run/rank_agent.py"):
         assert needed in names, f"{needed} missing from the sdist"
     assert "mxplugin/_build_info.py" not in names, "the sdist ships one machine's build info"
 
@@ -141,7 +141,7 @@ def test_every_module_imports_from_the_installed_package(installed):
     """)
     out = run([os.path.join(venv, "bin", "python"), "-c", launcher], installed["cwd"], installed["env"], 300,
               "importing the launcher's modules")
-    for name in ("mxplugin_run.run", "mxplugin_run.elastic.supervisor", "mxplugin_run.line_relay"):
+    for name in ("mxplugin_run.run", "mxplugin_run.rank_agent", "mxplugin_run.elastic.agent_requests"):
         assert name in out, out
     check = textwrap.dedent(f"""
         import importlib, importlib.util, os, pkgutil, sys

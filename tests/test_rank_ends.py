@@ -101,7 +101,7 @@ def test_only_crashes_are_ever_collateral():
 
 
 def test_a_process_end_travels_as_one_field():
-    """ProcessEnd: the supervisor's word on its rank's end, as data; the
+    """ProcessEnd: the agent's word on its rank's end, as data; the
     service refuses (None) an end named twice, not at all, or not as a number."""
     from mxplugin_run.elastic.rank_ends import ProcessEnd
 

@@ -13,7 +13,7 @@ from mxplugin_run.timeouts import ANSWER_SLACK_S, REQUEST_TIMEOUT_S
 
 
 class DriverClient:
-    """Requests of one rank (or of its supervisor) of world `world` to the launcher's service at `address`."""
+    """Requests of one rank of world `world` to the launcher's service at `address`."""
 
     def __init__(self, address, token, world, rank=None):
         self.address, self.token, self.world, self.rank = address, token, int(world), rank

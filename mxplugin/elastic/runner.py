@@ -4,7 +4,7 @@ survives lost ranks and changed hosts.
 Note [Worlds]: an MPI world cannot grow or shrink, so each change of ranks
 is a new world, a new mpiexec started by the launcher
 (mxplugin_run.elastic.driver). Within a world the function runs once.
-- A rank is lost: its supervisor tells the launcher at once, and the
+- A rank is lost: its agent tells the launcher at once, and the
   launcher tells the others (the watcher thread here long-polls it). When
   a whole host is lost (its MPICH proxy too), mpiexec ends and kills the
   other ranks' process groups; ranks run in sessions of their own, so they
@@ -34,7 +34,8 @@ import mxplugin as hvd
 from mxplugin import basics as _basics
 import mxplugin.elastic.client as _client
 import mxplugin.elastic.last_words as last_words
-from mxplugin_run.protocol import ENV_CRASH_EXIT, EXIT_LEFT_CRASHED, EXIT_RESET
+from mxplugin_run import phases
+from mxplugin_run.protocol import EXIT_RESET
 from mxplugin_run.timeouts import (FREEZE_TICK_S, FROZEN_GAP_S, LAST_WORDS_S, LAUNCHER_GONE_S, LEAVE_TOGETHER_S,
                                       LEAVE_WORLD_S, LONG_POLL_S)
 from mxplugin.elastic.state import HostsUpdatedInterrupt, read_checkpoint
@@ -107,7 +108,11 @@ def _leave(state, client, reason, hand_over):
     with _leaving:
         if _finished.is_set():
             return
-        _arm_crash_exit()
+        # Told first: should MPI crash under the core's thread as its peers
+        # leave too, the crash is read as this rank's leaving, not as a
+        # lost rank, though it may come before the launcher heard the
+        # leave (Note [One rule for a world's end] in mxplugin_run/elastic/rank_ends.py).
+        phases.tell(phases.LEAVING)
         _leave_world()
         try:
             try:
@@ -150,20 +155,6 @@ def _wait_for_peers_to_leave(client):
         _bounded(lambda: _log(text))
 
 
-def _arm_crash_exit():
-    """Note [Crashes while leaving] (src/common/crash_exit.h): should MPICH
-    crash under its core's thread as its peers leave too, this rank ends
-    with EXIT_LEFT_CRASHED, which tells the launcher it was leaving even if
-    its leave was not said yet (unless MXPLUGIN_CRASH_EXIT=0: a crash stays
-    one, to be caught)."""
-    if os.environ.get(ENV_CRASH_EXIT) == "0":
-        return
-    try:
-        _basics._core_module().arm_crash_exit(EXIT_LEFT_CRASHED)
-    except Exception:  # noqa: BLE001 - an older build: the crash stays a crash
-        pass
-
-
 def _leave_world():
     """Note [Leaving a broken world] (src/backend/leaving.h): this rank's
     core stops calling MPI before the rank hands over and exits, as its
@@ -194,7 +185,7 @@ def _watch(state, client):
         except (OSError, http.client.HTTPException):
             # The launcher is gone, or this host is cut off from it (or a
             # blip): without it there is no job, and this rank may have
-            # outlived its supervisor (Note [Worlds]). What it holds may be
+            # outlived its agent (Note [Worlds]). What it holds may be
             # stale by the time the launcher is back: nothing is handed over.
             silent = time.monotonic() - last_answer
             if silent >= LAUNCHER_GONE_S:
@@ -206,7 +197,7 @@ def _watch(state, client):
         if kind == "over":  # this world is over without us: nothing to hand over any more
             _end(EXIT_RESET)
         if kind == "stop":
-            try:  # said first: its supervisor may be gone already (MPICH's forced stop)
+            try:  # said first: its agent may be gone already (MPICH's forced stop)
                 client.leave("stopped", timeout=LAST_WORDS_S)
             except OSError:
                 pass
@@ -305,6 +296,7 @@ def run(func):
         if client is not None:
             with _leaving:
                 _finished.set()
+            phases.tell(phases.DONE)
             client.leave("done")
         return result
 

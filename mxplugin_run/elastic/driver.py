@@ -2,9 +2,9 @@
 runs worlds one after another until the training ends (Note [Worlds] in
 mxplugin.elastic.runner).
 
-Each world is one mpiexec over the hosts usable now, each rank under
-mxplugin_run.elastic.supervisor. When it ends, what its ranks and supervisors
-told the service (mxplugin_run.elastic.service) decides what comes next:
+Each world is one mpiexec over the hosts usable now, each rank beside
+its agent (Note [A rank's agent] in mxplugin_run/rank_agent.py). When it
+ends, what its ranks and their agents told the service (mxplugin_run.elastic.service) decides what comes next:
 - every rank finished: the job is done;
 - ranks died (a signal, or gone without a word) while others survived:
   their hosts are left out for a cool-down (Note [Cool-downs] in
@@ -55,11 +55,11 @@ MAX_WORLDS_WITHOUT_PROGRESS = 3
 
 
 def reach_back_command():
-    """reach_back as the remote shell runs it: this Python, with this
+    """The agent's reach check (rank_agent.py --reach) as the remote shell runs it: this Python, with this
     launcher's package on its path (a remote shell passes no PYTHONPATH on,
     and the package may not be installed where it was found here)."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(mxplugin_run.__file__)))
-    return ("env", f"PYTHONPATH={root}", sys.executable, "-m", "mxplugin_run.elastic.reach_back")
+    return ("env", f"PYTHONPATH={root}", sys.executable, "-m", "mxplugin_run.rank_agent", "--reach")
 
 class ElasticError(Exception):
     """The elastic job cannot go on; the message says why."""
@@ -152,12 +152,12 @@ class ElasticDriver:
     # under the ranks of the healthy hosts while they are inside MPI's
     # start: MPICH's PMI client crashes (SIGSEGV) or PMI_Init fails (exit
     # 15, MPI_ERR_OTHER). So before such a host is tried again it must open
-    # a connection to the launcher's service from there (reach_back.py, run
-    # through the remote shell, as the ranks' supervisors will); one that
+    # a connection to the launcher's service from there (the agent's reach
+    # check, run through the remote shell, as the ranks' agents will); one that
     # cannot is left out again, for longer, and no world is started on it.
     def cannot_reach_back(self, host):
         """Why `host` cannot connect to this launcher's service (the remote
-        shell's word on reach_back.py), or "" when it can or is this machine."""
+        shell's word on the agent's reach check), or "" when it can or is this machine."""
         if self.service_port is None or is_local_host(host):
             return ""
         address = advertised_address(self.args.network_interface, [(host, 1)])
@@ -241,7 +241,6 @@ class ElasticDriver:
             env[protocol.ENV_TOKEN] = service.token
             env[protocol.ENV_WORLD] = str(number)
             if env.get(protocol.ENV_CRASH_EXIT) != "0":
-                env[protocol.ENV_START_CRASH_EXIT] = str(protocol.EXIT_START_CRASHED)
                 env[protocol.ENV_WORLD_CRASH_EXIT] = str(protocol.EXIT_WORLD_CRASHED)
             if self.args.checkpoint_path:
                 env[protocol.ENV_CHECKPOINT] = os.path.abspath(self.args.checkpoint_path)
@@ -259,7 +258,7 @@ class ElasticDriver:
             # overdue end at once (Note [Bounded stops] in mxplugin_run/job.py).
             job = Job(command, env, self.prog, size, hosts=hosts, received=received,
                       on_interrupt=service.stop_judging, on_stop_overdue=service.stop_ranks,
-                      unreached=lambda: left_behind(service))
+                      unreached=lambda: left_behind(service), say_ends=self.args.verbose)
             ending = WorldEnd(service, job, number)
             ending.start()
             try:

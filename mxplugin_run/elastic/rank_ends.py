@@ -6,10 +6,15 @@ words it.
 Note [One rule for a world's end]: a world ends with one record per rank
 (RankEnd): how its process ended (an exit code, a signal, or nothing the
 launcher heard of), the phase it was in (starting MPI, running, leaving,
-done), and whether the launcher already knew the world was over when the
-end came. From those alone:
+done: the rank tells its agent before it enters each, and the agent sends
+the last one with the end, Note [A rank's agent] in mxplugin_run/rank_agent.py),
+and whether the launcher already knew the world was over when the end
+came. From those alone:
 - a rank that said it leaves, or is done, or never started, is no fault:
-  it counts against nobody; one that ended as it left without saying so
+  it counts against nobody; so is a rank that crashed in the phase
+  starting (MPI's start torn down under it as its world was) or leaving
+  (MPI crashing under it as its peers leave too): the service counts it
+  as not started, or as left; one that ended as it left without saying so
   (the reset exit code) is lost;
 - the root cause is the first rank in the order the launcher learned of
   the ends that ended by a signal, or went out of reach; a crash (a crash
@@ -29,63 +34,16 @@ import enum
 from dataclasses import dataclass, field
 from typing import Optional
 
-from mxplugin_run.protocol import EXIT_WORLD_CRASHED
-
-# Signals that mean a process crashed (rather than was killed).
-CRASH_SIGNALS = frozenset({4, 6, 7, 8, 11})
-# Exit code of MXNet's own SIGSEGV handler.
-EXIT_MXNET_CRASH = 255
-
-
-@dataclass(frozen=True)
-class ProcessEnd:
-    """How a rank's process ended, as its supervisor saw it: an exit code or
-    a signal. It travels as one query field, code=N or signal=N."""
-    code: Optional[int] = None
-    signal: Optional[int] = None
-
-    def __post_init__(self):
-        if (self.code is None) == (self.signal is None):
-            raise ValueError(f"a process ends by an exit code or by a signal: code={self.code}, signal={self.signal}")
-
-    @staticmethod
-    def of_returncode(returncode):
-        """The end Popen's returncode tells (-N: signal N)."""
-        return ProcessEnd(signal=-returncode) if returncode < 0 else ProcessEnd(code=returncode)
-
-    @staticmethod
-    def from_query(query):
-        """The end a request's query names, or None when it names none, or
-        not as a number (the service refuses it)."""
-        ends = [(name, query[name]) for name in ("code", "signal") if name in query]
-        if len(ends) != 1 or not (ends[0][1].isascii() and ends[0][1].isdigit()):
-            return None
-        name, value = ends[0]
-        return ProcessEnd(**{name: int(value)})
-
-    @property
-    def clean(self):
-        return self.code == 0
-
-    @property
-    def crashed(self):
-        """A crash signal, MXNet's crash exit, or MPI crashing under the core's thread."""
-        return self.signal in CRASH_SIGNALS or self.code in (EXIT_MXNET_CRASH, EXIT_WORLD_CRASHED)
-
-    def query(self):
-        """The query field that carries this end."""
-        return {"signal": str(self.signal)} if self.signal is not None else {"code": str(self.code)}
-
-    def __str__(self):
-        return f"signal {self.signal}" if self.signal is not None else f"code {self.code}"
+from mxplugin_run import phases
+from mxplugin_run.process_end import CRASH_SIGNALS, EXIT_MXNET_CRASH, ProcessEnd  # noqa: F401  (ProcessEnd: its users')
 
 
 class Phase(enum.Enum):
     """Where a rank was in its life when it ended."""
-    STARTING = "starting"  # not registered: inside MPI's start, or before it
-    RUNNING = "running"
-    LEAVING = "leaving"    # said it leaves its world (a failure, new hosts)
-    DONE = "done"          # its training function returned
+    STARTING = phases.STARTING  # not registered: inside MPI's start, or before it
+    RUNNING = phases.RUNNING
+    LEAVING = phases.LEAVING    # said it leaves its world (a failure, new hosts)
+    DONE = phases.DONE          # its training function returned
 
 
 class Next(enum.Enum):

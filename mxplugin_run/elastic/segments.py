@@ -1,20 +1,20 @@
 """MPICH's shared-memory segments of a rank, found and removed once the
 rank is done with them (Note [Segments of a rank that ended]), by the rank
-supervisor (supervisor.py).
+agent (mxplugin_run/rank_agent.py).
 
 Note [Segments of a rank that ended]: MPICH keeps a shared-memory segment
 per rank in /dev/shm (mpich_shm_<job>_<rank>, 1-3 MB), removed only by
 MPI_Finalize. An elastic rank never gets there when its world ends (it
 leaves with os._exit: a peer is gone, Note [Worlds] in runner.py) or when it
 is killed, so left alone every reset would leave one segment per rank
-behind, until /dev/shm fills. So the rank's supervisor starts a keeper
+behind, until /dev/shm fills. So the rank's agent starts a keeper
 beside it (clean_up_after), which notes the segments the rank maps while it
 runs and removes those still there once it has ended, however it ended
 (left, killed, crashed, or stuck in MPI's start until mpiexec was
 abandoned): no rank of a later world attaches to them (a world's names are
 its own), and a peer of the same world that still maps one keeps its memory.
 The keeper is a process of its own, in a session of its own: MPICH's proxy
-SIGKILLs the supervisor, its child, when mpiexec is abandoned, and the rank
+SIGKILLs the agent, its child, when mpiexec is abandoned, and the rank
 may end after that. Only MPICH's names: a segment the training script shares
 (a dataset in /dev/shm) is not the job's to remove."""
 import os
@@ -63,8 +63,8 @@ def clean_up_after(pid):
 
 def _keep(pid):
     # It holds none of the rank's descriptors: MPICH's proxy sees a rank
-    # end by its PMI descriptor closing (Note [The relay holds only the
-    # output] in mxplugin_run/line_relay.py).
+    # end by its PMI descriptor closing, once the rank and its agent have
+    # ended (Note [A rank's agent] in mxplugin_run/rank_agent.py).
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.SIG_DFL)
     devnull = os.open(os.devnull, os.O_RDWR)

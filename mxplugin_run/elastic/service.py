@@ -3,7 +3,7 @@ the current world talk to.
 
 Ranks register when MPI has started, ask at every commit whether the hosts
 changed, hand over their last committed state when their world ends, and
-say why they leave; the rank supervisors (mxplugin_run.elastic.supervisor) say
+say why they leave; the ranks' agents (mxplugin_run/rank_agent.py) say
 hello as they start their rank, and how its process ended. From that the
 launcher tells a rank that died (a fault: restart without its host) from
 one that raised an ordinary error (a bug in the script: stop), and the next
@@ -18,20 +18,21 @@ import threading
 import time
 import urllib.parse
 
-from mxplugin_run.protocol import (COMMIT_HEADER, EXIT_LEFT_CRASHED, EXIT_START_CRASHED, STOP_HEADER,
-                                      TOKEN_HEADER)
+from mxplugin_run.phases import LEAVING, PHASES, STARTING
+from mxplugin_run.protocol import COMMIT_HEADER, STOP_HEADER, TOKEN_HEADER
 from mxplugin_run.timeouts import MAX_WAIT_S
 from mxplugin_run.elastic.rank_ends import ProcessEnd
 from mxplugin_run.elastic.world_record import NOT_STARTED, WorldRecord  # noqa: F401  (NOT_STARTED: tests' import)
 from mxplugin_run.placement import slot_count
 
-# The exit codes a rank ends with when MPI crashed under it at a moment it
-# was not lost: how it counts as having left, and why its world is broken.
-_CRASH_EXIT_CODES = {
-    # Note [Crashes in MPI's start]: torn down as its world was; it never started.
-    ProcessEnd(code=EXIT_START_CRASHED): (NOT_STARTED, ": MPI's start failed there as the world was torn down"),
-    # Note [Crashes while leaving]: it was leaving, as after a failure.
-    ProcessEnd(code=EXIT_LEFT_CRASHED): ("failure", " left (crashed inside MPI as it left)"),
+# The phases (phases.py) in which a crash means the rank was not lost
+# (Note [One rule for a world's end] in rank_ends.py): how it counts as
+# having left, and why its world is broken.
+_CRASH_PHASES = {
+    # MPI's start torn down under it as its world was: it never started.
+    STARTING: (NOT_STARTED, " crashed in MPI's start, as its world was torn down"),
+    # MPI crashed under it as its peers left too: it was leaving, as after a failure.
+    LEAVING: ("failure", " left (crashed inside MPI as it left)"),
 }
 
 
@@ -183,7 +184,7 @@ class DriverService:
     def break_if_not_started(self, after_s):
         """Note [Hosts a world cannot start on] in start_failures.py: breaks
         the current world when, `after_s` seconds after it began, no rank
-        has registered and some host has a rank whose supervisor never said
+        has registered and some host has a rank whose agent never said
         hello (nothing started there); those hosts are noted in the world's
         record. The ranks that did start wait inside MPI's start for the
         others: the world's end gives up on them (Note [Ranks that never
@@ -272,12 +273,17 @@ class DriverService:
                 end = ProcessEnd.from_query(query)
                 if end is None:
                     return 400, {}, b"bad request: /exit names no code=N or signal=N"
+                phase = query.get("phase")  # the agent's word (Note [A rank's agent])
+                if phase is not None and phase not in PHASES:
+                    return 400, {}, f"bad request: /exit names phase {phase!r}, not one of {PHASES}".encode()
                 if world.broken is not None and rank not in world.registered:
                     world.left.setdefault(rank, NOT_STARTED)  # Note [Ranks that never started]
                 world.exits[rank] = end
+                if phase is not None:
+                    world.phases[rank] = phase
                 if end.crashed and world.ending(rank):
                     world.crashed_when_broken.add(rank)  # Note [One rule for a world's end] in rank_ends.py
-                said = _CRASH_EXIT_CODES.get(end)
+                said = _CRASH_PHASES.get(phase) if end.crashed else None
                 if said is not None and rank not in world.left:
                     world.left[rank], why = said
                     if self.judging:

@@ -13,7 +13,7 @@ whose other hosts are healthy. So when no rank of a world registered, the
 hosts to blame are
 - those mpiexec's own lines say it could not reach
   (mxplugin_run/hosts_not_reached.py);
-- else those where no rank's supervisor said hello (it does as it starts
+- else those where no rank's agent said hello (it does as it starts
   its rank, before MXNet loads) while another host's did;
 - and, while mpiexec still runs, the hosts with no hello START_HELLO_S
   after the world began: the world is then broken and mpiexec abandoned

@@ -27,7 +27,7 @@ its proxy there, which can never say that it ended. So:
 - The rank cut off hears nothing from the launcher for LAUNCHER_GONE_S and
   ends itself, handing nothing over: by the time its link is back a newer
   world may run (the service takes state only from the current world's
-  ranks anyway). What else runs there (supervisor, relay, MPICH's proxy)
+  ranks anyway). What else runs there (its agent, MPICH's proxy)
   ends with it, or when the link returns and the proxy finds mpiexec gone.
 - A host that discovery dropped is not left out for good: listed again, it
   joins at the next commit. A host whose rank was lost while discovery still

@@ -31,10 +31,11 @@ class WorldRecord:
         self.number = number
         self.hosts = list(hosts)  # [(host, slots)] in rank order
         self.began = time.monotonic()
-        self.hello = {}           # rank -> when its supervisor said it runs (Note [Hosts a world cannot start on])
+        self.hello = {}           # rank -> when its agent said it runs (Note [Hosts a world cannot start on])
         self.registered = {}      # rank -> pid
         self.left = {}            # rank -> reason ("failure", "hosts", "done", NOT_STARTED)
-        self.exits = {}           # rank -> ProcessEnd, from the supervisors, in the order they came
+        self.exits = {}           # rank -> ProcessEnd, from the agents, in the order they came
+        self.phases = {}          # rank -> the phase its agent last heard of (phases.py), with its end
         self.crashed_when_broken = set()  # ranks whose crash came as the world ended (Note [One rule for a world's end])
         self.hosts_updated = False
         # Why the world cannot go on (a rank ended without leaving, a rank
@@ -59,7 +60,7 @@ class WorldRecord:
         end = self.exits.get(rank)
         code, signum = (end.code, end.signal) if end is not None else (None, None)
         left = self.left.get(rank)
-        if left in ("failure", "hosts") or code == EXIT_RESET:
+        if left in ("failure", "hosts") or code == EXIT_RESET or self.phases.get(rank) == Phase.LEAVING.value:
             phase = Phase.LEAVING
         elif left == "done":
             phase = Phase.DONE
@@ -102,7 +103,7 @@ class WorldRecord:
                    for r in range(size))
 
     def hosts_without_hello(self):
-        """The hosts with a rank whose supervisor has not said hello, in order."""
+        """The hosts with a rank whose agent has not said hello, in order."""
         size = slot_count(self.hosts)
         return list(dict.fromkeys(self.host_of(r) for r in range(size) if r not in self.hello))
 

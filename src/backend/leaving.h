@@ -12,8 +12,8 @@
 // poll, a new call fails before it starts) and the core's thread parks;
 // only then does the rank hand over and exit. A call already blocked in MPI
 // (a data-plane transfer with a peer gone) cannot be called back: should
-// MPICH crash there, the rank still ends as a leaver (Note [Crashes while
-// leaving] in common/crash_exit.h).
+// MPICH crash there, the rank still ends as a leaver: it told its agent it
+// leaves before it set this (Note [A rank's agent] in mxplugin_run/rank_agent.py).
 #pragma once
 
 #include <atomic>

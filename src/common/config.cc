@@ -41,7 +41,6 @@ Config Config::FromEnvironment() {
   c.stall_shutdown_seconds = ReadDouble("STALL_SHUTDOWN_TIME_SECONDS", c.stall_shutdown_seconds);
   c.mismatch_grace_seconds = ReadDouble("MISMATCH_GRACE_SECONDS", c.mismatch_grace_seconds);
   c.peer_timeout_seconds = ReadDouble("PEER_TIMEOUT_SECONDS", c.peer_timeout_seconds);
-  c.start_crash_exit_code = static_cast<int>(ReadDouble("START_CRASH_EXIT_CODE", c.start_crash_exit_code));
   c.world_crash_exit_code = static_cast<int>(ReadDouble("WORLD_CRASH_EXIT_CODE", c.world_crash_exit_code));
   c.cache_capacity = static_cast<int>(ReadDouble("CACHE_CAPACITY", c.cache_capacity));
   c.num_streams = static_cast<int>(ReadDouble("NUM_STREAMS", c.num_streams));

@@ -40,12 +40,8 @@ struct Config {
   // ranks with the same local rank, when every host runs the same number (>1)
   // of a group's ranks. MXPLUGIN_HIERARCHICAL_ALLREDUCE=0 turns it off.
   bool hierarchical_allreduce = true;
-  // Non-zero: a crash inside MPI's start ends the process with this code
-  // (Note [Crashes in MPI's start], common/crash_exit.h); the
-  // elastic launcher sets it. MXPLUGIN_START_CRASH_EXIT_CODE
-  int start_crash_exit_code = 0;
   // Non-zero: a crash on the core's thread while the world runs ends the
-  // process with this code (Note [Crashes under a running world]); the
+  // process with this code (Note [Crashes under a running world], common/crash_exit.h); the
   // elastic launcher sets it. MXPLUGIN_WORLD_CRASH_EXIT_CODE
   int world_crash_exit_code = 0;
 

@@ -12,16 +12,6 @@ namespace mxplugin {
 namespace {
 
 const int kSignals[3] = {SIGSEGV, SIGBUS, SIGABRT};
-volatile sig_atomic_t g_exit_code = 0;
-const char* volatile g_line = "";
-
-// Async-signal-safe: write() and _exit() only.
-void ExitOnCrash(int) {
-  const char* line = g_line;
-  ssize_t ignored = write(STDERR_FILENO, line, std::strlen(line));
-  (void)ignored;
-  _exit(g_exit_code);
-}
 
 // `handler` for the three crash signals; the ones before into `previous`
 // (three of them) unless null.
@@ -31,12 +21,6 @@ void InstallHandler(void (*handler)(int), struct sigaction* previous) {
   action.sa_handler = handler;
   sigemptyset(&action.sa_mask);
   for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &action, previous == nullptr ? nullptr : &previous[i]);
-}
-
-void Install(int exit_code, const char* line, struct sigaction* previous) {
-  g_exit_code = exit_code;
-  g_line = line;
-  InstallHandler(ExitOnCrash, previous);
 }
 
 // ThreadCrashExit's: the thread it watches, and the handlers from before
@@ -86,28 +70,12 @@ ThreadCrashExit::ThreadCrashExit(int exit_code, const char* line) {
 ThreadCrashExit::~ThreadCrashExit() {
   if (!armed_) return;
   for (int i = 0; i < 3; ++i) {
-    // Only where this handler is still the one: a leaving rank's
-    // ArmCrashExit replaces it for good.
+    // Only where this handler is still the one (MXNet may have put its own).
     struct sigaction now;
     sigaction(kSignals[i], nullptr, &now);
     if (now.sa_handler == ExitOnThreadCrash) sigaction(kSignals[i], &g_thread_previous[i], nullptr);
   }
   g_thread_armed = false;
-}
-
-CrashExit::CrashExit(int exit_code, const char* line) {
-  if (exit_code == 0) return;
-  Install(exit_code, line, previous_);
-  armed_ = true;
-}
-
-CrashExit::~CrashExit() {
-  if (!armed_) return;
-  for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &previous_[i], nullptr);
-}
-
-void ArmCrashExit(int exit_code, const char* line) {
-  if (exit_code != 0) Install(exit_code, line, nullptr);
 }
 
 }  // namespace mxplugin

@@ -52,8 +52,7 @@ void FreeOps(MPI_Op* ops) {
 
 }  // namespace
 
-MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_seconds, int start_crash_exit_code,
-                   int world_crash_exit_code)
+MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_seconds, int world_crash_exit_code)
     : hierarchical_(hierarchical), peer_timeout_seconds_(peer_timeout_seconds) {
   int initialized = 0;
   CheckSetup(MPI_Initialized(&initialized), "MPI_Initialized");
@@ -69,10 +68,6 @@ MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_
     // MXPLUGIN_MPI_THREADS=funneled selects FUNNELED for runs with a core to
     // spare per rank.
     const int wanted = thread_multiple ? MPI_THREAD_MULTIPLE : MPI_THREAD_FUNNELED;
-    static const char kLine[] =
-        "mxplugin: elastic: MPI's start failed here: MPICH's process manager connection broke as the world was "
-        "torn down (a crash inside MPI_Init): leaving\n";
-    CrashExit crash_exit(start_crash_exit_code, kLine);  // Note [Crashes in MPI's start] in common/crash_exit.h
     if (MPI_Init_thread(nullptr, nullptr, wanted, &provided) != MPI_SUCCESS) {
       throw Error(Status::Internal("MPI_Init_thread failed"));
     }
@@ -195,8 +190,7 @@ Status MpiWorld::CreateGroup(const std::vector<int>& members, Group* out) {
 
 std::unique_ptr<World> MakeMpiWorld(const Config& config) {
   return std::make_unique<MpiWorld>(config.mpi_thread_multiple, config.hierarchical_allreduce,
-                                    config.peer_timeout_seconds, config.start_crash_exit_code,
-                                    config.world_crash_exit_code);
+                                    config.peer_timeout_seconds, config.world_crash_exit_code);
 }
 
 }  // namespace mxplugin

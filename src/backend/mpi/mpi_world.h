@@ -24,10 +24,10 @@ class MpiWorld : public World {
   // hierarchical: groups allreduce through shared memory within hosts where
   // they can (Note [Hierarchical allreduce]); a local peer that stops
   // answering there fails a call after `peer_timeout_seconds`.
-  // start_crash_exit_code: Note [Crashes in MPI's start]; world_crash_exit_code:
-  // Note [Crashes under a running world] (both in common/crash_exit.h; 0: off).
+  // world_crash_exit_code: Note [Crashes under a running world] in
+  // common/crash_exit.h (0: off).
   explicit MpiWorld(bool thread_multiple, bool hierarchical = false, double peer_timeout_seconds = 120,
-                    int start_crash_exit_code = 0, int world_crash_exit_code = 0);
+                    int world_crash_exit_code = 0);
   ~MpiWorld() override;
   MpiWorld(const MpiWorld&) = delete;
   MpiWorld& operator=(const MpiWorld&) = delete;

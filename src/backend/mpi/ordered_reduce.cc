@@ -131,7 +131,7 @@ Status MpiCommunicator::ExchangeBlocks(const char* send, const std::vector<int>&
 // Note [Exchanges that watch their peers]: a peer on another host that
 // ends mid-exchange leaves this rank's receive waiting for ever (MPI over
 // TCP says nothing), and a rank stuck so stays silent until its world's
-// end finds it, late or never when its supervisor went with MPICH's
+// end finds it, late or never when its agent went with MPICH's
 // process groups. So the exchange is polled: once it has waited
 // kPeerLookAfter, the two peers are probed every kPeerLookAfter (their
 // probe port refusing: the process is gone), and an ended one fails the
