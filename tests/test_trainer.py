@@ -114,3 +114,13 @@ def test_autotune_settings_come_from_the_environment_unless_given(monkeypatch):
     # Layout's cut: runs of members within the bytes, a larger member alone
     assert cut_runs([4, 4, 4, 16, 4], 8) == [2, 1, 1, 1]
     assert cut_runs([4, 4, 4], 1 << 20) == [3]
+
+
+@pytest.mark.parametrize("np_", [1, 2, 3])
+def test_backward_passes_per_step_equals_one_process_on_the_combined_passes(np_):
+    """Note [Accumulated passes]: K = 1, 2, 4 (SGD-momentum, hybridized;
+    Adam at K = 2), DistributedOptimizer at K = 2 and a grad_req='add' loop,
+    each equal to one process's gluon.Trainer on the K passes' combined
+    batch, with one reduction per K passes; local SGD, allreduce_grads()
+    and grad_req='add' refused with backward_passes_per_step."""
+    assert_spmd_ok("check_accumulation.py", np_)

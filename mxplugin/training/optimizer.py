@@ -6,7 +6,7 @@ import mxnet as mx
 from mxplugin import basics
 from mxplugin.errors import ArgumentError
 from mxplugin.ops import Average, allreduce_, grouped_allreduce_
-from mxplugin.training import sparse_rows
+from mxplugin.training import accumulation, sparse_rows
 
 
 def _parts(items, n):
@@ -22,18 +22,25 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     ranks (horovod.mxnet semantics; for the Module API and custom loops).
     num_groups > 0: an update of several indices at once (MXNet's updater
     passes lists when the optimizer aggregates) reduces them in that many
-    grouped allreduces instead of one allreduce each."""
+    grouped allreduces instead of one allreduce each.
+    backward_passes_per_step K (Horovod's name): of every K updates of an
+    index, K-1 only add its gradient up locally; the K-th reduces the sum
+    once and updates as one process on the combined batch of the K passes
+    (passes of equal batch sizes: rescale_grad is divided by K; Note
+    [Accumulated passes] in accumulation.py)."""
 
     def __init__(self, optimizer, gradient_predivide_factor=1.0, num_groups=0,
-                 process_set=basics.global_process_set):
+                 process_set=basics.global_process_set, backward_passes_per_step=1):
         if not gradient_predivide_factor > 0:
             raise ArgumentError("gradient_predivide_factor must be positive")
         self._optimizer = optimizer
         self._predivide = float(gradient_predivide_factor)
         self._num_groups = num_groups
         self._process_set = process_set
+        self._passes = accumulation.passes_per_step(backward_passes_per_step)
+        self._sums = {}  # index -> PassSums of that index's gradients
 
-    _OWN = frozenset({"_optimizer", "_predivide", "_num_groups", "_process_set"})
+    _OWN = frozenset({"_optimizer", "_predivide", "_num_groups", "_process_set", "_passes", "_sums"})
 
     def __getattr__(self, item):
         return getattr(self._optimizer, item)
@@ -88,13 +95,46 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
                        prescale_factor=1.0 / self._predivide, postscale_factor=self._predivide,
                        process_set=ps)
 
-    def update(self, index, weight, grad, state):
+    def _accumulated(self, index, grad):
+        """Note [Accumulated passes]: whether this update only added its
+        gradients up (K-1 of every K); on the K-th, the earlier passes' sums
+        are added into `grad`."""
+        if self._passes == 1:
+            return False
+        indices, grads = accumulation.as_lists(index, grad)
+        done = []
+        for i, g in zip(indices, grads):
+            if sparse_rows.is_row_sparse(g):
+                raise ArgumentError(f"DistributedOptimizer: backward_passes_per_step does not combine with "
+                                    f"row_sparse gradients (index {i})")
+            sums = self._sums.setdefault(i, accumulation.PassSums(self._passes))
+            done.append(sums.add({i: g}))
+            if done[-1]:
+                sums.restore({i: g})
+        if any(done) and not all(done):
+            raise ArgumentError(f"DistributedOptimizer: indices {indices} were updated together after different "
+                                "numbers of backward passes")
+        return not done[0]
+
+    def _update_once(self, update, index, weight, grad, state):
+        if self._accumulated(index, grad):
+            return
         self._allreduce(index, grad)
-        self._optimizer.update(index, weight, grad, state)
+        if self._passes == 1:
+            update(index, weight, grad, state)
+            return
+        rescale = self._optimizer.rescale_grad
+        self._optimizer.rescale_grad = rescale / self._passes
+        try:
+            update(index, weight, grad, state)
+        finally:
+            self._optimizer.rescale_grad = rescale
+
+    def update(self, index, weight, grad, state):
+        self._update_once(self._optimizer.update, index, weight, grad, state)
 
     def update_multi_precision(self, index, weight, grad, state):
-        self._allreduce(index, grad)
-        self._optimizer.update_multi_precision(index, weight, grad, state)
+        self._update_once(self._optimizer.update_multi_precision, index, weight, grad, state)
 
     def set_learning_rate(self, lr):
         self._optimizer.set_learning_rate(lr)

@@ -15,6 +15,7 @@ from mxplugin.calls import push_batch
 from mxplugin.errors import ArgumentError, MismatchError
 from mxplugin.functions import allgather_object, parameter_difference
 from mxplugin.ops import Average, Sum, allreduce_, grouped_allreduce_by_context_
+from mxplugin.training import accumulation
 from mxplugin.training import autotune as autotune_module
 from mxplugin.training import native_update, sharding, sparse_rows
 from mxplugin.training.buckets import Layout
@@ -62,6 +63,12 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
       autotune: measure the first steps under several bucket_bytes and keep
         the fastest (Note [Autotune] in autotune.py); None (default): as
         MXPLUGIN_AUTOTUNE says (off unless it is 1).
+      backward_passes_per_step K (Horovod's name): call step() after every
+        backward pass, as usual; the gradients of K passes add up locally
+        and are reduced once, at every K-th step(), which updates as one
+        process on the combined batch of the K passes (1: every pass; Note
+        [Accumulated passes] in accumulation.py). Not with local SGD,
+        grad_req='add' or row_sparse gradients.
 
     gradient_predivide_factor f: gradients are scaled by 1/f before the sum
     and by f/size after it; the latter is folded into the optimizer's
@@ -82,7 +89,7 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
                  gradient_predivide_factor=1.0, prefix=None, num_groups=0,
                  process_set=basics.global_process_set, bucket_bytes=25 << 20, fused_update=True,
                  mesh=None, local_sgd_steps=0, local_sgd_warmup_steps=0, local_sgd_average_states=False,
-                 shard_optimizer_states=False, autotune=None, sparse_as_dense=False):
+                 shard_optimizer_states=False, autotune=None, sparse_as_dense=False, backward_passes_per_step=1):
         if prefix is not None and not isinstance(prefix, str):
             raise TypeError("prefix must be a str or None")
         if not gradient_predivide_factor > 0:
@@ -118,6 +125,10 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         self._local_sgd_warmup = int(local_sgd_warmup_steps)
         self._local_sgd_states = bool(local_sgd_average_states)
         self._shard = bool(shard_optimizer_states)
+        self._passes = accumulation.PassSums(accumulation.passes_per_step(backward_passes_per_step))
+        if self._passes.passes > 1 and self._local_sgd_steps:
+            raise ArgumentError("backward_passes_per_step does not combine with local_sgd_steps: local SGD "
+                                "reduces parameters, not gradients. Pass one of them.")
         if self._shard:
             sharding.check_shardable(self._optimizer, compression, self._local_sgd_steps)
         self._powersgd = None  # powersgd.PowerSGDReducer, with Compression.powersgd()
@@ -192,6 +203,8 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         f/size that makes it an average is left to the update's rescale_grad.
         scatter (sharded states): each rank gets the sum of its slices only."""
         layout = self._prepare()
+        if self._passes.count:  # the last of the step's passes: Note [Accumulated passes]
+            self._passes.restore(accumulation.layout_arrays(layout))
         self._densify(layout)
         if not self._world():
             return
@@ -285,6 +298,9 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         """Sums gradients across ranks: they then hold what one process on the
         combined batch would hold (Note [Reduced gradients are sums]), for
         clipping between this and update()."""
+        if self._passes.passes > 1:
+            raise ArgumentError("allreduce_grads() reduces every pass; with backward_passes_per_step > 1 call "
+                                "step() after each backward pass (Note [Accumulated passes])")
         with push_batch():  # Note [Diverged pushes] in src/core/diverged_pushes.cc
             self._reduce()
         self._grads_summed = self._world()
@@ -292,7 +308,15 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
     def step(self, batch_size, ignore_stale_grad=False):
         """Sums the gradients over the process set and updates, as
         gluon.Trainer.step() on the combined batch (`batch_size`: this
-        rank's own)."""
+        rank's own). With backward_passes_per_step K, K-1 of every K calls
+        only add up the pass's gradients."""
+        if self._passes.passes > 1:
+            layout = self._prepare()
+            if self._passes.count == 0:
+                accumulation.refuse_own_accumulation(self._params, f"DistributedTrainer '{self._prefix}'")
+            if not self._passes.add(accumulation.layout_arrays(layout), batch_size):
+                return
+            batch_size = self._passes.batch_size
         self._steps += 1
         with push_batch():  # one stamp for the step's collectives: Note [Diverged pushes]
             if self._local_sgd_steps and self._steps > self._local_sgd_warmup:
