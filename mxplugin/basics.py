@@ -5,7 +5,8 @@ import signal
 import sys
 import threading
 
-from mxplugin.errors import ArgumentError, MXPluginError, NotInitializedError
+from mxplugin import horovod_variables, lone_rank
+from mxplugin.errors import ArgumentError, NotInitializedError
 from mxplugin_run import phases
 from mxplugin_run.protocol import ENV_DRIVER, LOST_PEERS_MARKER, RELAYED
 
@@ -104,9 +105,11 @@ def init(comm=None, process_sets=None):
             return
         if _state.shut_down:
             raise ArgumentError("mxplugin cannot be initialized again after shutdown() (MPI cannot restart)")
+        ignored = horovod_variables.apply(os.environ)  # Note [Horovod's variables]
         core = _start_core()
         topo = core.topology()
-        _refuse_a_lone_rank(core, topo["size"])
+        horovod_variables.warn(ignored, topo["rank"])
+        lone_rank.refuse_a_lone_rank(core, topo["size"])  # Note [Lone ranks]
         if comm is not None:
             ranks = _ranks_of(comm, topo)
             if ranks != list(range(topo["size"])):
@@ -137,11 +140,11 @@ def _start_core():
         guard = start_guard.guard_start()
     try:
         core = _core_module().Core()
-        phases.tell(phases.RUNNING)  # Note [A rank's agent] in mxplugin_run/rank_agent.py
-        return core
     finally:
         if guard is not None:
             guard.end()
+    phases.tell(phases.RUNNING)  # MPI's start is over: Note [A rank's agent] in mxplugin_run/rank_agent.py
+    return core
 
 
 def _ranks_of(comm, topo):
@@ -160,18 +163,6 @@ def _ranks_of(comm, topo):
     except TypeError:
         raise ArgumentError(f"init(comm=...) takes None, a list of ranks or an mpi4py communicator, not "
                             f"{type(comm).__name__}") from None
-
-
-def _refuse_a_lone_rank(core, size):
-    """Note [Lone ranks] (mxplugin/lone_rank.py): a world of one where the
-    launcher started several fails here, on every rank, before training."""
-    from mxplugin import _loader
-    from mxplugin.lone_rank import lone_rank_message, our_mpi_name
-
-    message = lone_rank_message(size, os.environ, our_mpi_name(_loader.mpi_library_version(), _loader.MPI_LIBRARY))
-    if message:
-        core.shutdown()
-        raise MXPluginError(message)
 
 
 def _shutdown_at_exit():

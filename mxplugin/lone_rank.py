@@ -10,6 +10,9 @@ say in the environment how many processes they started, so a rank whose
 world has one process while its launcher's variables say more stops at
 init(), naming both sides.
 """
+import os
+
+from mxplugin.errors import MXPluginError
 from mxplugin_run.mpi_family import first_line
 
 # (variable, what set it): the launcher's own count of the processes it started.
@@ -57,3 +60,14 @@ def our_mpi_name(version_text, library_path):
     first = first_line(version_text)
     where = library_path or "from the linker search path"
     return f"{first}, {where}" if first else where
+
+
+def refuse_a_lone_rank(core, size):
+    """Note [Lone ranks]: a world of one where the launcher started several
+    fails here, on every rank, before training (the core shut down)."""
+    from mxplugin import _loader
+
+    message = lone_rank_message(size, os.environ, our_mpi_name(_loader.mpi_library_version(), _loader.MPI_LIBRARY))
+    if message:
+        core.shutdown()
+        raise MXPluginError(message)

@@ -15,13 +15,16 @@ class UsageError(Exception):
     """A request that cannot be launched; the message is shown to the user."""
 
 
-def parse_hosts(spec):
-    """'a:2,b:4' -> [('a', 2), ('b', 4)]; raises UsageError when malformed."""
+def parse_hosts(spec, default_slots=None):
+    """'a:2,b:4' -> [('a', 2), ('b', 4)]; an entry without a count gets
+    `default_slots` (--slots-per-host) where given; UsageError when malformed."""
     hosts = []
     for entry in spec.split(","):
         name, sep, slots = entry.strip().partition(":")
         if not name:
             raise UsageError(f"bad host list {spec!r}: empty host name in entry {entry!r}")
+        if not sep and default_slots is not None:
+            sep, slots = ":", str(default_slots)
         if not sep or not slots:
             raise UsageError(f"bad host list {spec!r}: {entry!r} needs a slot count, as in {name}:2")
         if not slots.isdigit() or int(slots) < 1:
@@ -30,8 +33,8 @@ def parse_hosts(spec):
     return hosts
 
 
-def parse_hostfile(path):
-    """Lines 'host slots=N', 'host:N' or 'host' -> [(host, slots)]."""
+def parse_hostfile(path, default_slots=None):
+    """Lines 'host slots=N', 'host:N' or 'host' (`default_slots`, else 1) -> [(host, slots)]."""
     try:
         with open(path) as f:
             lines = f.read().splitlines()
@@ -43,7 +46,7 @@ def parse_hostfile(path):
         if not text:
             continue
         fields = text.split()
-        name, slots = fields[0], "1"
+        name, slots = fields[0], str(default_slots or 1)
         if ":" in name:
             name, _, slots = name.partition(":")
         for extra in fields[1:]:

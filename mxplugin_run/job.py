@@ -129,7 +129,7 @@ class _Pump(threading.Thread):
 def _stop_noise(text):
     """Whether a line printed while the job stops is the stop's own noise.
     Ranks' tracebacks arrive interleaved line by line (each line whole,
-    Note [Whole lines] in rank_agent.py), so this works on lines, not
+    Note [Whole lines] in whole_lines.py), so this works on lines, not
     structure: a traceback printed while stopping is reduced to its last
     line, and dropped whole when that is KeyboardInterrupt. A rank's tag
     (--prefix-output) is not part of what is judged."""

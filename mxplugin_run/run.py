@@ -10,6 +10,7 @@ import shlex
 import shutil
 import sys
 
+from mxplugin_run import horovodrun_options
 from mxplugin_run.hosts import (UsageError, check_hosts_reachable, check_slots, parse_hostfile, parse_hosts,
                             threads_per_rank)
 from mxplugin_run.job import run_job
@@ -29,6 +30,7 @@ examples:
   mxplugin-run --min-np 2 --max-np 4 -H a:2,b:2 python train.py   # elastic
   mxplugin-run --min-np 2 --host-discovery-script ./hosts.sh python train.py
   mxplugin-run --check-build
+  mxplugin-run -np 4 --fusion-threshold-mb 32 --cycle-time-ms 5 python train.py   # horovodrun's options
 
 Everything from the first word that is not a launcher option onwards is the
 command each rank runs. Use "--" to end the launcher options explicitly.
@@ -80,10 +82,10 @@ def build_parser():
         "with any of these the job survives lost ranks and changed hosts: the script uses "
         "mxplugin.elastic.run and a State (docs/guides/elastic.md)")
     elastic.add_argument(
-        "--min-np", type=int, metavar="N",
+        "--min-np", "--min-num-proc", dest="min_np", type=int, metavar="N",
         help="fewest ranks to train with; a new world waits for this many slots (default: -np, else 1)")
     elastic.add_argument(
-        "--max-np", type=int, metavar="N",
+        "--max-np", "--max-num-proc", dest="max_np", type=int, metavar="N",
         help="most ranks to train with (default: -np, else every slot the hosts have)")
     elastic.add_argument(
         "--host-discovery-script", metavar="SCRIPT",
@@ -124,6 +126,7 @@ def build_parser():
     parser.add_argument(
         "--check-build", action="store_true",
         help="show what this mxplugin was built with (MPI, CUDA, NCCL, MXNet) and exit")
+    horovodrun_options.add_options(parser)  # Note [horovodrun's options]
     parser.add_argument(
         "command", nargs=argparse.REMAINDER,
         help="the program to run on every rank, with its arguments")
@@ -162,7 +165,7 @@ def check_program(command, env):
 def rank_environment(args, base_env, hosts=()):
     """The environment the ranks get, and the names this launcher added."""
     env = dict(base_env)
-    added = {}
+    added = dict(getattr(args, "horovod_variables", {}))  # horovodrun's options, over inherited values
     if args.timeline:
         added["MXPLUGIN_TIMELINE"] = args.timeline
     if args.verbose and "MXPLUGIN_LOG_LEVEL" not in env:
@@ -188,11 +191,14 @@ def rank_environment(args, base_env, hosts=()):
     return env, added
 
 
-def rank_agent(prefix_output, elastic=False):
+def rank_agent(args, elastic=False):
     """What goes before each rank's command: its agent (Note [A rank's
     agent] in rank_agent.py), with the same Python as the ranks on every
     host; the launcher's package costs no MXNet import."""
-    return ([sys.executable, "-m", "mxplugin_run.rank_agent"] + (["--prefix"] if prefix_output else [])
+    return ([sys.executable, "-m", "mxplugin_run.rank_agent"] + (["--prefix"] if args.prefix_output else [])
+            + (["--timestamp"] if getattr(args, "prefix_output_with_timestamp", False) else [])
+            + (["--output-dir", os.path.abspath(args.output_filename)] if getattr(args, "output_filename", None)
+               else [])
             + (["--elastic"] if elastic else []) + ["--"])
 
 
@@ -201,7 +207,7 @@ def mpiexec_command(mpiexec, flavour, args, hosts, env):
         launch = openmpi_arguments(args.num_proc, hosts, env, args.rsh, args.network_interface)
     else:
         launch = mpich_arguments(args.num_proc, hosts, args.rsh, args.network_interface)
-    return [mpiexec] + launch + rank_agent(args.prefix_output) + list(args.command)
+    return [mpiexec] + launch + getattr(args, "mpi_extra", []) + rank_agent(args) + list(args.command)
 
 
 # ------------------------------------------------------------------- running
@@ -265,7 +271,7 @@ def launch_elastic(args, hosts):
         # -disable-auto-cleanup: a lost rank must not take the survivors
         # (and the state they hold) down with it.
         return ([mpiexec] + mpich_arguments(size, world_hosts, args.rsh, args.network_interface)
-                + ["-disable-auto-cleanup"] + rank_agent(args.prefix_output, elastic=True) + list(args.command))
+                + ["-disable-auto-cleanup"] + getattr(args, "mpi_extra", []) + rank_agent(args, elastic=True) + list(args.command))
 
     return ElasticDriver(args, env, PROG, world_command).run()
 
@@ -281,11 +287,12 @@ def slurm_hosts(args):
 
 
 def launch(args):
+    args.horovod_variables = horovodrun_options.apply(args)  # Note [horovodrun's options]
     if is_elastic(args):
         if args.hosts is not None and args.hostfile is not None:
             raise UsageError("give the hosts with -H or with --hostfile, not both")
-        hosts = parse_hostfile(args.hostfile) if args.hostfile is not None else (
-            parse_hosts(args.hosts) if args.hosts is not None else [])
+        hosts = parse_hostfile(args.hostfile, args.slots_per_host) if args.hostfile is not None else (
+            parse_hosts(args.hosts, args.slots_per_host) if args.hosts is not None else [])
         return launch_elastic(args, hosts)
     if args.blacklist_cooldown_range is not None:
         raise UsageError("--blacklist-cooldown-range is for elastic jobs (--min-np, --max-np or "
@@ -295,9 +302,9 @@ def launch(args):
         raise UsageError("give the hosts with -H or with --hostfile, not both")
     from_slurm = args.hostfile is None and args.hosts is None
     if args.hostfile is not None:
-        hosts = parse_hostfile(args.hostfile)
+        hosts = parse_hostfile(args.hostfile, args.slots_per_host)
     else:
-        hosts = parse_hosts(args.hosts) if args.hosts is not None else slurm_hosts(args)
+        hosts = parse_hosts(args.hosts, args.slots_per_host) if args.hosts is not None else slurm_hosts(args)
     if hosts:
         check_slots(hosts, args.num_proc)
         # Inside an allocation the MPI launcher starts its daemons with srun
@@ -316,6 +323,16 @@ def launch(args):
     return run_child(command, env, args.num_proc, hosts, verbose=args.verbose)
 
 
+def version():
+    """The installed mxplugin's version (this launcher ships with it)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("mxplugin")
+    except metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv=None):
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
@@ -325,6 +342,9 @@ def main(argv=None):
         print(f"{PROG}: error: {exc} (see {PROG} --help)", file=sys.stderr)
         return EXIT_USAGE
     try:
+        if args.version:
+            print(f"{PROG} {version()}")
+            return 0
         if args.check_build:
             from mxplugin_run.build_report import check_build
 

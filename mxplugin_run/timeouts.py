@@ -59,6 +59,11 @@ SCRIPT_TIMEOUT_S = 30
 REACH_BACK_S = 5.0
 # How often a rank's segment keeper looks at its mappings (segments.py).
 SEGMENT_SCAN_S = 0.25
+# How long a rank's agent waits, once the rank has ended, for its output
+# reader to pass the rest of the rank's output on and write the end record
+# (Note [A rank's agent] in rank_agent.py): a launcher that stopped reading
+# must not keep the agent, and MPICH's view of the rank, alive.
+AGENT_RECORD_S = 5.0
 
 # -- any job's end (mxplugin_run/job.py, lost_hosts.py: Notes [Bounded stops], [Lost hosts]) -------
 # After an interrupt mpiexec gets FORCE_AFTER_S to stop the job, then the

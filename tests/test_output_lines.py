@@ -1,5 +1,5 @@
 """What ranks print reaches mxplugin-run's output in whole lines (Note
-[Whole lines], mxplugin_run/rank_agent.py), optionally tagged with the rank;
+[Whole lines], mxplugin_run/whole_lines.py), optionally tagged with the rank;
 how the rank's agent ends and what it records (Note [A rank's agent])."""
 import os
 import re

@@ -24,8 +24,9 @@ class FixedHosts:
 
 
 class DiscoveryScript:
-    def __init__(self, script):
+    def __init__(self, script, default_slots=None):
         self.script = script
+        self.default_slots = default_slots or 1  # of a host printed without a count (--slots-per-host)
 
     def describe(self):
         return f"discovery script {self.script}"
@@ -40,17 +41,17 @@ class DiscoveryScript:
             said = done.stderr.strip().splitlines()
             raise DiscoveryError(f"{self.script} exited with {done.returncode}"
                                  + (f": {said[-1]}" if said else ""))
-        return parse_discovered(done.stdout, self.script)
+        return parse_discovered(done.stdout, self.script, self.default_slots)
 
 
-def parse_discovered(text, source):
+def parse_discovered(text, source, default_slots=1):
     hosts = []
     for line in text.splitlines():
         entry = line.split("#", 1)[0].strip()
         if not entry:
             continue
         try:
-            hosts += parse_hosts(entry if ":" in entry else f"{entry}:1")
+            hosts += parse_hosts(entry if ":" in entry else f"{entry}:{default_slots}")
         except UsageError as exc:
             raise DiscoveryError(f"{source} printed {line.strip()!r}: {exc}") from exc
     merged = {}

@@ -92,7 +92,7 @@ class ElasticDriver:
     def __init__(self, args, env, prog, make_command):
         """make_command(hosts, num_proc) -> the mpiexec command line of a world."""
         self.args, self.env, self.prog, self.make_command = args, env, prog, make_command
-        self.discovery = (DiscoveryScript(args.host_discovery_script) if args.host_discovery_script
+        self.discovery = (DiscoveryScript(args.host_discovery_script, getattr(args, "slots_per_host", None)) if args.host_discovery_script
                           else FixedHosts(args.static_hosts))
         self.max_np = args.max_np if args.max_np is not None else args.num_proc
         self.min_np = args.min_np if args.min_np is not None else (args.num_proc or 1)

@@ -6,7 +6,7 @@ namespace mxplugin {
 namespace {
 
 // A line within PIPE_BUF is written, and relayed, whole (Note [Whole lines]
-// in mxplugin_run/rank_agent.py); more peers than fit take more lines.
+// in mxplugin_run/whole_lines.py); more peers than fit take more lines.
 constexpr size_t kMostLineBytes = 2048;
 
 void WriteLine(const std::string& line) {
