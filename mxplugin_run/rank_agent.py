@@ -203,6 +203,8 @@ def run(argv, prefix, elastic, timestamp=False, output_dir=None):
         # the agent, though the ranks find lost peers themselves. (The rank
         # inherits the disposition: ignoring it there is as right.)
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    if elastic:  # loaded before the rank starts: MPICH's proxy may kill the agent any moment after
+        from mxplugin_run.elastic import agent_requests, segments
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
     phase_read, phase_write = os.pipe()
@@ -211,6 +213,10 @@ def run(argv, prefix, elastic, timestamp=False, output_dir=None):
     pid = start_rank(argv, elastic, out_write, err_write, phase_write,
                      [out_read, err_read, phase_read, facts_read, facts_write, done_read, done_write])
     children.append(pid)
+    if elastic:
+        # First: the rank's MPI start may create segments at once, and the
+        # agent may be killed before its next step.
+        segments.clean_up_after(pid)  # Note [Segments of a rank that ended]
     for fd in (out_write, err_write, phase_write):
         os.close(fd)
     for signum in stops:
@@ -221,9 +227,6 @@ def run(argv, prefix, elastic, timestamp=False, output_dir=None):
         os.close(fd)
     said = Phases(phase_read)
     if elastic:
-        from mxplugin_run.elastic import agent_requests, segments
-
-        segments.clean_up_after(pid)  # Note [Segments of a rank that ended]
         agent_requests.say_hello(rank)  # after the start: the rank loads meanwhile
     status, ended = wait_for_end(pid, said)
     said.drain()
