@@ -148,13 +148,17 @@ class ObjectState(State):
         return {name: getattr(self, name) for name in self._names}
 
     def snapshot(self, commits):
+        """Deep copies of the values, with the commit count."""
         return {"commits": commits, "objects": copy.deepcopy(self._values())}
 
+
     def apply(self, snapshot):
+        """Sets the values of `snapshot` as attributes."""
         for name, value in copy.deepcopy(snapshot["objects"]).items():
             setattr(self, name, value)
 
     def sync(self):
+        """Rank 0's values and commit count on every rank (one object broadcast)."""
         commits, values = hvd.broadcast_object((self.commits, self._values()), root_rank=0,
                                                name="mxplugin.elastic.objects")
         self.commits = commits
@@ -179,12 +183,14 @@ class GluonState(ObjectState):
         return self.net._collect_params_with_prefix()
 
     def snapshot(self, commits):
+        """The values, the parameters' and the trainer's states, copied."""
         snapshot = super().snapshot(commits)
         snapshot["params"] = {name: p.data().asnumpy() for name, p in self._params().items()}
         snapshot["trainer"] = trainer_states(self.trainer)
         return snapshot
 
     def apply(self, snapshot):
+        """The values, the parameters and the trainer's states of `snapshot`."""
         super().apply(snapshot)
         for name, p in self._params().items():
             # The kind the parameter's arrays are (Note [Array kinds]): NumPy-interface
@@ -196,12 +202,14 @@ class GluonState(ObjectState):
         self._applied_trainer = snapshot["trainer"]
 
     def check_snapshot(self, snapshot):
+        """ValueError when `snapshot` lacks a parameter of this network."""
         missing = sorted(set(self._params()) - set(snapshot.get("params", {})))
         if missing:
             raise ValueError(f"the handed-over state has no values for parameters {', '.join(missing[:5])}: "
                              "was it made by the same network?")
 
     def sync(self):
+        """Rank 0's parameters, trainer states and values on every rank."""
         hvd.broadcast_parameters(self._params(), root_rank=0, prefix="mxplugin.elastic.")
         if getattr(self.trainer, "states_bytes_collective", lambda: False)():
             blob = self._collective_trainer_states()
@@ -242,6 +250,7 @@ def trainer_states(trainer):
 
 
 def load_trainer_states(trainer, data):
+    """Loads a trainer's states from bytes (DistributedTrainer's or gluon.Trainer's way)."""
     if hasattr(trainer, "load_states_bytes"):
         trainer.load_states_bytes(data)
         return

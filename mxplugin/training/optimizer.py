@@ -58,9 +58,11 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             setattr(self._optimizer, name, value)
 
     def create_state_multi_precision(self, index, weight):
+        """The wrapped optimizer's state for `weight`."""
         return self._optimizer.create_state_multi_precision(index, weight)
 
     def create_state(self, index, weight):
+        """The wrapped optimizer's state for `weight`."""
         return self._optimizer.create_state(index, weight)
 
     def _allreduce(self, index, grad):
@@ -131,16 +133,21 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             self._optimizer.rescale_grad = rescale
 
     def update(self, index, weight, grad, state):
+        """Averages `grad` across ranks (every K-th pass with backward_passes_per_step), then updates."""
         self._update_once(self._optimizer.update, index, weight, grad, state)
 
     def update_multi_precision(self, index, weight, grad, state):
+        """As update(), through the wrapped optimizer's multi-precision update."""
         self._update_once(self._optimizer.update_multi_precision, index, weight, grad, state)
 
     def set_learning_rate(self, lr):
+        """Sets the wrapped optimizer's learning rate."""
         self._optimizer.set_learning_rate(lr)
 
     def set_lr_mult(self, args_lr_mult):
+        """Sets the wrapped optimizer's learning-rate multipliers."""
         self._optimizer.set_lr_mult(args_lr_mult)
 
     def set_wd_mult(self, args_wd_mult):
+        """Sets the wrapped optimizer's weight-decay multipliers."""
         self._optimizer.set_wd_mult(args_wd_mult)
