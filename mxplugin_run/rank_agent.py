@@ -14,7 +14,14 @@ Note [A rank's agent]: mpiexec starts the agent; the agent starts the rank
   stderr) as one line to stderr, after the rank's last lines, where the
   launcher reads it; an elastic rank's agent
   posts the end to the launcher's service as well;
-- passes the launcher's stop (SIGINT, SIGTERM, SIGHUP) on to the rank.
+- passes the launcher's stop on to the rank: SIGINT, SIGTERM and SIGHUP in
+  a plain job, SIGINT only in an elastic one. There MPICH's proxy sends
+  the agent SIGTERM right before its SIGKILL when mpiexec is gone (as when
+  a host is lost), and a remote shell's end brings SIGHUP; passed on, either
+  would end a rank that must live to hand its state over, whenever the
+  agent ran between the two signals. So an elastic agent ignores them: the
+  launcher stops elastic ranks through its service, and a SIGTERM meant
+  for the rank (a scheduler's) is sent to the rank as well.
 It holds the rank's descriptor to MPICH's proxy (PMI_FD) as the rank does,
 so the proxy hears of the end only when the agent exits, after the record
 is written: the first end in time is always told, though the proxy then
@@ -56,8 +63,10 @@ from mxplugin_run.protocol import RELAYED
 from mxplugin_run.timeouts import AGENT_RECORD_S
 from mxplugin_run.whole_lines import process_manager_number, start_reader
 
-# Passed on to the rank: the launcher's stop.
+# Passed on to the rank: the launcher's stop; an elastic agent ignores the
+# others (Note [A rank's agent]).
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+ELASTIC_FORWARDED = (signal.SIGINT,)
 # Dispositions Python sets for itself, which an exec'd command would inherit
 # (a C program ignoring SIGPIPE would not stop when its output goes away).
 _PYTHON_IGNORES = ("SIGPIPE", "SIGXFSZ")
@@ -196,7 +205,7 @@ def run(argv, prefix, elastic, timestamp=False, output_dir=None):
 
     # Handlers first: a stop between the start and them would end the agent alone.
     for sig in FORWARDED:
-        signal.signal(sig, forward)
+        signal.signal(sig, forward if sig in (ELASTIC_FORWARDED if elastic else FORWARDED) else signal.SIG_IGN)
     if elastic:
         # With -disable-auto-cleanup MPICH's launcher sends SIGUSR1 to the
         # ranks still running when one ends; its default action would end
@@ -222,7 +231,7 @@ def run(argv, prefix, elastic, timestamp=False, output_dir=None):
     for signum in stops:
         forward(signum, None)
     rank = rank_from_environment()
-    start_reader(out_read, err_read, facts_read, done_write, rank, prefix, timestamp, output_dir)
+    start_reader(out_read, err_read, facts_read, done_write, rank, prefix, timestamp, output_dir, append=elastic)
     for fd in (out_read, err_read, facts_read, done_write):
         os.close(fd)
     said = Phases(phase_read)

@@ -16,7 +16,8 @@ With --prefix, each line starts with the rank as horovodrun prints it:
 "[1]<stdout>:" or "[1]<stderr>:"; with --timestamp, with the time the agent
 passed it on; with --output-dir DIR, the lines also go to
 DIR/rank.<rank>/stdout and stderr (the rank zero-padded to the width of the
-largest, as horovodrun's --output-filename writes them).
+largest, as horovodrun's --output-filename writes them; in an elastic job
+each world adds to the files, so the later worlds keep the earlier ones' lines).
 
 Note [The reader outlives the agent]: the rank's pipes are read by a
 process of their own, in a session of its own, deaf to the stop signals
@@ -160,13 +161,14 @@ def process_manager_number(names):
     return None
 
 
-def output_files(directory, rank):
-    """DIR/rank.<rank>/stdout and stderr, opened (horovodrun's layout)."""
+def output_files(directory, rank, append=False):
+    """DIR/rank.<rank>/stdout and stderr, opened (horovodrun's layout); an
+    elastic job's later worlds add to what the earlier ones wrote."""
     size = process_manager_number(("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")) or (rank or 0) + 1
     width = len(str(max(size - 1, 0)))
     folder = os.path.join(directory, f"rank.{str('x' if rank is None else rank).zfill(width)}")
     os.makedirs(folder, exist_ok=True)
-    return [open(os.path.join(folder, stream), "wb") for stream in ("stdout", "stderr")]
+    return [open(os.path.join(folder, stream), "ab" if append else "wb") for stream in ("stdout", "stderr")]
 
 
 def line_start(rank, stream, prefix, timestamp):
@@ -189,7 +191,7 @@ def keep_only(keep):
         os.open(os.devnull, os.O_RDONLY)  # the lowest free descriptor: 0
 
 
-def start_reader(out_read, err_read, facts_read, done_write, rank, prefix, timestamp, output_dir):
+def start_reader(out_read, err_read, facts_read, done_write, rank, prefix, timestamp, output_dir, append=False):
     """Starts the reader of the rank's pipes (Note [The reader outlives the
     agent]) as a detached grandchild, and returns."""
     child = os.fork()
@@ -202,7 +204,7 @@ def start_reader(out_read, err_read, facts_read, done_write, rank, prefix, times
                 signal.signal(sig, signal.SIG_IGN)
             os.setsid()
             keep_only({1, 2, out_read, err_read, facts_read, done_write})
-            copies = output_files(output_dir, rank) if output_dir else [None, None]
+            copies = output_files(output_dir, rank, append) if output_dir else [None, None]
             errors = Sink(2, line_start(rank, "stderr", prefix, timestamp), copies[1])
             output = Output({out_read: Sink(1, line_start(rank, "stdout", prefix, timestamp), copies[0]),
                              err_read: errors})

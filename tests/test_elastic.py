@@ -42,6 +42,7 @@ def start(cluster, *options, epochs=12, env=None, example=()):
     example trains past `epochs` until finish() creates the file `release`,
     however fast the machine."""
     release = os.path.join(cluster.dir, f"release{next(RUN_NUMBERS)}")
+    options = ("--output-filename", release + ".out", *options)  # each rank's lines, for the reports
     if "--blacklist-cooldown-range" not in options:  # a lost host stays out: each test's worlds are known
         options = ("--blacklist-cooldown-range", "inf", "inf", *options)
     argv = [sys.executable, "-m", "mxplugin_run", "--rsh", cluster.rsh, "--network-interface", IFACE, *options,
@@ -60,9 +61,21 @@ def finish(proc, log, release, timeout=RUN_TIMEOUT_S):
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-        raise AssertionError(f"did not finish within {timeout} s:\n{log.text()[-6000:]}")
+        raise AssertionError(f"did not finish within {timeout} s:\n{log.text()[-6000:]}\n{rank_outputs(release)}")
     log.thread.join(timeout=10)
     return proc.returncode, log.text()
+
+
+def rank_outputs(release, lines=15):
+    """The last `lines` of each rank's stdout and stderr in the run of
+    `release` (--output-filename): what a lost host's proxy no longer passed on."""
+    folder, out = release + ".out", []
+    for rank in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+        for stream in ("stdout", "stderr"):
+            with open(os.path.join(folder, rank, stream), errors="replace") as f:
+                tail = f.read().splitlines()[-lines:]
+            out.append(f"--- {rank}/{stream}:\n" + "\n".join(tail))
+    return "\n".join(out)
 
 
 def kill_ranks(cluster, *host_indexes):
@@ -177,7 +190,7 @@ def test_a_lost_host_takes_only_its_rank_the_others_hand_over(cluster):
         os.kill(pid, 9)
     # Released at once: with a rank gone, world 0 cannot finish any more.
     code, text = finish(proc, log, release)
-    report = f"exit {code}\n{without_steps(text)}"
+    report = f"exit {code}\n{without_steps(text)}\n{rank_outputs(release)}"
     assert code == 0, report
     assert re.search(rf"lost rank 2 on {cluster.hosts[2]} \(gone without a word: its host was probably lost\)",
                      text), report

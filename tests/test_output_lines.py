@@ -167,6 +167,40 @@ def test_the_agent_passes_an_exit_code_on_and_a_stop_to_the_rank():
             os.unlink(ready)
 
 
+def test_an_elastic_agent_keeps_sigterm_and_sighup_from_its_rank(tmp_path):
+    """Note [A rank's agent]: MPICH's proxy sends the agent SIGTERM right
+    before SIGKILL, and a remote shell's end SIGHUP; an elastic rank must
+    outlive both. The agent passes SIGINT on (the user's stop), so the rank
+    reads the signals it got once SIGINT came after the other two: had the
+    agent passed those on, they would have been sent before, or in the same
+    round of the agent's handlers as, SIGINT."""
+    release = tmp_path / "release"
+    command = ("import os, signal, sys, time\n"
+               "got = []\n"
+               "for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):\n"
+               "    signal.signal(s, lambda n, f: got.append(signal.Signals(n).name))\n"
+               "print('ready', flush=True)\n"
+               "while 'SIGINT' not in got:\n    time.sleep(0.01)\n"
+               "print('got SIGINT', flush=True)\n"
+               f"while not os.path.exists({str(release)!r}):\n    time.sleep(0.01)\n"
+               "print('signals', ' '.join(got), flush=True)\n")
+    child = subprocess.Popen([sys.executable, "-m", "mxplugin_run.rank_agent", "--elastic", "--", sys.executable,
+                              "-c", command], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    try:
+        assert child.stdout.readline() == "ready\n", child.communicate(timeout=TIMEOUT)
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            os.kill(child.pid, sig)
+        assert child.stdout.readline() == "got SIGINT\n", child.communicate(timeout=TIMEOUT)
+        release.touch()
+        out, err = child.communicate(timeout=TIMEOUT)
+        assert out == "signals SIGINT\n" and child.returncode == 0, (out, err, child.returncode)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+
+
 def test_a_process_the_rank_left_holding_its_output_does_not_keep_the_agent(tmp_path):
     """Note [A rank's agent]: the agent holds the rank's descriptors to
     MPICH's proxy, so it must end with the rank: a process the rank started
