@@ -39,8 +39,9 @@ How the agent ends is what mpiexec must see:
   kills the other ranks' process groups when a whole host is lost; the
   rank must live to hand over). The agent also says hello to the service
   once the rank runs (Note [Hosts a world cannot start on] in
-  elastic/start_failures.py) and starts the keeper of its MPICH segments
-  (Note [Segments of a rank that ended] in elastic/segments.py).
+  elastic/start_failures.py); the rank's process starts the keeper of its
+  MPICH segments before it execs the rank's command (Note [Segments of a
+  rank that ended] in elastic/segments.py).
 
 It also answers, through the remote shell, whether a host reaches the
 elastic launcher (Note [Hosts that cannot reach the launcher] in
@@ -120,8 +121,9 @@ def _die_with_parent(parent):
         os._exit(1)
 
 
-def start_rank(argv, elastic, out_write, err_write, phase_write, closed):
-    """Forks and execs the rank; returns its pid (in the agent)."""
+def start_rank(argv, elastic, out_write, err_write, phase_write, closed, before_exec=None):
+    """Forks and execs the rank, calling `before_exec` in it first; returns
+    its pid (in the agent)."""
     agent = os.getpid()
     pid = os.fork()
     if pid:
@@ -144,6 +146,8 @@ def start_rank(argv, elastic, out_write, err_write, phase_write, closed):
         os.set_inheritable(phase_write, True)
         os.environ[phases.ENV_AGENT] = f"{phase_write}:{agent}"
         os.environ[RELAYED] = "1"
+        if before_exec is not None:
+            before_exec()
         os.execvp(argv[0], argv)
     except OSError as exc:
         os.write(2, f"cannot run {argv[0]}: {exc}\n".encode())
@@ -220,12 +224,10 @@ def run(argv, prefix, elastic, timestamp=False, output_dir=None):
     facts_read, facts_write = os.pipe()  # the agent tells the reader the rank's end
     done_read, done_write = os.pipe()    # the reader closes its end once the record is written
     pid = start_rank(argv, elastic, out_write, err_write, phase_write,
-                     [out_read, err_read, phase_read, facts_read, facts_write, done_read, done_write])
+                     [out_read, err_read, phase_read, facts_read, facts_write, done_read, done_write],
+                     # Note [Segments of a rank that ended]: watched before it can make any
+                     segments.keep_before_exec if elastic else None)
     children.append(pid)
-    if elastic:
-        # First: the rank's MPI start may create segments at once, and the
-        # agent may be killed before its next step.
-        segments.clean_up_after(pid)  # Note [Segments of a rank that ended]
     for fd in (out_write, err_write, phase_write):
         os.close(fd)
     for signum in stops:

@@ -201,6 +201,70 @@ def test_an_elastic_agent_keeps_sigterm_and_sighup_from_its_rank(tmp_path):
             child.wait()
 
 
+def keeper_of(rank):
+    """The pid of the process that holds a pidfd of `rank` (its segments' keeper), or None."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == "anon_inode:[pidfd]":
+                    with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                        if f"Pid:\t{rank}\n" in f.read():
+                            return int(pid)
+        except OSError:
+            continue
+    return None
+
+
+def scans_waited(pid):
+    """How often process `pid` has waited (its voluntary context switches):
+    the keeper waits once a scan."""
+    with open(f"/proc/{pid}/status") as f:
+        return int(next(line.split()[1] for line in f if line.startswith("voluntary_ctxt_switches")))
+
+
+def test_an_elastic_ranks_segments_are_removed_once_it_ends_though_its_agent_was_killed_first():
+    """Note [Segments of a rank that ended]: the rank's keeper is started
+    by the rank's own process before it execs, so it is there whenever the
+    agent is killed (MPICH's proxy does so when mpiexec is gone)."""
+    name = f"mpich_shm_test{os.getpid()}_agent"
+    command = ("import mmap, os, time\n"
+               f"fd = os.open('/dev/shm/{name}', os.O_CREAT | os.O_RDWR, 0o600)\n"
+               "os.ftruncate(fd, 4096)\n"
+               "kept = mmap.mmap(fd, 4096)\n"
+               "print('mapped', os.getpid(), flush=True)\n"
+               "while True:\n    time.sleep(1)\n")
+    child = subprocess.Popen([sys.executable, "-m", "mxplugin_run.rank_agent", "--elastic", "--", sys.executable,
+                              "-c", command], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True)
+    rank = None
+    try:
+        said = child.stdout.readline().split()
+        assert said[:1] == ["mapped"], (said, child.stderr.read() if child.poll() is not None else "")
+        rank = int(said[1])
+        child.kill()
+        child.wait(timeout=TIMEOUT)
+        keeper = keeper_of(rank)
+        assert keeper is not None, "no process watches the rank"
+        waits = scans_waited(keeper)
+        while scans_waited(keeper) < waits + 2:  # a whole scan since the rank mapped the segment
+            time.sleep(0.05)
+        assert os.path.exists(f"/dev/shm/{name}")  # the rank lives on, and so does its segment
+        os.kill(rank, signal.SIGKILL)
+        rank = None
+        deadline = time.monotonic() + TIMEOUT
+        while os.path.exists(f"/dev/shm/{name}"):
+            assert time.monotonic() < deadline, f"/dev/shm/{name} still there {TIMEOUT} s after the rank's end"
+            time.sleep(0.05)
+    finally:
+        if rank is not None:
+            os.kill(rank, signal.SIGKILL)
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        if os.path.exists(f"/dev/shm/{name}"):
+            os.unlink(f"/dev/shm/{name}")
+
+
 def test_a_process_the_rank_left_holding_its_output_does_not_keep_the_agent(tmp_path):
     """Note [A rank's agent]: the agent holds the rank's descriptors to
     MPICH's proxy, so it must end with the rank: a process the rank started
