@@ -25,6 +25,7 @@ if _MXNET_BUILT:
     from mxplugin.training.optimizer import DistributedOptimizer
     from mxplugin.training.trainer import DistributedTrainer
     from mxplugin.training.join import join_when_done
+    from mxplugin.training.sync_batchnorm import SyncBatchNorm, convert_sync_batchnorm
     from mxplugin.ops import (Adasum, Average, Max, Min, Product, Sum, allgather, allreduce, allreduce_, alltoall,
                               barrier, broadcast, broadcast_, grouped_allgather, grouped_allreduce,
                               grouped_allreduce_, grouped_reducescatter, reducescatter)
@@ -35,4 +36,4 @@ if _MXNET_BUILT:
                 "DistributedOptimizer", "DistributedTrainer", "Adasum", "Average", "Max", "Min", "Product", "Sum",
                 "allgather", "allreduce", "allreduce_", "alltoall", "barrier", "broadcast", "broadcast_",
                 "grouped_allgather", "grouped_allreduce", "grouped_allreduce_", "grouped_reducescatter",
-                "join", "join_when_done", "reducescatter", "elastic"]
+                "join", "join_when_done", "reducescatter", "elastic", "SyncBatchNorm", "convert_sync_batchnorm"]

@@ -124,3 +124,14 @@ def test_backward_passes_per_step_equals_one_process_on_the_combined_passes(np_)
     batch, with one reduction per K passes; local SGD, allreduce_grads()
     and grad_req='add' refused with backward_passes_per_step."""
     assert_spmd_ok("check_accumulation.py", np_)
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_sync_batchnorm_equals_batchnorm_on_the_combined_batch(np_):
+    """Note [Statistics of the combined batch]: SyncBatchNorm's outputs,
+    input and parameter gradients and running statistics over 3 steps equal
+    one process's BatchNorm on the combined batch (hybridized and not,
+    legacy and NumPy arrays, a batch of its own size on each rank), and a
+    model-zoo ResNet-18 converted by convert_sync_batchnorm trains to one
+    process's weights within that process's own float noise."""
+    assert_spmd_ok("check_sync_batchnorm.py", np_)
