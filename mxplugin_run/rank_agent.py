@@ -208,8 +208,9 @@ def run(argv, prefix, elastic, timestamp=False, output_dir=None):
             pass
 
     # Handlers first: a stop between the start and them would end the agent alone.
+    passed_on = ELASTIC_FORWARDED if elastic else FORWARDED
     for sig in FORWARDED:
-        signal.signal(sig, forward if sig in (ELASTIC_FORWARDED if elastic else FORWARDED) else signal.SIG_IGN)
+        signal.signal(sig, forward if sig in passed_on else signal.SIG_IGN)
     if elastic:
         # With -disable-auto-cleanup MPICH's launcher sends SIGUSR1 to the
         # ranks still running when one ends; its default action would end

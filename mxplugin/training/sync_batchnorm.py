@@ -54,11 +54,15 @@ def _along(v, ndim, axis):
 
 
 class _SyncBatchNorm(mx.operator.CustomOp):
+    """One call of the layer: its forward, then its backward."""
+
     def __init__(self, key, axis, eps, momentum, fix_gamma):
         super().__init__()
         self.key, self.axis, self.eps, self.momentum, self.fix_gamma = key, axis, eps, momentum, fix_gamma
 
     def forward(self, is_train, req, in_data, out_data, aux):
+        """Normalizes with the combined batch's statistics (training) or
+        the running ones."""
         x, gamma, beta = in_data
         moving_mean, moving_var = aux
         nd, axis, ndim = mx.nd, self.axis, x.ndim
@@ -80,15 +84,17 @@ class _SyncBatchNorm(mx.operator.CustomOp):
             self.assign(moving_mean, "write", moving_mean * self.momentum + mean * (1 - self.momentum))
             self.assign(moving_var, "write", moving_var * self.momentum + var * (1 - self.momentum))
         else:
-            n = nd.zeros((1,), ctx=x.context)
             mean, var = moving_mean.astype("float32"), moving_var.astype("float32")
         invstd = 1.0 / nd.sqrt(var + self.eps)
         scale = invstd if self.fix_gamma else gamma.astype("float32") * invstd
         y = (x32 - _along(mean, ndim, axis)) * _along(scale, ndim, axis) + _along(beta.astype("float32"), ndim, axis)
         self.assign(out_data[0], req[0], y.astype(x.dtype, copy=False))
-        self.saved = mean, invstd, n  # an operator's state is its call's own (its backward's)
+        if is_train:
+            self.saved = mean, invstd, n  # an operator's state is its call's own (its backward's)
 
     def backward(self, req, out_grad, in_data, out_data, in_grad, aux):
+        """The combined batch's input gradient; gamma's and beta's of this
+        rank's part."""
         x, gamma, _ = in_data
         mean, invstd, n = self.saved
         nd, axis, ndim = mx.nd, self.axis, x.ndim
@@ -102,41 +108,54 @@ class _SyncBatchNorm(mx.operator.CustomOp):
         dx = _along(g, ndim, axis) * (dy - _along(total[:channels] / n, ndim, axis)
                                       - xhat * _along(total[channels:] / n, ndim, axis))
         self.assign(in_grad[0], req[0], dx.astype(x.dtype, copy=False))
-        self.assign(in_grad[1], req[1], (sum_dy_xhat * 0 if self.fix_gamma else sum_dy_xhat).astype(gamma.dtype))
+        dgamma = nd.zeros_like(sum_dy_xhat) if self.fix_gamma else sum_dy_xhat
+        self.assign(in_grad[1], req[1], dgamma.astype(gamma.dtype))
         self.assign(in_grad[2], req[2], sum_dy.astype(gamma.dtype))
 
 
 @mx.operator.register(OP_TYPE)
 class _SyncBatchNormProp(mx.operator.CustomOpProp):
+    """The operator's signature: data, gamma and beta in, one output, the
+    running mean and variance as auxiliary states."""
+
     def __init__(self, key, axis, eps, momentum, fix_gamma):
         super().__init__(need_top_grad=True)
         self.key, self.axis, self.eps = key, int(axis), float(eps)
         self.momentum, self.fix_gamma = float(momentum), fix_gamma == "True"
 
     def list_arguments(self):
+        """The inputs."""
         return ["data", "gamma", "beta"]
 
     def list_outputs(self):
+        """The one output."""
         return ["output"]
 
     def list_auxiliary_states(self):
+        """The running statistics, updated in training."""
         return ["moving_mean", "moving_var"]
 
     def infer_shape(self, in_shape):
+        """Per-channel vectors for gamma, beta and the running statistics."""
         channels = in_shape[0][self.axis]
         vector = [channels]
         return [in_shape[0], vector, vector], [in_shape[0]], [vector, vector]
 
     def infer_type(self, in_type):
+        """The output has the input's type; the statistics gamma's."""
         return in_type, [in_type[0]], [in_type[1], in_type[1]]
 
     def create_operator(self, ctx, shapes, dtypes):
+        """The operator of one call."""
         return _SyncBatchNorm(self.key, self.axis, self.eps, self.momentum, self.fix_gamma)
 
 
 class SyncBatchNorm(LegacyForward, HybridBlock):
     """gluon.nn.BatchNorm with its statistics over the combined batch of the
-    ranks of `process_set` (Note [Statistics of the combined batch]).
+    ranks of `process_set`: in training every rank normalizes with the mean
+    and variance of all the ranks' images (batches may differ in size), and
+    the input gradient is that of the combined batch's loss. Inference uses
+    the running statistics, with no communication.
 
     Parameters
     ----------
@@ -170,11 +189,14 @@ class SyncBatchNorm(LegacyForward, HybridBlock):
                                            differentiable=False)
 
     def cast(self, dtype):
+        """Casts the layer; float16 keeps float32 parameters, as BatchNorm does."""
         if mx.base.dtype_np_to_mx(dtype) == mx.base.dtype_np_to_mx("float16"):
             dtype = "float32"  # as BatchNorm: its parameters stay float32
         super().cast(dtype)
 
     def hybrid_forward(self, F, x, gamma, beta, running_mean, running_var):
+        """BatchNorm on the combined batch's statistics in training, on the
+        running ones otherwise."""
         if self._kwargs["use_global_stats"]:
             return F.BatchNorm(x, gamma, beta, running_mean, running_var, name="fwd", axis=self._axis,
                                eps=self._kwargs["eps"], momentum=self._kwargs["momentum"],
@@ -208,11 +230,9 @@ def convert_sync_batchnorm(net, process_set=global_process_set):
 
 
 def _replacement(bn, process_set):
+    """A SyncBatchNorm with BatchNorm `bn`'s settings and Parameters."""
     kw = bn._kwargs
     sync = SyncBatchNorm(axis=kw["axis"], momentum=kw["momentum"], epsilon=kw["eps"], scale=not kw["fix_gamma"],
                          use_global_stats=kw["use_global_stats"], in_channels=getattr(bn, "in_channels", 0),
                          process_set=process_set, prefix=bn.prefix, params=bn.params)
-    sync._key = bn.prefix.rstrip("_") or sync._key
-    _PROCESS_SETS[sync._key] = process_set
-    assert all(getattr(sync, n) is getattr(bn, n) for n in ("gamma", "beta", "running_mean", "running_var"))
-    return sync
+    return sync  # bn's prefix and ParameterDict: bn's very Parameters

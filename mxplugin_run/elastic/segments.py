@@ -8,8 +8,8 @@ MPI_Finalize. An elastic rank never gets there when its world ends (it
 leaves with os._exit: a peer is gone, Note [Worlds] in runner.py) or when it
 is killed, so left alone every reset would leave one segment per rank
 behind, until /dev/shm fills. So the rank's process starts a keeper
-beside it before it execs the rank's command (keep_before_exec), which notes the segments the rank maps while it
-runs and removes those still there once it has ended, however it ended
+beside it before it execs the rank's command (keep_before_exec), which
+notes the segments the rank maps while it runs and removes those still there once it has ended, however it ended
 (left, killed, crashed, or stuck in MPI's start until mpiexec was
 abandoned): no rank of a later world attaches to them (a world's names are
 its own), and a peer of the same world that still maps one keeps its memory.
