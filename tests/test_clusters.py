@@ -151,13 +151,25 @@ needs_mpi4py = pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None,
 
 @needs_mpi4py
 @pytest.mark.parametrize("first", ["mpi4py", "mxplugin"])
-@pytest.mark.parametrize("finalize", ["default", "off"])
+@pytest.mark.parametrize("finalize", ["default", "off", "neither"])
 def test_mpi4py_beside_mxplugin_exits_0_every_time(first, finalize):
     """Whoever initialised MPI finalises it; either import order, with and
-    without mpi4py.rc.finalize = False, init() and init(comm=MPI.COMM_WORLD):
+    without mpi4py.rc.finalize = False (and rc.initialize = False, as
+    Sockeye's --horovod sets), init() and init(comm=MPI.COMM_WORLD):
     every run of 2 ranks passes and exits 0."""
     for run in range(REPEATS):
         how = "comm" if run % 2 else "plain"
         rc, out, err = run_spmd("check_mpi4py.py", 2, [first, finalize, how], timeout=HANG_S)
         report = f"run {run} ({how}): exit {rc}\n--- stdout\n{out}\n--- stderr\n{err[-3000:]}"
         assert rc == 0 and sorted(re.findall(r"PASS (\d)", out)) == ["0", "1"], report
+
+
+@needs_mpi4py
+@pytest.mark.parametrize("first", ["mpi4py", "mxplugin"])
+@pytest.mark.parametrize("finalize", ["default", "neither"])
+def test_mpi4py_goes_on_after_mxplugin_shut_down(first, finalize):
+    """MPI outlives mxplugin's shutdown(), whoever started it: the program's
+    mpi4py collectives after it still run, and every rank exits 0."""
+    rc, out, err = run_spmd("check_mpi4py.py", 2, [first, finalize, "shutdown"], timeout=HANG_S)
+    report = f"exit {rc}\n--- stdout\n{out}\n--- stderr\n{err[-3000:]}"
+    assert rc == 0 and sorted(re.findall(r"PASS (\d)", out)) == ["0", "1"], report

@@ -139,10 +139,10 @@ void Core::Loop() {
     life_ = Life::kStopped;
   }
   FailEverything(stop_status_);
-  // The world skips its collective shutdown (MPI_Finalize) only when it may
-  // be unusable (a lost peer, an exception from the loop); a stop asked for
-  // by shutdown() or a GPU failure leaves it healthy on every rank, so all
-  // ranks finalise.
+  // The world is marked broken (no MPI call as it ends, no MPI_Finalize at
+  // the process's exit) only when it may be unusable (a lost peer, an
+  // exception from the loop); a stop asked for by shutdown() or a GPU failure
+  // leaves it healthy on every rank, so all ranks finalise.
   const bool broken = lost_peers_ || !failure.ok();
   // GPU work finishes its requests from another thread, through Finish(),
   // which takes the lock: wait for it, and destroy the sets, without it.

@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <new>
 #include <string>
 
@@ -50,6 +52,28 @@ void FreeOps(MPI_Op* ops) {
   }
 }
 
+// Note [MPI ends with the process]: MPI starts and ends once per process,
+// and the process may hold other users of it (mpi4py beside mxplugin, as
+// Sockeye's --horovod has) that go on calling MPI after this world is gone:
+// every rank's core stops when any rank shuts down, a peer that finished
+// first included, while this rank's program is still at work. So a world
+// that initialised MPI does not finalise it as it ends: MPI_Finalize runs
+// once, from a C exit handler, after the interpreter has finalised and
+// every other user with it; unless a world of the process found MPI broken
+// (a peer failed), where finalising could wait forever, or a world is still
+// alive (exit() called under a running core, as MXNet's crash handler does),
+// whose thread may be inside MPI.
+enum class OwnedMpi { kNotOwned, kOwned, kBroken };
+std::atomic<OwnedMpi> g_owned_mpi{OwnedMpi::kNotOwned};
+std::atomic<int> g_worlds_alive{0};
+
+void FinalizeOwnedMpiAtExit() {
+  if (g_owned_mpi.load() != OwnedMpi::kOwned || g_worlds_alive.load() != 0) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) MPI_Finalize();
+}
+
 }  // namespace
 
 MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_seconds, int world_crash_exit_code)
@@ -71,7 +95,8 @@ MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_
     if (MPI_Init_thread(nullptr, nullptr, wanted, &provided) != MPI_SUCCESS) {
       throw Error(Status::Internal("MPI_Init_thread failed"));
     }
-    owns_mpi_ = true;
+    g_owned_mpi.store(OwnedMpi::kOwned);
+    std::atexit(FinalizeOwnedMpiAtExit);  // Note [MPI ends with the process]
   } else {
     CheckSetup(MPI_Query_thread(&provided), "MPI_Query_thread");
     if (provided < MPI_THREAD_MULTIPLE) {
@@ -80,6 +105,7 @@ MpiWorld::MpiWorld(bool thread_multiple, bool hierarchical, double peer_timeout_
           "MPI from its own thread, so initialise MPI with MPI_THREAD_MULTIPLE, or let mxplugin initialise it"));
     }
   }
+  ++g_worlds_alive;
   CheckSetup(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   static const char kCrashLine[] =
       "mxplugin: elastic: MPI crashed under this rank's core thread (where its MPI calls run), most likely as a "
@@ -149,15 +175,18 @@ ReachabilityProbe MpiWorld::reachability() const {
 
 MpiWorld::~MpiWorld() {
   control_.reset();
-  if (skip_finalize_) return;
-  if (half_ops_) {
+  if (!broken_ && half_ops_) {
     FreeOps(half_ops_->float16);
     FreeOps(half_ops_->bfloat16);
     MPI_Type_free(&half_ops_->half_type);
   }
-  int finalized = 0;
-  MPI_Finalized(&finalized);
-  if (owns_mpi_ && !finalized) MPI_Finalize();
+  --g_worlds_alive;
+}
+
+void MpiWorld::MarkBroken() {
+  broken_ = true;
+  OwnedMpi owned = OwnedMpi::kOwned;
+  g_owned_mpi.compare_exchange_strong(owned, OwnedMpi::kBroken);
 }
 
 Status MpiWorld::CreateGroup(const std::vector<int>& members, Group* out) {

@@ -1,7 +1,9 @@
-// The default World: MPI_COMM_WORLD. Owns MPI for the process (MPI_Init and
-// MPI_Finalize, the user-defined reduction ops for half types) and finds the
-// topology (local ranks share a host). Must be created, used and destroyed on
-// the one thread that owns MPI (the core's background thread).
+// The default World: MPI_COMM_WORLD. Starts MPI for the process unless the
+// program did (MPI_Init; MPI_Finalize at the process's exit, Note [MPI ends
+// with the process] in mpi_world.cc), owns the user-defined reduction ops for
+// half types and finds the topology (local ranks share a host). Must be
+// created, used and destroyed on the one thread that owns MPI (the core's
+// background thread).
 #pragma once
 
 #include <memory>
@@ -37,8 +39,9 @@ class MpiWorld : public World {
   // MPI_Comm_split of MPI_COMM_WORLD; the data plane is hierarchical when
   // enabled and every host runs the same number (> 1) of the members.
   Status CreateGroup(const std::vector<int>& members, Group* out) override;
-  // After a peer failure MPI may be unusable: skip the collective finalize.
-  void MarkBroken() override { skip_finalize_ = true; }
+  // After a peer failure MPI may be unusable: no MPI call as this world
+  // ends, and no MPI_Finalize at the process's exit.
+  void MarkBroken() override;
   ReachabilityProbe reachability() const override;
   std::string host() const override { return probe_->host(); }
   std::shared_ptr<Doorbell> doorbell() const override { return doorbell_; }
@@ -53,11 +56,10 @@ class MpiWorld : public World {
   // The host's doorbell over `local` (this host's ranks); collective over the world.
   void MakeDoorbell(MPI_Comm local);
 
-  bool owns_mpi_ = false;
   const bool hierarchical_;
   const double peer_timeout_seconds_;
   int groups_made_ = 0;
-  bool skip_finalize_ = false;
+  bool broken_ = false;
   Topology topology_;
   std::shared_ptr<MpiHalfOps> half_ops_;
   std::unique_ptr<MpiControlPlane> control_;
@@ -65,8 +67,8 @@ class MpiWorld : public World {
   std::shared_ptr<Doorbell> doorbell_;  // null if some host could not make one
   // Shared with every plane made here (Note [Leaving a broken world]).
   const std::shared_ptr<Leaving> leaving_ = std::make_shared<Leaving>();
-  // Armed once MPI has started, on this (the core's) thread, until after
-  // MPI_Finalize (Note [Crashes under a running world]).
+  // Armed once MPI has started, on this (the core's) thread, until the
+  // world ends (Note [Crashes under a running world]).
   std::unique_ptr<ThreadCrashExit> crash_exit_;
 };
 
