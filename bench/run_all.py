@@ -18,6 +18,7 @@ import sys
 from harness import HERE, REPO, arguments, read_result, write_result
 from jobs import check, mpi_command
 from plots import pyplot, save
+from headline import allreduce_ratios, best_plain, single_2threads, write_pages as write_headlines
 
 # tests/, on the path through harness
 from mpi_harness import rank_env
@@ -27,6 +28,8 @@ from gluonts_report import gluonts_section, gluonts_target
 from report_gpu import gpu_section
 from latency import report_section as latency_section
 from tp_small import report_section as tp_small_section
+from sync_batchnorm import report_section as sync_batchnorm_section
+from sockeye_exits import report_section as sockeye_exits_section
 from sparse_rows import report_section as sparse_rows_section
 from autotune import report_section as autotune_section
 from module_horovod import report_section as module_horovod_section
@@ -97,6 +100,11 @@ def run_all():
     run(1, [os.path.join(HERE, "tensor_parallel.py")])  # starts its own 1- and 2-rank runs
     run(1, [os.path.join(HERE, "latency.py")])  # starts its own jobs and the plain MPI program
     run(1, [os.path.join(HERE, "tp_small.py")])  # starts its own jobs
+    run(1, [os.path.join(HERE, "sync_batchnorm.py")])  # starts its own 2-rank jobs
+    if importlib.util.find_spec("sockeye") is not None:  # installed by hand: bench/sockeye_exits.py --help
+        run(1, [os.path.join(HERE, "sockeye_exits.py")])
+    else:
+        print("sockeye is not importable: bench/results/sockeye_exits.json is left as it is", flush=True)
     run(1, [os.path.join(HERE, "sparse_rows.py")])  # starts its own 2- and 3-rank jobs
     run(1, [os.path.join(HERE, "autotune.py")])  # starts its own jobs (and fake hosts, where it can)
     run(1, [os.path.join(HERE, "steadiness.py")])  # starts its own jobs, spread over minutes
@@ -141,34 +149,7 @@ REQUIRED = ("allreduce.json", "mpi_plain_before.json", "mpi_plain_after.json", "
             "fused_kernels.json", "step_breakdown_1ranks.json", "step_breakdown_2ranks.json",
             "trainer_scaling.json", "trainer_single_2threads_before.json", "trainer_single_2threads_after.json",
             "example.json", "tensor_parallel.json", "gluonts_deepar.json", "latency.json",
-            "tp_small.json", "sparse_rows.json")
-
-
-def best_plain():
-    """{bytes: median seconds} of the standalone MPI program: the better of
-    the runs before and after the library's benchmark, size by size."""
-    best = {}
-    for tag in ("before", "after"):
-        result = read_result(f"mpi_plain_{tag}.json")
-        for row in (result or {}).get("sizes", []):
-            b = row["bytes"]
-            best[b] = min(best.get(b, float("inf")), row["median_s"])
-    return best
-
-
-def allreduce_ratios(ar, plain):
-    """The gradient set's medians against the standalone reference."""
-    g = ar["gradient_set"]
-    ref = plain[g["bytes"]]
-    m = g["median_s"]
-    return {"reference_s": ref, "grouped": m["grouped_allreduce_"] / ref,
-            "per_tensor": m["per_tensor_allreduce_"] / ref}
-
-
-def single_2threads():
-    runs = [read_result(f"trainer_single_2threads_{tag}.json") for tag in ("before", "after")]
-    runs = [r for r in runs if r]
-    return max(runs, key=lambda r: r["median_images_per_s"]) if runs else None
+            "tp_small.json", "sparse_rows.json", "sync_batchnorm.json")
 
 
 def plots(allreduce, breakdown, plain):
@@ -230,9 +211,22 @@ def _targets(ar, upd, sc, plain, single2, gluonts=None, more=()):
     rows += more
     if not rows:
         return []
-    out = ["## Targets", "", "| measure | target | measured |", "|---|---|---|"]
-    out += [f"| {a} | {b} | {c} |" for a, b, c in rows]
+    out = ["## Targets", "", "| measure | target | measured | met |", "|---|---|---|---|"]
+    out += [f"| {a} | {b} | {c} | {target_met(b, c)} |" for a, b, c in rows]
     return out + [""]
+
+
+def target_met(target, measured):
+    """"yes", "**missed**" or "not measured", for a target written as an
+    operator and a number ("<= 1.15", "> 1.0")."""
+    try:
+        value = float(measured)
+    except ValueError:
+        return "not measured"
+    op, _, bound = target.partition(" ")
+    met = {"<=": value <= float(bound), ">=": value >= float(bound), "<": value < float(bound),
+           ">": value > float(bound)}[op]
+    return "yes" if met else "**missed**"
 
 
 def report():
@@ -355,6 +349,8 @@ def report():
                   f"**{ex['vs_one_process_all_cores']:.3f}**.", ""]
     lines += latency_section(read_result("latency.json"))
     lines += tp_small_section(read_result("tp_small.json"))
+    lines += sync_batchnorm_section(read_result("sync_batchnorm.json"))
+    lines += sockeye_exits_section(read_result("sockeye_exits.json"))
     lines += sparse_rows_section(read_result("sparse_rows.json"))
     lines += autotune_section(read_result("autotune.json"))
     lines += steadiness_section(read_result("steadiness.json"))
@@ -383,6 +379,7 @@ def report():
     with open(os.path.join(DOCS, "benchmarks.md"), "w") as f:
         f.write("\n".join(lines))
     print("wrote docs/benchmarks.md")
+    write_headlines()
 
 
 def main():

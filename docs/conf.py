@@ -27,6 +27,8 @@ root_doc = "index"
 exclude_patterns = ["_build", "_ext", "Thumbs.db", ".DS_Store"]
 myst_enable_extensions = ["colon_fence"]
 myst_heading_anchors = 3
+# Options are typed as written: no "--" turned into an en dash.
+smartquotes = False
 
 html_theme = "furo"
 html_title = "mxplugin"
@@ -35,3 +37,6 @@ html_static_path = []
 autodoc_default_options = {"members": True, "undoc-members": True, "show-inheritance": True}
 autodoc_member_order = "bysource"
 autodoc_typehints = "none"
+# Defaults as the source writes them (Compression.none, global_process_set),
+# not their repr.
+autodoc_preserve_defaults = True

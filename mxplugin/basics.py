@@ -6,6 +6,7 @@ import sys
 import threading
 
 from mxplugin import horovod_variables, lone_rank
+from mxplugin.docstrings import documented
 from mxplugin.errors import ArgumentError, NotInitializedError
 from mxplugin_run import phases
 from mxplugin_run.protocol import ENV_DRIVER, LOST_PEERS_MARKER, RELAYED
@@ -93,13 +94,11 @@ global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 
 
+@documented("comm", "process_sets", horovod="``hvd.init``, same arguments.",
+           example=[">>> import mxplugin as hvd", ">>> hvd.init()", ">>> 0 <= hvd.rank() < hvd.size()", "True"])
 def init(comm=None, process_sets=None):
-    """Starts mxplugin on this process. Call once per process, on every rank.
-
-    comm: None (all ranks launched by mpiexec/mxplugin-run), the list of all
-        ranks, or an mpi4py communicator of all of them (MPI.COMM_WORLD or a
-        duplicate), as horovod.mxnet takes. process_sets: ProcessSet objects
-        to register now, or "dynamic"."""
+    """Starts mxplugin on this process: call it once, on every rank, before
+    any collective (again: nothing happens; after shutdown(): refused)."""
     with _state.lock:
         if _state.core is not None:
             return

@@ -12,6 +12,7 @@ import numpy as np
 from mxplugin import array_kinds, basics, calls, exchange, host_allgather
 from mxplugin.dtypes import BFLOAT16, describe as _describe  # noqa: F401  (BFLOAT16: others' import of it)
 from mxplugin.basics import global_process_set
+from mxplugin.docstrings import documented
 from mxplugin.errors import ArgumentError
 
 # Reduce ops, with horovod.mxnet's values.
@@ -86,10 +87,14 @@ def _check_empty_call(process_set, priority, op=None, prescale_factor=1.0, posts
         raise calls.nothing_submitted(e)
 
 
+@documented("tensor", "average", "name", "priority", "prescale_factor", "postscale_factor", "process_set", "op",
+           returns=("NDArray or mxnet.numpy.ndarray", "A new array of the input's kind, shape and type."),
+           horovod="``hvd.allreduce``, same signature and defaults.",
+           example=[">>> import mxnet as mx, mxplugin as hvd", ">>> hvd.init()", ">>> total = hvd.allreduce(mx.nd.ones(3) * (hvd.rank() + 1), op=hvd.Sum)", ">>> total.asnumpy().tolist() == [hvd.size() * (hvd.size() + 1) / 2] * 3", "True"])
 def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0, postscale_factor=1.0,
               process_set=global_process_set, op=None):
-    """Returns a new NDArray with `op` (default Average) of `tensor` over the
-    ranks of `process_set`. prescale/postscale multiply before/after the reduction."""
+    """Reduces `tensor` over the ranks of `process_set` (by default the
+    average) into a new array; asynchronous: reading the result waits."""
     def body(base):
         reduce = _resolve_op(average, op)
         calls.check_array(tensor)
@@ -100,9 +105,11 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0, 
     return calls.submit("allreduce", name, process_set, body)
 
 
+@documented("tensor", "average", "name", "priority", "prescale_factor", "postscale_factor", "process_set", "op", returns=("NDArray or mxnet.numpy.ndarray", "``tensor``, holding the result."),
+           horovod="``hvd.allreduce_``.")
 def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set, op=None):
-    """In-place allreduce; returns `tensor`."""
+    """Reduces `tensor` over the ranks in place (see allreduce)."""
     def body(base):
         reduce = _resolve_op(average, op)
         calls.check_array(tensor)
@@ -113,9 +120,12 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     return calls.submit("allreduce", name, process_set, body)
 
 
+@documented("tensors", "average", "name", "priority", "prescale_factor", "postscale_factor", "process_set", "op", returns=("list", "New arrays, one per input, in order."),
+           horovod="``hvd.grouped_allreduce``.")
 def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=global_process_set, op=None):
-    """allreduce of a list of tensors as one group (negotiated and fused together)."""
+    """Reduces a list of arrays as one group, negotiated and fused
+    together, into new arrays (see allreduce)."""
     def body(base):
         reduce = _resolve_op(average, op)
         arrays = calls.group_list(tensors)
@@ -129,9 +139,11 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
     return calls.submit("allreduce", name, process_set, body)
 
 
+@documented("tensors", "average", "name", "priority", "prescale_factor", "postscale_factor", "process_set", "op", returns=("list", "``tensors``, holding the results."),
+           horovod="``hvd.grouped_allreduce_``.")
 def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set, op=None):
-    """In-place grouped allreduce; returns `tensors`."""
+    """Reduces a list of arrays as one group, in place (see allreduce)."""
     def body(base):
         reduce = _resolve_op(average, op)
         arrays = calls.group_list(tensors)
@@ -176,6 +188,10 @@ def _allgather_output(tensor, name, process_set, group, index=None):
     return output, calls.record(name, m.OP_ALLGATHER, tensor, output, dtype, device, shape, out_shape=out_shape)
 
 
+@documented("tensor", "name", "priority", "process_set",
+           returns=("NDArray or mxnet.numpy.ndarray", "The ranks' arrays concatenated along the first axis, in "
+                    "rank order (first dimensions may differ between ranks)."),
+           horovod="``hvd.allgather``.")
 def allgather(tensor, name=None, priority=0, process_set=global_process_set):
     """Concatenates every rank's `tensor` along the first dimension (which may
     differ per rank; the other dimensions must agree)."""
@@ -234,6 +250,9 @@ def _broadcast_entry(tensor, output, root_rank, base):
     return calls.record(base, m.OP_BROADCAST, tensor, output, dtype, device, shape, root_rank=int(root_rank))
 
 
+@documented("tensor", "root_rank", "name", "priority", "process_set",
+           returns=("NDArray or mxnet.numpy.ndarray", "A new array holding ``root_rank``'s."),
+           horovod="``hvd.broadcast``.")
 def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
     """Returns a new NDArray holding root_rank's `tensor` (root_rank is a global rank)."""
     def body(base):
@@ -246,6 +265,9 @@ def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_proce
     return calls.submit("broadcast", name, process_set, body)
 
 
+@documented("tensor", "root_rank", "name", "priority", "process_set",
+           returns=("NDArray or mxnet.numpy.ndarray", "``tensor``, holding ``root_rank``'s."),
+           horovod="``hvd.broadcast_``.")
 def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
     """In-place broadcast from root_rank; returns `tensor`."""
     def body(base):

@@ -95,3 +95,24 @@ def test_quiet_only_and_load_span():
 
 if __name__ == "__main__" and sys.argv[1:] == ["--print-result"]:
     jobs.print_result({"from": "child"})  # the job test_a_job_hands_its_result_to_the_driver starts
+
+
+def test_the_readme_and_the_landing_page_show_the_headline_figures_the_results_give():
+    """Their tables are what bench/headline.py renders from bench/results/:
+    a figure changed by hand, or results re-measured without re-rendering
+    (python bench/headline.py), fails here."""
+    import headline
+
+    expected = headline.table()
+    assert len(expected) > 6, expected  # a row per result file: they are committed
+    for page in headline.PAGES:
+        with open(page) as f:
+            assert headline.rendered_in(f.read()) == expected, f"{page}: run python bench/headline.py"
+
+
+def test_a_target_is_marked_met_or_missed_by_its_operator():
+    import run_all
+
+    assert [run_all.target_met(t, m) for t, m in (("<= 1.15", "0.672"), (">= 0.97", "0.953"), ("> 1.0", "1.0"),
+                                                   ("<= 0.1", "n/a"))] == ["yes", "**missed**", "**missed**",
+                                                                           "not measured"]

@@ -45,36 +45,67 @@ def undocumented():
     return missing
 
 
+_PUBLIC_CLASSES = set()
+
+
 def _check_docstrings(app):
+    for package in PUBLIC_PACKAGES:
+        _PUBLIC_CLASSES.update(f"{obj.__module__}.{obj.__name__}" for _, obj in public_names(package)
+                               if inspect.isclass(obj))
     for qualified in undocumented():
         _log.warning(f"public name without a docstring: {qualified}")
 
 
+def option_synopsis(action):
+    """How a user writes the option: its names and its arguments'
+    placeholders (a tuple metavar as its words, `--blacklist-cooldown-range
+    MIN MAX`)."""
+    names = ", ".join(action.option_strings) or action.dest
+    if action.nargs == 0 or not (action.metavar or action.option_strings):
+        return names
+    metavar = action.metavar or action.dest.upper()
+    words = " ".join(metavar) if isinstance(metavar, tuple) else metavar
+    return f"{names} {words}"
+
+
 class LauncherOptions(Directive):
-    """A table of `mxplugin-run`'s options, from the parser the launcher uses."""
+    """`mxplugin-run`'s options, grouped as its --help groups them, from the
+    parser the launcher uses; each option's synopsis as a literal."""
 
     def run(self):
         from mxplugin_run.run import build_parser
 
         parser = build_parser()
-        table = nodes.definition_list()
-        for action in parser._actions:
-            if action.help == argparse.SUPPRESS or isinstance(action, argparse._HelpAction):
+        sections = []
+        for group in parser._action_groups:
+            actions = [a for a in group._group_actions
+                       if a.help != argparse.SUPPRESS and not isinstance(a, argparse._HelpAction)]
+            if not actions:
                 continue
-            names = ", ".join(action.option_strings) or action.dest
-            if action.metavar or (action.nargs != 0 and action.option_strings):
-                names += f" {action.metavar or action.dest.upper()}"
-            item = nodes.definition_list_item()
-            item += nodes.term(text=names)
-            body = nodes.definition()
-            text = (action.help or "") % {"default": action.default, "prog": parser.prog}
-            body += nodes.paragraph(text=text)
-            item += body
-            table += item
-        return [table]
+            table = nodes.definition_list()
+            for action in actions:
+                item = nodes.definition_list_item()
+                term = nodes.term()
+                term += nodes.literal(text=option_synopsis(action))
+                item += term
+                body = nodes.definition()
+                body += nodes.paragraph(text=(action.help or "") % {"default": action.default, "prog": parser.prog})
+                item += body
+                table += item
+            title = nodes.rubric(text=group.title[:1].upper() + group.title[1:])
+            sections += [title, table]
+        return sections
+
+
+def _public_bases(app, name, obj, options, bases):
+    """A class's bases as users see them: mxplugin's internal mixins
+    (BucketUpdates, TrainerStates, ...) left out."""
+    bases[:] = [b for b in bases if not (b.__module__.startswith("mxplugin") and
+                                         f"{b.__module__}.{b.__name__}" not in _PUBLIC_CLASSES)] or [object]
 
 
 def setup(app):
     app.connect("builder-inited", _check_docstrings)
+    app.connect("autodoc-process-bases", _public_bases)
     app.add_directive("mxplugin-run-options", LauncherOptions)
     return {"parallel_read_safe": True, "version": "1"}

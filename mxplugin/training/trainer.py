@@ -2,7 +2,8 @@
 in contiguous buckets and whose same-type parameter groups are updated by one
 fused call each (see buckets.py). Here: its options, layout, reduction and
 steps; the updates are in trainer_update.py, the optimizer states and their
-checkpoints in trainer_states.py."""
+checkpoints in trainer_states.py, the parameters outside the buckets in
+trainer_excluded.py."""
 import itertools
 import logging
 import warnings
@@ -11,83 +12,118 @@ from collections import OrderedDict
 import mxnet as mx
 
 from mxplugin import basics
+from mxplugin.basics import global_process_set
 from mxplugin.calls import push_batch
 from mxplugin.errors import ArgumentError, MismatchError
 from mxplugin.functions import allgather_object, parameter_difference
 from mxplugin.ops import Average, Sum, allreduce_, grouped_allreduce_by_context_
 from mxplugin.training import accumulation
 from mxplugin.training import autotune as autotune_module
-from mxplugin.training import native_update, sharding, sparse_rows
+from mxplugin.training import native_update, sharding
 from mxplugin.training.buckets import Layout
 from mxplugin.training.compression import Compression, PowerSGD
 from mxplugin.training.optimizer import DistributedOptimizer
 from mxplugin.training.powersgd import PowerSGDReducer
 from mxplugin.training.trainer_states import TrainerStates, bucket_state_arrays
+from mxplugin.training.trainer_excluded import ExcludedReductions
 from mxplugin.training.trainer_update import BucketUpdates
 
 _trainer_ids = itertools.count()
 _log = logging.getLogger(__name__)
 
 
-class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
-    """Drop-in for gluon.Trainer with horovod.mxnet's signature.
+class DistributedTrainer(BucketUpdates, TrainerStates, ExcludedReductions, mx.gluon.Trainer):
+    """A ``gluon.Trainer`` whose gradients are summed over the ranks before
+    each update, so that N ranks make the update one process makes on their
+    combined batch. Horovod: ``horovod.mxnet.DistributedTrainer``, same
+    signature; the options after ``process_set`` are mxplugin's own.
 
-    Extra keyword options (defaults are the fastest safe choice):
-      bucket_bytes: size of a gradient bucket (25 MB). Each bucket is one
-        in-place allreduce; buckets of the last layers are reduced first.
-      fused_update: update each bucket with one optimizer call on its flat
-        buffers when the optimizer is element-wise (True).
-      mesh: a parallel.ProcessMesh; gradients (model-parallel shards
-        included) are then averaged over its data-parallel group only.
-      shard_optimizer_states: each rank keeps the optimizer states (and
-        multi-precision master weights) of 1/N of every bucket: gradients
-        are reduce-scattered, each rank updates its slice, the weights are
-        allgathered (Note [Sharded optimizer states] in sharding.py). For
-        the element-wise optimizers and lamb (sharding.SHARDABLE_OPTIMIZERS); others
-        are refused here, as are compression and local SGD (False).
-      compression: Compression.none, fp16 or bf16 (each bucket is sent in
-        that dtype), or Compression.powersgd(rank=...) (matrices are sent
-        as low-rank factors with error feedback, powersgd.py; not with
-        local SGD or sharded states).
-      local_sgd_steps K, local_sgd_warmup_steps W: after W ordinary steps,
-        each rank updates on its own gradients and every K steps the
-        parameters (and, with local_sgd_average_states, the optimizer
-        states) are averaged in one fused reduction of the flat buffers.
-      sparse_as_dense: row_sparse gradients (nn.Embedding(...,
-        sparse_grad=True)) are allreduced densified and the optimizer makes
-        its dense update (Horovod's name). Without it (False) they travel as
-        the rows each rank touched, are summed, and the optimizer makes its
-        own sparse (lazy) update on the union of rows, as one process on the
-        combined batch does (Note [Sparse gradients travel as rows] in
-        sparse_rows.py).
-      autotune: measure the first steps under several bucket_bytes and keep
-        the fastest (Note [Autotune] in autotune.py); None (default): as
-        MXPLUGIN_AUTOTUNE says (off unless it is 1).
-      backward_passes_per_step K (Horovod's name): call step() after every
-        backward pass, as usual; the gradients of K passes add up locally
-        and are reduced once, at every K-th step(), which updates as one
-        process on the combined batch of the K passes (1: every pass; Note
-        [Accumulated passes] in accumulation.py). Not with local SGD,
-        grad_req='add' or row_sparse gradients.
+    Parameters
+    ----------
+    params : ParameterDict, dict or list of Parameter
+        The parameters to train, as for ``gluon.Trainer``; every rank must
+        pass the same ones (a difference is named at the first step).
+    optimizer : str or mxnet.optimizer.Optimizer
+        The optimizer, by name (``"sgd"``) or as an instance. A
+        ``DistributedOptimizer`` is unwrapped, with a warning.
+    optimizer_params : dict, optional
+        Keyword arguments of the optimizer, when it is given by name.
+    compression : Compression, default ``Compression.none``
+        How each gradient bucket travels: ``Compression.fp16`` or ``bf16``
+        (sent in that type), or ``Compression.powersgd(rank=...)`` (low-rank
+        factors with error feedback; not with local SGD or sharded states).
+    gradient_predivide_factor : float, default 1.0
+        Gradients are scaled by ``1/f`` before the sum and by ``f/size``
+        after it, the latter folded into the optimizer's ``rescale_grad``.
+    prefix : str, optional
+        Prefix of the trainer's collective names; by default one per trainer
+        in creation order (create several trainers in the same order on
+        every rank).
+    num_groups : int, default 0
+        Cuts the gradients into this many buckets instead of by size
+        (Horovod's option); 0 buckets by ``bucket_bytes``.
+    process_set : ProcessSet, default ``global_process_set``
+        The ranks whose gradients are summed. Use ``mesh`` instead for
+        tensor and data parallelism together.
+    bucket_bytes : int, default 25 MiB
+        Size of a gradient bucket; each bucket is one in-place allreduce,
+        the last layers' first, while backward still runs.
+    fused_update : bool, default True
+        Updates each bucket with one optimizer call over its flat buffers
+        when the optimizer is element-wise.
+    mesh : parallel.ProcessMesh, optional
+        Averages the gradients (shards of partitioned layers included) over
+        the mesh's data-parallel group; replaces ``process_set``.
+    local_sgd_steps : int, default 0
+        With K > 0, each rank updates on its own gradients and the
+        parameters are averaged every K steps.
+    local_sgd_warmup_steps : int, default 0
+        Ordinary steps before local SGD starts.
+    local_sgd_average_states : bool, default False
+        Averages the optimizer states with the parameters in local SGD.
+    shard_optimizer_states : bool, default False
+        Each rank keeps the optimizer states of 1/N of every bucket (ZeRO-1):
+        gradients are reduce-scattered, each rank updates its slice, the
+        weights are allgathered. Element-wise optimizers and LAMB; not with
+        compression or local SGD.
+    autotune : bool, optional
+        Measures the first steps under several bucket sizes and keeps the
+        fastest; by default as ``MXPLUGIN_AUTOTUNE`` says (off).
+    sparse_as_dense : bool, default False
+        Reduces ``row_sparse`` gradients densified, for a dense update
+        (Horovod's option); by default they travel as the rows each rank
+        touched and the optimizer makes its lazy update on their union.
+    backward_passes_per_step : int, default 1
+        Call ``step()`` after every backward pass: the gradients of K passes
+        add up locally and are summed over the ranks once, at every K-th
+        ``step()``, which updates as one process on the K passes' combined
+        batch. Not with local SGD, ``grad_req='add'`` or ``row_sparse``
+        gradients.
 
-    gradient_predivide_factor f: gradients are scaled by 1/f before the sum
-    and by f/size after it; the latter is folded into the optimizer's
-    rescale_grad (free), in step() and in the update() that follows
-    allreduce_grads().
+    Raises
+    ------
+    ArgumentError
+        For options that do not combine (each named in the message).
+    MismatchError
+        At the first step, on every rank, when ranks' parameters differ.
 
-    Note [Reduced gradients are sums]: after allreduce_grads() the
-    gradients hold what one process on the combined batch would hold: the
-    sum over the process set's ranks (divided by f), as a multi-device
-    gluon.Trainer's allreduce_grads() and Horovod's CPU build leave them.
-    So code between allreduce_grads() and update() (clip_global_norm at a
-    single-process threshold, a gradient-norm log) sees one process's
-    numbers; update(batch_size), with the per-rank batch size as in step(),
-    applies f/size with the usual 1/batch_size.
+    Examples
+    --------
+    >>> import mxnet as mx, mxplugin as hvd
+    >>> hvd.init()
+    >>> net = mx.gluon.nn.Dense(1, in_units=2)
+    >>> net.initialize()
+    >>> hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+    >>> trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    >>> with mx.autograd.record():
+    ...     loss = net(mx.nd.ones((4, 2))).sum()
+    >>> loss.backward()
+    >>> trainer.step(4)  # this rank's batch size
     """
 
     def __init__(self, params, optimizer, optimizer_params=None, compression=Compression.none,
                  gradient_predivide_factor=1.0, prefix=None, num_groups=0,
-                 process_set=basics.global_process_set, bucket_bytes=25 << 20, fused_update=True,
+                 process_set=global_process_set, bucket_bytes=25 << 20, fused_update=True,
                  mesh=None, local_sgd_steps=0, local_sgd_warmup_steps=0, local_sgd_average_states=False,
                  shard_optimizer_states=False, autotune=None, sparse_as_dense=False, backward_passes_per_step=1):
         if prefix is not None and not isinstance(prefix, str):
@@ -236,40 +272,6 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
                 bucket.grad[:] = self._compression.decompress(sent, ctx)
         self._reduce_excluded(layout)
 
-    def _densify(self, layout):
-        """sparse_as_dense=True: each row_sparse gradient's dense copy, which
-        is reduced and updated in its place this step (at any size, so that
-        one process makes the same dense update as N)."""
-        self._dense_grads = {}
-        if self._sparse_as_dense:
-            for index, p in layout.excluded:
-                grad, weight = p.list_grad()[0], p.list_data()[0]
-                if sparse_rows.is_row_sparse(grad):
-                    # A rank whose backward did not use the parameter touched no rows: zeros, not the last step's
-                    fresh = weight._fresh_grad
-                    self._dense_grads[index] = grad.tostype("default") if fresh else mx.nd.zeros(
-                        grad.shape, ctx=grad.context, dtype=grad.dtype)
-                    weight._fresh_grad = fresh or self._world()  # other ranks may have touched rows
-
-    def _reduce_excluded(self, layout):
-        """Parameters outside the buckets: row_sparse gradients as rows (Note
-        [Sparse gradients travel as rows] in sparse_rows.py), the rest
-        (sparse_as_dense copies, several contexts) one allreduce each."""
-        for index, p in layout.excluded:
-            name = f"{self._prefix}param{index}"
-            for g in p.list_grad():
-                if index in self._dense_grads:
-                    g = self._dense_grads[index]
-                elif sparse_rows.is_row_sparse(g):
-                    weight = p.list_data()[0]
-                    if not weight._fresh_grad:  # this rank's backward did not use it: it touched no rows
-                        sparse_rows.clear(g)
-                    if sparse_rows.reduce_in_place(g, name, self._process_set, 1.0 / self._predivide):
-                        weight._fresh_grad = True  # the combined batch touched rows, as one process's would
-                    continue
-                allreduce_(g, name=name, priority=-index, op=Sum, prescale_factor=1.0 / self._predivide,
-                           process_set=self._process_set)
-
     def _check_layout_agrees(self, layout):
         """Once, at the first reduction (which every rank reaches): ranks
         whose parameters differ would get a mismatch naming a bucket; name
@@ -294,10 +296,24 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         """Post-scale of the Sum that step() folds into rescale_grad."""
         return self._predivide / self._process_set.size() if self._world() else 1.0
 
+    # Note [Reduced gradients are sums]: after allreduce_grads() the
+    # gradients hold what one process on the combined batch would hold: the
+    # sum over the process set's ranks (divided by f), as a multi-device
+    # gluon.Trainer's allreduce_grads() and Horovod's CPU build leave them.
+    # So code between allreduce_grads() and update() (clip_global_norm at a
+    # single-process threshold, a gradient-norm log) sees one process's
+    # numbers; update(batch_size), with the per-rank batch size as in step(),
+    # applies f/size with the usual 1/batch_size.
     def allreduce_grads(self):
-        """Sums gradients across ranks: they then hold what one process on the
-        combined batch would hold (Note [Reduced gradients are sums]), for
-        clipping between this and update()."""
+        """Sums the gradients over the ranks, for code between it and
+        ``update()`` (clipping, a gradient norm): they then hold what one
+        process on the combined batch would hold.
+
+        Raises
+        ------
+        ArgumentError
+            With ``backward_passes_per_step`` > 1 (call ``step()``).
+        """
         if self._passes.passes > 1:
             raise ArgumentError("allreduce_grads() reduces every pass; with backward_passes_per_step > 1 call "
                                 "step() after each backward pass (Note [Accumulated passes])")
@@ -306,10 +322,21 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         self._grads_summed = self._world()
 
     def step(self, batch_size, ignore_stale_grad=False):
-        """Sums the gradients over the process set and updates, as
-        gluon.Trainer.step() on the combined batch (`batch_size`: this
-        rank's own). With backward_passes_per_step K, K-1 of every K calls
-        only add up the pass's gradients."""
+        """Sums the gradients over the ranks and updates, as
+        ``gluon.Trainer.step()`` on the combined batch.
+
+        Parameters
+        ----------
+        batch_size : int
+            This rank's own batch size (the gradients are averaged over the
+            ranks' combined batch).
+        ignore_stale_grad : bool, default False
+            As in ``gluon.Trainer.step``: skips, rather than refuses,
+            parameters no backward gave a gradient since the last step.
+
+        With ``backward_passes_per_step`` K, K-1 of every K calls only add
+        up the pass's gradients.
+        """
         if self._passes.passes > 1:
             layout = self._prepare()
             if self._passes.count == 0:
@@ -346,9 +373,17 @@ class DistributedTrainer(BucketUpdates, TrainerStates, mx.gluon.Trainer):
         grouped_allreduce_by_context_(arrays, f"{self._prefix}localsgd", Average, process_set=self._process_set)
 
     def update(self, batch_size, ignore_stale_grad=False):
-        """Updates with the gradients as they are: after allreduce_grads(),
-        sums over the ranks, scaled here to the average step() takes (pass
-        the per-rank batch size, as to step()); without it, this rank's own."""
+        """Updates with the gradients as they are: after ``allreduce_grads()``,
+        sums over the ranks, scaled here to the average ``step()`` takes;
+        without it, this rank's own.
+
+        Parameters
+        ----------
+        batch_size : int
+            This rank's own batch size, as for ``step()``.
+        ignore_stale_grad : bool, default False
+            As in ``gluon.Trainer.update``.
+        """
         self._prepare()
         if self._shard and self._world() and not self._grads_summed:
             raise ArgumentError("update() of a trainer with shard_optimizer_states=True needs allreduce_grads() "
