@@ -214,3 +214,40 @@ def test_pages_render_in_headless_chromium(site, page, tmp_path):
     assert rc == 0 and shot.is_file(), f"chromium: exit {rc}\n{out}\n{err}"
     pixels = _png_pixels(shot.read_bytes())
     assert len(set(pixels[::7])) > 30, f"{page} renders blank"
+
+
+# The pages written for users: the landing page, the guides and the API reference.
+USER_PAGES = sorted([os.path.join(DOCS, "index.md")] +
+                    [os.path.join(DOCS, part, name) for part in ("guides", "api")
+                     for name in os.listdir(os.path.join(DOCS, part)) if name.endswith(".md")])
+
+# What only contributors need, with what each is called in a failure. Paths a
+# user runs or copies (examples/, bench/, gpu/, setup.py) and links to other
+# pages are not among them. A hex word counts as a commit hash only with a
+# digit and a letter a-f in it, so that numbers ("67108864") and words
+# ("defaced") pass.
+INTERNALS = (
+    ("a Note [...] of the code", re.compile(r"Note \[")),
+    ("a source or test file", re.compile(r"(?<![\w./-])(?:mxplugin|mxplugin_run|src|tests)/[\w./-]*\.(?:py|cc|h)\b")),
+    ("a commit hash", re.compile(r"\b(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}\b")),
+)
+
+
+def internals_named(text):
+    """(line number, what, the words) of each internal name in a page's text."""
+    return [(number, what, found.group(0)) for number, line in enumerate(text.splitlines(), 1)
+            for what, pattern in INTERNALS for found in pattern.finditer(line)]
+
+
+def test_user_pages_name_no_internals():
+    """The guides, the API reference and the landing page tell users what to
+    run, what they see and what to do: they name no Note [...] of the code, no
+    source or test file under mxplugin/, mxplugin_run/, src/ or tests/, and no
+    commit. Such details belong on the contributors' pages (architecture.md,
+    reliability.md), linked from the guides. Every offending page:line is
+    reported."""
+    assert internals_named("(Note [Shadow steps], `mxplugin/training/join.py`) see `tests/test_join.py` on 66ec22f")
+    assert not internals_named("`examples/mxnet_digits.py`, `bench/sparse_rows.py`, `gpu/run_gpu_suite.py`, 67108864")
+    offending = [f"{os.path.relpath(page, REPO)}:{number}: {what} ({words})" for page in USER_PAGES
+                 for number, what, words in internals_named(open(page).read())]
+    assert not offending, "user pages name internals:\n" + "\n".join(offending)

@@ -11,6 +11,8 @@ update then runs on the union of rows on every rank, which is what one
 process runs. A rank that touched no rows sends none. Densifying
 (DistributedTrainer's sparse_as_dense=True) is the user's choice: a dense
 allreduce, and the optimizer's dense update, which decays every row."""
+import contextlib
+
 import mxnet as mx
 import numpy as np
 
@@ -30,7 +32,7 @@ def summed_rows(grad, name, process_set, scale=1.0):
     the gathered rows (the sum is made on the host)."""
     # NumPy shape semantics for the while: legacy MXNet takes a 0 extent for
     # "unknown" and refuses to copy a gradient of no rows.
-    with mx.util.np_shape(True):
+    with _np_shape_quietly():
         indices = grad.indices.astype("int64")
         all_indices, all_values = grouped_allgather([indices, grad.data], name=name, process_set=process_set)
         rows, sums = _sum_duplicates(all_indices.asnumpy(), all_values.asnumpy())
@@ -39,6 +41,23 @@ def summed_rows(grad, name, process_set, scale=1.0):
     if scale != 1.0:
         sums *= np.asarray(scale, dtype=sums.dtype)
     return mx.nd.sparse.row_sparse_array((sums, rows), shape=grad.shape, ctx=grad.context, dtype=grad.dtype)
+
+
+@contextlib.contextmanager
+def _np_shape_quietly():
+    """mx.util.np_shape(True) without MXNet's "NumPy-shape semantics has been
+    activated in your code" log line, which names the user's code for a
+    switch mxplugin makes; the line stays the user's to see should they
+    turn the semantics on themselves."""
+    logged = getattr(mx.util, "_set_np_shape_logged", None)
+    if logged is not None:
+        mx.util._set_np_shape_logged = True
+    try:
+        with mx.util.np_shape(True):
+            yield
+    finally:
+        if logged is not None:
+            mx.util._set_np_shape_logged = logged
 
 
 def _sum_duplicates(indices, values):
