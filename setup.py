@@ -30,6 +30,7 @@ import os
 import shlex
 import subprocess
 import sys
+import sysconfig
 from concurrent.futures import ThreadPoolExecutor
 
 from setuptools import Extension, find_packages, setup
@@ -217,21 +218,69 @@ def compile_cuda(build_temp, jobs):
         return list(pool.map(one, sources_cu))
 
 
+# Note [Objects kept between builds]: pip builds in a temporary directory
+# each time, so every `pip install -e .` (the README's test command repeats
+# the install's) would compile every source again, minutes on 2 cores. So the
+# objects live in build/objects/ of the checkout, keyed by Python and
+# configuration, and a source is compiled again only when it, a header it
+# includes (the compiler's own list, -MMD) or its command line changed.
+OBJECTS = os.path.join(ROOT, "build", "objects", f"{sys.implementation.cache_tag}-{sysconfig.get_platform()}")
+
+
+def objects_up_to_date(obj, command):
+    """Whether `obj` was compiled by `command` from sources and headers none
+    of which changed since (its .d and .cmd files beside it)."""
+    base = os.path.splitext(obj)[0]
+    try:
+        with open(base + ".cmd") as f:
+            if f.read() != command:
+                return False
+        with open(base + ".d") as f:
+            deps = f.read().replace("\\\n", " ").split(":", 1)[1].split()
+        built = os.path.getmtime(obj)
+        return all(os.path.getmtime(os.path.join(ROOT, d)) <= built for d in deps)
+    except (OSError, IndexError):
+        return False
+
+
 class ParallelBuildExt(build_ext):
-    """Compiles the C++ files in parallel (setuptools does one at a time)."""
+    """Compiles the C++ files in parallel (setuptools does one at a time),
+    each only when it changed (Note [Objects kept between builds])."""
 
     def build_extensions(self):
         compiler = self.compiler
         original = compiler.compile
         jobs = int(os.environ.get("MXPLUGIN_BUILD_JOBS", os.cpu_count() or 2))
         if CUDA:
-            cuda_objects = compile_cuda(self.build_temp, jobs)
+            print(f"mxplugin: building the CUDA kernels with {CUDA['nvcc']} (archs {', '.join(CUDA['archs'])}); "
+                  "MXPLUGIN_WITH_CUDA=0 builds without them", flush=True)
+        else:
+            print("mxplugin: no CUDA kernels (no nvcc found, or MXPLUGIN_WITH_CUDA=0)", flush=True)
+        if CUDA:
+            cuda_objects = compile_cuda(OBJECTS, jobs)
             for e in self.extensions:
                 e.extra_objects = [o for o in e.extra_objects or [] if o not in cuda_objects] + cuda_objects
+        counts = {"compiled": 0, "kept": 0}
+
+        def compile_one(src, *args, **kwargs):
+            kwargs = dict(kwargs, output_dir=OBJECTS)
+            obj = compiler.object_filenames([src], output_dir=OBJECTS)[0]
+            command = repr((src, args, sorted(kwargs.items()), compiler.compiler_so))
+            if objects_up_to_date(obj, command):
+                counts["kept"] += 1
+                return [obj]
+            kwargs["extra_postargs"] = list(kwargs.get("extra_postargs") or []) + ["-MMD"]
+            built = original([src], *args, **kwargs)
+            with open(os.path.splitext(obj)[0] + ".cmd", "w") as f:
+                f.write(command)
+            counts["compiled"] += 1
+            return built
 
         def parallel_compile(srcs, *args, **kwargs):
             with ThreadPoolExecutor(jobs) as pool:
-                results = list(pool.map(lambda s: original([s], *args, **kwargs), srcs))
+                results = list(pool.map(lambda s: compile_one(s, *args, **kwargs), srcs))
+            print(f"mxplugin: {counts['compiled']} sources compiled, {counts['kept']} unchanged since the last "
+                  f"build ({os.path.relpath(OBJECTS, ROOT)})", flush=True)
             return [obj for r in results for obj in r]
 
         compiler.compile = parallel_compile
@@ -256,6 +305,7 @@ setup(
     name="mxplugin",
     version="0.1.0",
     description="Data-parallel distributed training for Apache MXNet Gluon (Horovod-compatible API)",
+    license="Apache-2.0",
     # Every subpackage, found rather than listed: a listed set once left out
     # mxplugin.elastic, and an installed (non-editable) package then failed
     # at `import mxplugin`.

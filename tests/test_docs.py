@@ -204,7 +204,8 @@ def _png_pixels(data):
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (apt-get install chromium) for screenshots")
-@pytest.mark.parametrize("page", ["index.html", "guides/training.html", "api/mxplugin.html", "benchmarks.html"])
+@pytest.mark.parametrize("page", ["index.html", "guides/training.html", "api/mxplugin.html", "api/launcher.html",
+                                  "benchmarks.html"])
 def test_pages_render_in_headless_chromium(site, page, tmp_path):
     """The page rendered to PNG is not blank (many distinct pixel values)."""
     shot = tmp_path / "page.png"
@@ -214,6 +215,15 @@ def test_pages_render_in_headless_chromium(site, page, tmp_path):
     assert rc == 0 and shot.is_file(), f"chromium: exit {rc}\n{out}\n{err}"
     pixels = _png_pixels(shot.read_bytes())
     assert len(set(pixels[::7])) > 30, f"{page} renders blank"
+
+
+@pytest.mark.parametrize("page", ["api/launcher.html", "api/elastic.html", "guides/elastic.html", "guides/horovod.html"])
+def test_options_read_as_typed(site, page):
+    """No "--" turned into an en dash: an option copied from the page runs."""
+    text = re.sub(r"<[^>]+>", "", (site / page).read_text())
+    dashed = re.findall(r".{0,30}(?:\u2013|&#8211;|&ndash;)[a-z].{0,30}", text)
+    assert not dashed, f"{page}: {dashed[:5]}"
+    assert "--min-np" in text or page != "api/launcher.html"
 
 
 # The pages written for users: the landing page, the guides and the API reference.
