@@ -27,6 +27,7 @@ $NCCL_HOME, $NCCL_ROOT, the nvidia-nccl-cu12/-cu13 wheels, the CUDA toolkit,
 the site-packages of the Python running pip: install it before mxplugin.
 """
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -223,8 +224,14 @@ def compile_cuda(build_temp, jobs):
 # the install's) would compile every source again, minutes on 2 cores. So the
 # objects live in build/objects/ of the checkout, keyed by Python and
 # configuration, and a source is compiled again only when it, a header it
-# includes (the compiler's own list, -MMD) or its command line changed.
+# includes (the compiler's own list, -MMD) or its command line changed. pip's
+# isolated build environment has a new name each time: it is left out of
+# the command compared, and its headers (MXNet's, of the pinned version) out
+# of the headers checked.
 OBJECTS = os.path.join(ROOT, "build", "objects", f"{sys.implementation.cache_tag}-{sysconfig.get_platform()}")
+
+
+BUILD_ENV = re.compile(r"[^\s'\"]*pip-build-env-[^/\s'\"]+")
 
 
 def objects_up_to_date(obj, command):
@@ -238,7 +245,7 @@ def objects_up_to_date(obj, command):
         with open(base + ".d") as f:
             deps = f.read().replace("\\\n", " ").split(":", 1)[1].split()
         built = os.path.getmtime(obj)
-        return all(os.path.getmtime(os.path.join(ROOT, d)) <= built for d in deps)
+        return all(os.path.getmtime(os.path.join(ROOT, d)) <= built for d in deps if not BUILD_ENV.search(d))
     except (OSError, IndexError):
         return False
 
@@ -265,7 +272,8 @@ class ParallelBuildExt(build_ext):
         def compile_one(src, *args, **kwargs):
             kwargs = dict(kwargs, output_dir=OBJECTS)
             obj = compiler.object_filenames([src], output_dir=OBJECTS)[0]
-            command = repr((src, args, sorted(kwargs.items()), compiler.compiler_so))
+            command = BUILD_ENV.sub("<pip's build environment>", repr((src, args, sorted(kwargs.items()),
+                                                                      compiler.compiler_so)))
             if objects_up_to_date(obj, command):
                 counts["kept"] += 1
                 return [obj]
