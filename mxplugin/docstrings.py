@@ -37,12 +37,14 @@ def _section(title, lines):
 
 
 def documented(*names, returns=None, horovod=None, example=None):
-    """Decorator: the function's docstring (its summary) followed by a
-    Parameters section of `names` (PARAMETERS' words), then Returns
-    (`returns`: (type, meaning)), a "Horovod:" line and an Examples section
+    """Decorator: the function's docstring (its summary) and a "Horovod:"
+    line, followed by a Parameters section of `names` (PARAMETERS' words),
+    then Returns (`returns`: (type, meaning)) and an Examples section
     (`example`: doctest lines)."""
     def decorate(fn):
         lines = inspect.cleandoc(fn.__doc__ or "").splitlines()
+        if horovod:  # before the sections: after them it would read as one more entry
+            lines += ["", f"Horovod: {horovod}"]
         entries = []
         for name in names:
             kind, meaning = PARAMETERS[name]
@@ -50,8 +52,6 @@ def documented(*names, returns=None, horovod=None, example=None):
         lines += _section("Parameters", entries)
         if returns:
             lines += _section("Returns", [returns[0], f"    {returns[1]}"])
-        if horovod:
-            lines += ["", f"Horovod: {horovod}"]
         if example:
             lines += _section("Examples", list(example))
         fn.__doc__ = "\n".join(lines) + "\n"
