@@ -56,12 +56,10 @@ class DistributedTrainer(BucketUpdates, TrainerStates, ExcludedReductions, mx.gl
         Gradients are scaled by ``1/f`` before the sum and by ``f/size``
         after it, the latter folded into the optimizer's ``rescale_grad``.
     prefix : str, optional
-        Prefix of the trainer's collective names; by default one per trainer
-        in creation order (create several trainers in the same order on
-        every rank).
+        Prefix of the trainer's collective names; by default one per trainer,
+        in creation order (create trainers in the same order on every rank).
     num_groups : int, default 0
-        Cuts the gradients into this many buckets instead of by size
-        (Horovod's option); 0 buckets by ``bucket_bytes``.
+        Cuts the gradients into this many buckets (Horovod's option); 0: by ``bucket_bytes``.
     process_set : ProcessSet, default ``global_process_set``
         The ranks whose gradients are summed. Use ``mesh`` instead for
         tensor and data parallelism together.
@@ -119,6 +117,8 @@ class DistributedTrainer(BucketUpdates, TrainerStates, ExcludedReductions, mx.gl
     ...     loss = net(mx.nd.ones((4, 2))).sum()
     >>> loss.backward()
     >>> trainer.step(4)  # this rank's batch size
+    >>> net.weight.data().shape  # reading waits for the step's allreduce
+    (1, 2)
     """
 
     def __init__(self, params, optimizer, optimizer_params=None, compression=Compression.none,
