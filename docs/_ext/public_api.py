@@ -48,10 +48,13 @@ def undocumented():
 _PUBLIC_CLASSES = set()
 
 
-def _check_docstrings(app):
+def _index_public_classes(app):
     for package in PUBLIC_PACKAGES:
         _PUBLIC_CLASSES.update(f"{obj.__module__}.{obj.__name__}" for _, obj in public_names(package)
                                if inspect.isclass(obj))
+
+
+def _check_docstrings(app):
     for qualified in undocumented():
         _log.warning(f"public name without a docstring: {qualified}")
 
@@ -106,6 +109,7 @@ def _public_bases(app, name, obj, options, bases):
 
 def setup(app):
     app.connect("builder-inited", _check_docstrings)
+    app.connect("builder-inited", _index_public_classes)
     app.connect("autodoc-process-bases", _public_bases)
     app.add_directive("mxplugin-run-options", LauncherOptions)
     return {"parallel_read_safe": True, "version": "1"}
