@@ -5,6 +5,7 @@ options from its own argparse parser."""
 import argparse
 import importlib
 import inspect
+import re
 
 from docutils import nodes
 from docutils.parsers.rst import Directive
@@ -43,6 +44,63 @@ def undocumented():
             if not (inspect.getdoc(target) or "").strip():
                 missing.append(qualified)
     return missing
+
+
+def _target(obj):
+    """What a public name's docstring and signature belong to."""
+    if isinstance(obj, (classmethod, staticmethod)):
+        return obj.__func__
+    return obj.fget if isinstance(obj, property) else obj
+
+
+def _signature_names(obj):
+    """The parameters a user passes, as numpydoc names them (`*args`, `**kwargs`)."""
+    try:
+        signature = inspect.signature(obj.__init__ if inspect.isclass(obj) else obj)
+    except (TypeError, ValueError):
+        return []
+    stars = {inspect.Parameter.VAR_POSITIONAL: "*", inspect.Parameter.VAR_KEYWORD: "**"}
+    return [stars.get(p.kind, "") + name for name, p in signature.parameters.items() if name not in ("self", "cls")]
+
+
+_PARAMETERS = "\nParameters\n----------\n"
+
+
+def parameters_unlisted():
+    """[(qualified name, signature's parameters, those listed)] for every
+    public callable whose numpydoc Parameters section does not list each
+    parameter of its signature, in order (a property takes none)."""
+    found = []
+    for package in PUBLIC_PACKAGES:
+        for qualified, obj in public_names(package):
+            if isinstance(obj, property):
+                continue
+            target = _target(obj)
+            wanted = _signature_names(target)
+            if inspect.isclass(target) and not inspect.isfunction(target.__init__):
+                wanted = []  # the constructor of object or Exception: nothing of its own
+            if not wanted:
+                continue
+            doc = inspect.getdoc(target) or ""
+            listed = re.findall(r"^(\*{0,2}\w+) : ", doc.split(_PARAMETERS, 1)[1], re.M) if _PARAMETERS in doc \
+                else []
+            if listed[:len(wanted)] != wanted:
+                found.append((qualified, wanted, listed))
+    return found
+
+
+def examples():
+    """[(qualified name, object)] of the public functions and classes (not
+    their members): each has an Examples section."""
+    found = [(qualified, obj) for package in PUBLIC_PACKAGES for qualified, obj in public_names(package)
+             if qualified.count(".") == package.count(".") + 1]
+    return sorted(found, key=lambda entry: entry[0] == "mxplugin.shutdown")  # its example ends the run
+
+
+def without_example():
+    """The public functions and classes whose docstring has no Examples section."""
+    return [qualified for qualified, obj in examples()
+            if "\nExamples\n--------\n>>> " not in (inspect.getdoc(_target(obj)) or "")]
 
 
 _PUBLIC_CLASSES = set()
