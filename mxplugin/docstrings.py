@@ -38,7 +38,8 @@ def _section(title, lines):
 
 def documented(*names, returns=None, horovod=None, example=None):
     """Decorator: the function's docstring (its summary) and a "Horovod:"
-    line, followed by a Parameters section of `names` (PARAMETERS' words),
+    line, followed by a Parameters section of `names` (each a name of
+    PARAMETERS, or a (name, type, meaning) of the function's own),
     then Returns (`returns`: (type, meaning)) and an Examples section
     (`example`: doctest lines)."""
     def decorate(fn):
@@ -46,8 +47,8 @@ def documented(*names, returns=None, horovod=None, example=None):
         if horovod:  # before the sections: after them it would read as one more entry
             lines += ["", f"Horovod: {horovod}"]
         entries = []
-        for name in names:
-            kind, meaning = PARAMETERS[name]
+        for entry in names:
+            name, kind, meaning = (entry, *PARAMETERS[entry]) if isinstance(entry, str) else entry
             entries += [f"{name} : {kind}", f"    {meaning}"]
         lines += _section("Parameters", entries)
         if returns:
