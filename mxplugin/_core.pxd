@@ -113,6 +113,24 @@ cdef extern from "c_api_optim.h" nogil:
                                int32_t priority)
 
 
+# --- PowerSGD's passes (src/c_api_powersgd.h)
+
+cdef extern from "c_api_powersgd.h" nogil:
+    ctypedef struct mxp_powersgd_matrix:
+        void* grad
+        void* error
+        void* p
+        void* q
+        int64_t m
+        int64_t n
+        int32_t rank
+
+    int mxp_powersgd_num_stages(int32_t* out)
+    int mxp_powersgd_stage_raw(int32_t stage, const mxp_powersgd_matrix* matrices, int32_t count)
+    int mxp_powersgd_stage_mxnet(int32_t stage, const mxp_powersgd_matrix* matrices, int32_t count,
+                                 int32_t priority)
+
+
 # --- CUDA kernels (raw device pointers)
 
 cdef extern from "c_api_cuda.h" nogil:

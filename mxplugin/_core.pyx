@@ -2,7 +2,7 @@
 """Binding over the C API. The one place where core errors become Python
 exceptions (see _raise). Its parts: the codes, errors, the process's end,
 MemoryJob and Core here; the op records in _core_ops.pxi, the fused
-optimizer updates in _core_optim.pxi, the CUDA kernels in _core_cuda.pxi."""
+optimizer updates in _core_optim.pxi, PowerSGD's passes in _core_powersgd.pxi, the CUDA kernels in _core_cuda.pxi."""
 from libc.stdint cimport int32_t, int64_t, uintptr_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
@@ -319,6 +319,7 @@ cdef class Core:
 
 
 include "_core_optim.pxi"
+include "_core_powersgd.pxi"
 include "_core_cuda.pxi"
 
 

@@ -39,6 +39,7 @@ import numpy as np
 
 import mxnet as mx
 
+from mxplugin import calls
 from mxplugin.errors import ArgumentError
 from mxplugin.ops import Sum, grouped_allreduce, grouped_allreduce_by_context_
 
@@ -68,6 +69,17 @@ class Factors:
         self.scratch = None if self.work_dtype == np.dtype(dtype).name else mx.nd.zeros(self.shape, ctx=ctx,
                                                                                         dtype=self.work_dtype)
         self.p = None
+        self.kernel_p = None  # P's buffer of the core's passes (rank x rows), made at their first use
+
+    def runs_in_core(self, grad):
+        """Whether the core's passes take this gradient: float32 (its error
+        buffer then too), dense, on the CPU."""
+        return (self.scratch is None and self.work_dtype == "float32" and grad.context.device_type == "cpu"
+                and grad.stype == "default")
+
+    def core_matrix(self, grad, p):
+        """This gradient's arrays as the core's passes take them."""
+        return (grad, self.error, p, self.q, self.shape, self.rank)
 
     def p_of(self, m):
         """P^T = Q^T A^T (r x rows), A being M or M^T."""
@@ -114,9 +126,32 @@ class PowerSGDReducer:
         """Replaces each gradient of `entries` ((parameter index, gradient
         NDArray) pairs, every rank the same list) by its compressed sum over
         `process_set`, scaled by prescale_factor."""
-        work = []
-        for index, grad in entries:
-            f = self._factors(index, grad)
+        work = [(self._factors(index, grad), grad) for index, grad in entries]
+        if work and all(f.runs_in_core(grad) for f, grad in work):
+            return self._reduce_in_core(work, process_set, prescale_factor)
+        return self._reduce_with_mxnet(work, process_set, prescale_factor)
+
+    def _reduce_in_core(self, work, process_set, prescale_factor):
+        """Note [PowerSGD step] with the core's passes (Note [PowerSGD
+        passes] in src/compress/powersgd.h): one engine op per stage for
+        every gradient, each stage one pass over the gradients' size."""
+        core = calls.core_module()
+        for f, grad in work:
+            if f.kernel_p is None:
+                f.kernel_p = mx.nd.zeros((f.rank, min(f.shape)), ctx=grad.context, dtype="float32")
+        core.powersgd_stage(core.POWERSGD_ACCUMULATE, [f.core_matrix(grad, f.kernel_p) for f, grad in work])
+        self._allreduce([f.kernel_p for f, _ in work], "p", process_set, 1.0)
+        p_hats = [mx.nd.linalg.gelqf(f.kernel_p)[0] for f, _ in work]
+        core.powersgd_stage(core.POWERSGD_RESIDUAL, [f.core_matrix(grad, p) for (f, grad), p in zip(work, p_hats)])
+        self._allreduce([f.q for f, _ in work], "q", process_set, prescale_factor)
+        core.powersgd_stage(core.POWERSGD_RECONSTRUCT,
+                            [f.core_matrix(grad, p) for (f, grad), p in zip(work, p_hats)])
+
+    def _reduce_with_mxnet(self, work, process_set, prescale_factor):
+        """Note [PowerSGD step] in MXNet's operators: for gradients on a GPU,
+        and float16 or float64 ones."""
+        entries, work = work, []
+        for f, grad in entries:
             matrix = grad.reshape(f.shape)
             if f.scratch is None:
                 f.error += matrix

@@ -5,10 +5,10 @@
 #include <mxnet/engine.h>
 #include <mxnet/ndarray.h>
 
-#include <cstring>
 #include <memory>
 
 #include "mxnet/engine_push.h"
+#include "mxnet/plain_data.h"
 #include <string>
 
 #include "common/status.h"
@@ -26,26 +26,6 @@ struct OptimizerOp {
   ::mxnet::NDArray weight, grad;
   std::vector<::mxnet::NDArray> states;
 };
-
-// See Note [oneDNN layouts] in engine_op.cc. An array the update reads is
-// read through a default-layout copy; one it also writes is first rewritten
-// in default layout in place, so the update sees its current values.
-float* ReadableData(::mxnet::NDArray& array, std::vector<::mxnet::NDArray>* staged) {
-  if (array.IsMKLDNNData()) {
-    staged->push_back(array.Reorder2Default());
-    return static_cast<float*>(staged->back().data().dptr_);
-  }
-  return static_cast<float*>(array.data().dptr_);
-}
-
-float* WritableData(::mxnet::NDArray& array) {
-  if (array.IsMKLDNNData()) {
-    ::mxnet::NDArray plain = array.Reorder2Default();
-    array.InvalidateMKLDNNData();
-    std::memcpy(array.data().dptr_, plain.data().dptr_, array.shape().Size() * sizeof(float));
-  }
-  return static_cast<float*>(array.data().dptr_);
-}
 
 void RunSegments(OptimizerOp* op, std::vector<::mxnet::NDArray>* staged) {
   float* flat_grad = ReadableData(op->grad, staged);
@@ -102,42 +82,14 @@ void Run(void* /*run_context*/, void* on_complete_ptr, void* param) {
 
 void Delete(void* param) { delete static_cast<OptimizerOp*>(param); }
 
-std::string DTypeName(int dtype) {
-  switch (dtype) {
-    case mshadow::kFloat32: return "float32";
-    case mshadow::kFloat64: return "float64";
-    case mshadow::kFloat16: return "float16";
-    case mshadow::kBfloat16: return "bfloat16";
-    case mshadow::kUint8: return "uint8";
-    case mshadow::kInt8: return "int8";
-    case mshadow::kInt32: return "int32";
-    case mshadow::kInt64: return "int64";
-  }
-  return "code " + std::to_string(dtype);
+const ::mxnet::NDArray& ArrayOf(const optim::OptimizerParams& params, void* handle, const std::string& role) {
+  return PlainFloat32Array(handle, std::string("fused ") + optim::OptimizerName(optim::KindOf(params)),
+                           "fused updates", role);
 }
 
 [[noreturn]] void Invalid(const optim::OptimizerParams& params, const std::string& what) {
   throw Error(Status::InvalidArgument(std::string("fused ") + optim::OptimizerName(optim::KindOf(params)) +
                                       ": " + what));
-}
-
-const ::mxnet::NDArray& ArrayOf(const optim::OptimizerParams& params, void* handle, const std::string& role) {
-  if (handle == nullptr) Invalid(params, role + " is null");
-  const auto& array = *static_cast<const ::mxnet::NDArray*>(handle);
-  if (array.is_none()) Invalid(params, role + " is an empty NDArray");
-  if (array.storage_type() != ::mxnet::kDefaultStorage) {
-    Invalid(params, role + " has sparse storage; fused updates take default (dense) storage only");
-  }
-  if (array.dtype() != mshadow::kFloat32) {
-    Invalid(params, role + " has dtype " + DTypeName(array.dtype()) +
-                        "; fused updates take float32 only (cast the array, or use the MXNet op)");
-  }
-  if (array.ctx().dev_mask() != ::mxnet::Context::kCPU) {
-    Invalid(params, role + " is on " + (array.ctx().dev_type == ::mxnet::Context::kGPU ? "a GPU" : "a non-CPU device") +
-                        "; fused updates run on CPU arrays only");
-  }
-  if (!::mxnet::shape_is_known(array.shape())) Invalid(params, role + " has an unknown shape");
-  return array;
 }
 
 }  // namespace
