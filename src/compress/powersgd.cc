@@ -1,11 +1,17 @@
 #include "compress/powersgd.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <type_traits>
 
 #include "common/status.h"
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#include <xmmintrin.h>
+#endif
 
 namespace mxplugin {
 namespace compress {
@@ -58,16 +64,24 @@ inline void Dots(const float* const* x, const float* __restrict__ b, int64_t n, 
 
 inline void Store(float* p, Lanes v) { std::memcpy(p, &v, sizeof v); }
 
-// y[k] += alpha[k] x for k < K: one read of x for K outputs.
-template <int K>
-inline void Spread(const float* alpha, const float* __restrict__ x, float* const* y, int64_t n) {
+// y[k] += sum_r alpha[r][k] x[r] for k < K (added in r's order): one read
+// and one write of each y[k] for R rows x.
+template <int K, int R>
+inline void Spread(const float (&alpha)[R][K], const float* const (&x)[R], float* const* y, int64_t n) {
   int64_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    const Lanes v = Load(x + j);
-    for (int k = 0; k < K; ++k) Store(y[k] + j, Load(y[k] + j) + alpha[k] * v);
+    Lanes v[R];
+    for (int r = 0; r < R; ++r) v[r] = Load(x[r] + j);
+    for (int k = 0; k < K; ++k) {
+      Lanes sum = Load(y[k] + j);
+      for (int r = 0; r < R; ++r) sum += alpha[r][k] * v[r];
+      Store(y[k] + j, sum);
+    }
   }
   for (; j < n; ++j) {
-    for (int k = 0; k < K; ++k) y[k][j] += alpha[k] * x[j];
+    for (int k = 0; k < K; ++k) {
+      for (int r = 0; r < R; ++r) y[k][j] += alpha[r][k] * x[r][j];
+    }
   }
 }
 
@@ -85,6 +99,40 @@ inline void Gather(const float* alpha, const float* const* x, float* __restrict_
     for (int k = 0; k < K; ++k) v += alpha[k] * x[k][j];
     y[j] = v;
   }
+}
+
+// y = sum_k alpha[k] x[k], written past the caches (non-temporal stores
+// where the target has them): the gradient is read next by the optimizer,
+// long after, so loading its old values into the cache only to overwrite
+// them would double the pass's traffic. Call StreamsDone() after the last.
+template <int K>
+inline void GatherStreamed(const float* alpha, const float* const* x, float* __restrict__ y, int64_t n) {
+#if defined(__SSE2__)
+  int64_t j = 0;
+  auto one = [&](int64_t t) {
+    float v = 0.f;
+    for (int k = 0; k < K; ++k) v += alpha[k] * x[k][t];
+    y[t] = v;
+  };
+  for (; j < n && (reinterpret_cast<uintptr_t>(y + j) % 16) != 0; ++j) one(j);
+  for (; j + kLanes <= n; j += kLanes) {
+    Lanes v = {};
+    for (int k = 0; k < K; ++k) v += alpha[k] * Load(x[k] + j);
+    float lanes[kLanes];
+    std::memcpy(lanes, &v, sizeof lanes);
+    _mm_stream_ps(y + j, _mm_loadu_ps(lanes));
+    _mm_stream_ps(y + j + 4, _mm_loadu_ps(lanes + 4));
+  }
+  for (; j < n; ++j) one(j);
+#else
+  Gather<K, true>(alpha, x, y, n);
+#endif
+}
+
+inline void StreamsDone() {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
 }
 
 // Runs body(chunk-size constant, first factor) over the factors [0, rank)
@@ -139,16 +187,42 @@ inline void DotsIntoColumn(const float* f, const float* x, int64_t len, float* c
   });
 }
 
-// F[k] += C[k][i] x, for every k.
-inline void SpreadColumn(const float* c, int64_t m, int64_t i, const float* x, float* f, int64_t len, int rank) {
+// F[k] += sum_r C[k][i + r] x[r] for every k, for R rows x of the matrix
+// from row i (R rows at once: F is the pass's only written stream).
+template <int R>
+inline void SpreadColumns(const float* c, int64_t m, int64_t i, const float* const (&x)[R], float* f, int64_t len,
+                          int rank) {
   ForChunks(rank, [&](auto size, int k) {
     constexpr int K = decltype(size)::value;
     float* rows[K];
-    float alpha[K];
+    float alpha[R][K];
     RowsOf<K>(f, len, k, rows);
-    ColumnOf<K>(c, m, i, k, alpha);
-    Spread<K>(alpha, x, rows, len);
+    for (int r = 0; r < R; ++r) ColumnOf<K>(c, m, i + r, k, alpha[r]);
+    Spread<K, R>(alpha, x, rows, len);
   });
+}
+
+constexpr int kSpreadRows = 4;
+
+// F[k] += sum_i C[k][i] X[i] over the rows X[i] of an m x len matrix (each
+// row prepared first by prepare(i), e.g. E[i] += G[i]).
+template <typename Prepare>
+inline void SpreadAllColumns(const float* c, int64_t m, float* x, float* f, int64_t len, int rank,
+                             Prepare&& prepare) {
+  int64_t i = 0;
+  for (; i + kSpreadRows <= m; i += kSpreadRows) {
+    const float* rows[kSpreadRows];
+    for (int r = 0; r < kSpreadRows; ++r) {
+      prepare(i + r);
+      rows[r] = x + (i + r) * len;
+    }
+    SpreadColumns<kSpreadRows>(c, m, i, rows, f, len, rank);
+  }
+  for (; i < m; ++i) {
+    prepare(i);
+    const float* rows[1] = {x + i * len};
+    SpreadColumns<1>(c, m, i, rows, f, len, rank);
+  }
 }
 
 // y = sum_k C[k][i] F[k] (kAssign), or y -= that sum.
@@ -180,11 +254,8 @@ MXP_POWERSGD_CLONES void AccumulateRows(const PowerSgdMatrix& a) {
 // A = E^T (m > n): P[k] = sum_i Q[k][i] E[i], row by row.
 MXP_POWERSGD_CLONES void AccumulateColumns(const PowerSgdMatrix& a) {
   std::fill(a.p, a.p + static_cast<int64_t>(a.rank) * a.n, 0.f);
-  for (int64_t i = 0; i < a.m; ++i) {
-    float* e = a.error + i * a.n;
-    Add(a.grad + i * a.n, e, a.n);
-    SpreadColumn(a.q, a.m, i, e, a.p, a.n, a.rank);
-  }
+  SpreadAllColumns(a.q, a.m, a.error, a.p, a.n, a.rank,
+                   [&](int64_t i) { Add(a.grad + i * a.n, a.error + i * a.n, a.n); });
 }
 
 // A = E (m <= n): Q[k] = sum_i P[k][i] E[i], then E[i] -= sum_k P[k][i]
@@ -193,7 +264,7 @@ MXP_POWERSGD_CLONES void AccumulateColumns(const PowerSgdMatrix& a) {
 // apart in memory).
 MXP_POWERSGD_CLONES void ResidualRows(const PowerSgdMatrix& a) {
   std::fill(a.q, a.q + static_cast<int64_t>(a.rank) * a.n, 0.f);
-  for (int64_t i = 0; i < a.m; ++i) SpreadColumn(a.p, a.m, i, a.error + i * a.n, a.q, a.n, a.rank);
+  SpreadAllColumns(a.p, a.m, a.error, a.q, a.n, a.rank, [](int64_t) {});
   for (int64_t i = 0; i < a.m; ++i) CombineRows<false>(a.p, a.m, i, a.q, a.error + i * a.n, a.n, a.rank);
 }
 
@@ -210,7 +281,21 @@ MXP_POWERSGD_CLONES void ResidualColumns(const PowerSgdMatrix& a) {
 MXP_POWERSGD_CLONES void Reconstruct(const PowerSgdMatrix& a) {
   const float* left = a.transposed() ? a.q : a.p;    // rank x m
   const float* right = a.transposed() ? a.p : a.q;   // rank x n
-  for (int64_t i = 0; i < a.m; ++i) CombineRows<true>(left, a.m, i, right, a.grad + i * a.n, a.n, a.rank);
+  if (a.rank > kChunk) {  // later chunks add to what the first wrote: keep it in cache
+    for (int64_t i = 0; i < a.m; ++i) CombineRows<true>(left, a.m, i, right, a.grad + i * a.n, a.n, a.rank);
+    return;
+  }
+  for (int64_t i = 0; i < a.m; ++i) {
+    ForChunks(a.rank, [&](auto size, int k) {
+      constexpr int K = decltype(size)::value;
+      const float* rows[K];
+      float alpha[K];
+      RowsOf<K>(right, a.n, k, rows);
+      ColumnOf<K>(left, a.m, i, k, alpha);
+      GatherStreamed<K>(alpha, rows, a.grad + i * a.n, a.n);
+    });
+  }
+  StreamsDone();
 }
 
 }  // namespace
