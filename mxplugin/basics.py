@@ -5,7 +5,7 @@ import signal
 import sys
 import threading
 
-from mxplugin import horovod_variables, lone_rank
+from mxplugin import _reference_basics, horovod_variables, lone_rank
 from mxplugin.docstrings import documented
 from mxplugin.errors import ArgumentError, NotInitializedError
 from mxplugin_run import phases
@@ -41,10 +41,9 @@ def _core_module():
 
 
 class ProcessSet:
-    """A subset of ranks that collectives can run on (`process_set=` argument).
-
-    Create it with the global ranks it holds, then register it on every rank
-    with add_process_set() (or pass it to init(process_sets=[...]))."""
+    """A subset of the ranks that collectives can run on (their `process_set`
+    argument). Make it of the global ranks it holds, then register it on
+    every rank with add_process_set() (or pass it to init(process_sets=[...]))."""
 
     process_set_id = None
     ranks = None
@@ -63,14 +62,13 @@ class ProcessSet:
         self.process_set_id = None
 
     def size(self):
-        """Number of ranks, or None until the set is registered."""
+        """The number of ranks in the set."""
         if self.process_set_id is None:
             return None
         return len(self.ranks)
 
     def rank(self):
-        """This process's rank within the set, or None until registered.
-        Raises ValueError if this process is not a member."""
+        """This process's rank within the set."""
         if self.process_set_id is None:
             return None
         r = _core().process_set_rank(self.process_set_id)
@@ -79,7 +77,7 @@ class ProcessSet:
         return r
 
     def included(self):
-        """Whether this process is a member (None while ranks are unknown)."""
+        """Whether this process is a member of the set."""
         if self.ranks is None:
             return None
         return rank() in self.ranks
@@ -256,9 +254,9 @@ def _ending_by_interrupt():
 
 
 def shutdown():
-    """Stops the background thread; all ranks stop together. Collectives still
-    pending (on any rank) fail with an error saying so: read the results you
-    need (asnumpy(), mx.nd.waitall()) before shutting down."""
+    """Stops mxplugin, on every rank: once one rank calls it, collectives still
+    pending on any rank fail with an error saying so, so read the results you
+    need (asnumpy(), mx.nd.waitall()) first. Again, or before init(): nothing."""
     with _state.lock:
         core = _state.core
         if core is None:
@@ -270,7 +268,7 @@ def shutdown():
 
 
 def is_initialized():
-    """Whether init() has run in this process and shutdown() has not (as horovod.mxnet)."""
+    """Whether init() has run in this process and shutdown() has not."""
     return _state.core is not None
 
 
@@ -280,7 +278,7 @@ def _topology(key):
 
 
 def size():
-    """Number of ranks."""
+    """The number of ranks of the job."""
     return _topology("size")
 
 
@@ -290,7 +288,7 @@ def rank():
 
 
 def local_size():
-    """Number of ranks on this machine."""
+    """The number of ranks on this process's machine."""
     return _topology("local_size")
 
 
@@ -300,78 +298,79 @@ def local_rank():
 
 
 def cross_size():
-    """Number of machines that have a rank with this local_rank."""
+    """The number of machines that have a rank of this process's local_rank()."""
     return _topology("cross_size")
 
 
 def cross_rank():
-    """Index of this machine among those."""
+    """The index of this process's machine among those of cross_size()."""
     return _topology("cross_rank")
 
 
 def mpi_threads_supported():
-    """Whether MPI was initialised with MPI_THREAD_MULTIPLE."""
+    """Whether MPI runs at the thread level MPI_THREAD_MULTIPLE (any thread may call it)."""
     return _topology("threads_multiple")
 
 
 def mpi_enabled():
-    """True: MPI carries every collective's negotiation and the host data (as horovod.mxnet's, with MPI)."""
+    """Whether MPI is in use at run time: always."""
     return True
 
 
 def mpi_built():
-    """True: mxplugin is always built with MPI (horovod.mxnet's query)."""
+    """Whether this build has MPI: always."""
     return True
 
 
 def gloo_enabled():
-    """False: mxplugin has no Gloo controller (horovod.mxnet's query)."""
+    """Whether Gloo is in use at run time: never."""
     return False
 
 
 def gloo_built():
-    """False: mxplugin is never built with Gloo (horovod.mxnet's query)."""
+    """Whether this build has Gloo: never."""
     return False
 
 
 def nccl_built():
-    """NCCL version code compiled in (0 when built without NCCL), as Horovod."""
+    """The version of NCCL this build has (0: none)."""
     return _core_module().nccl_built()
 
 
 def cuda_built():
-    """Whether this build has its CUDA kernels (GPU tensors' scaling and fusion copies), as Horovod."""
+    """Whether this build has its CUDA kernels (GPU arrays' scaling and fusion copies)."""
     return _core_module().cuda_built()
 
 
 def ddl_built():
-    """False: no IBM DDL (horovod.mxnet's query)."""
+    """Whether this build has IBM DDL: never."""
     return False
 
 
 def ccl_built():
-    """False: no oneCCL (horovod.mxnet's query)."""
+    """Whether this build has oneCCL: never."""
     return False
 
 
 def rocm_built():
-    """False: no ROCm build (horovod.mxnet's query)."""
+    """Whether this is a ROCm build: never."""
     return False
 
 
 def start_timeline(file_path, mark_cycles=False):
-    """Starts writing a Chrome-trace timeline (open it in chrome://tracing or Perfetto)."""
+    """Starts writing a timeline of this rank's collectives (each one's negotiation and transfer), a
+    Chrome trace file: open it in chrome://tracing or Perfetto."""
     _core().start_timeline(str(file_path), bool(mark_cycles))
 
 
 def stop_timeline():
-    """Stops the timeline start_timeline() (or MXPLUGIN_TIMELINE) started and closes its file."""
+    """Stops the timeline start_timeline() (or MXPLUGIN_TIMELINE) started, and closes its file."""
     _core().stop_timeline()
 
 
 def add_process_set(process_set):
-    """Registers a process set; a collective call: every rank must make it, in
-    the same order. Returns the ProcessSet with its id set."""
+    """Registers a process set, so that collectives can run on it. Every rank
+    makes the call (members or not), in the same order: it waits for them all."""
     if not isinstance(process_set, ProcessSet):
         process_set = ProcessSet(process_set)
     if process_set.process_set_id is not None:
@@ -381,10 +380,13 @@ def add_process_set(process_set):
 
 
 def remove_process_set(process_set):
-    """Unregisters a process set (collective). Returns False for the global
-    set or a set that is not registered."""
+    """Unregisters a process set. Every rank makes the call (members or not),
+    in the same order: it waits for them all."""
     if process_set.process_set_id in (None, 0):
         return False
     removed = _core().remove_process_set(process_set.process_set_id)
     process_set._invalidate()
     return removed
+
+
+_reference_basics.complete(globals())  # the reference sections of the public names above

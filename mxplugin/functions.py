@@ -42,9 +42,49 @@ def _pickled(obj, name, process_set):
 
 
 def broadcast_object(obj, root_rank=0, name=None):
-    """Returns root_rank's `obj` on every rank (pickled, so any picklable
-    object). Other ranks' `obj` is ignored, so `obj if rank() == 0 else None`
-    works: the default name is the same on every rank whatever they pass."""
+    """Returns root_rank's `obj` on every rank: any object that pickles
+    (with cloudpickle where it is installed: lambdas and local classes too).
+    Other ranks' `obj` is ignored, so `obj if rank() == 0 else None` works.
+
+    Horovod: ``hvd.broadcast_object``, same signature. The default name here
+    is the same on every rank whatever they pass (Horovod's is the type name
+    of each rank's `obj`, which differs where the other ranks pass None).
+
+    Parameters
+    ----------
+    obj : object
+        The object to send, on ``root_rank``; ignored on the other ranks.
+    root_rank : int, default 0
+        The global rank whose `obj` every rank receives.
+    name : str, optional
+        The broadcast's name, the same on every rank (errors name it); by
+        default ``"broadcast_object"``.
+
+    Returns
+    -------
+    object
+        ``root_rank``'s object: on ``root_rank`` `obj` itself, elsewhere an
+        unpickled copy.
+
+    Raises
+    ------
+    TypeError
+        When `name` is not a str.
+    Exception
+        Whatever pickling `obj` raises, on ``root_rank`` (the other ranks'
+        call then fails too, rather than wait).
+    PeerFailureError
+        When a rank failed or stopped during the broadcast (MXNet may report
+        that as mxnet.base.MXNetError, with the same message).
+
+    Examples
+    --------
+    >>> import mxplugin as hvd
+    >>> hvd.init()
+    >>> config = {"lr": 0.1, "epochs": 3} if hvd.rank() == 0 else None
+    >>> hvd.broadcast_object(config, root_rank=0)
+    {'lr': 0.1, 'epochs': 3}
+    """
     name = _object_name(name, "broadcast_object")
     if basics.rank() == root_rank:
         payload = _pickled(obj, name, global_process_set)
@@ -70,8 +110,48 @@ def broadcast_object(obj, root_rank=0, name=None):
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """Returns the list of every rank's `obj`, in rank order (objects may
-    differ in type between ranks)."""
+    """Returns the list of every rank's `obj` (of the ranks of `process_set`),
+    in rank order; the objects may differ in type and size between ranks.
+    Any object that pickles (with cloudpickle where it is installed).
+
+    Horovod: ``hvd.allgather_object``; ``process_set`` is mxplugin's (Horovod's
+    takes `obj` and `name`), and the default name is the same on every rank
+    (Horovod's is the type name of each rank's `obj`).
+
+    Parameters
+    ----------
+    obj : object
+        This rank's object.
+    name : str, optional
+        The allgather's name, the same on every rank (errors name it); by
+        default ``"allgather_object"``.
+    process_set : ProcessSet, default ``global_process_set``
+        The ranks taking part (``global_process_set``: every rank); ranks
+        outside it must not call.
+
+    Returns
+    -------
+    list
+        One object per rank of the set, in the order of its ranks (this
+        rank's included, as an unpickled copy).
+
+    Raises
+    ------
+    TypeError
+        When `name` is not a str, or `process_set` is not a ProcessSet.
+    Exception
+        Whatever pickling `obj` raises (the other ranks' call then fails too,
+        rather than wait).
+    ArgumentError
+        When `process_set` is not registered.
+
+    Examples
+    --------
+    >>> import mxplugin as hvd
+    >>> hvd.init()
+    >>> hvd.allgather_object({"rank": hvd.rank(), "samples": 100 + hvd.rank()})
+    [{'rank': 0, 'samples': 100}, {'rank': 1, 'samples': 101}]
+    """
     name = _object_name(name, "allgather_object")
     payload = _pickled(obj, name, process_set)
     sizes = allgather(mx.nd.array([len(payload)], dtype="int64"), name=name + ".sz",
@@ -123,9 +203,56 @@ def _parameter_dict_types():
 
 
 def broadcast_parameters(params, root_rank=0, prefix=None):
-    """Broadcasts parameters (dict or gluon ParameterDict of Parameters or
-    NDArrays) from root_rank, in place. Parameters whose initialisation is
-    deferred are broadcast right after they are first initialised."""
+    """Sets every rank's parameters to root_rank's values, in place: call it
+    once the model is initialised, before training, so that all ranks start
+    alike. A parameter whose initialisation is deferred (its shape not known
+    yet) is broadcast right after it is initialised, at the first forward
+    pass. Asynchronous: reading a parameter waits for its broadcast.
+
+    Horovod: ``hvd.broadcast_parameters``, same signature and deferred
+    initialisation. Here each device's copy of a deferred parameter is
+    broadcast (Horovod broadcasts the first), parameters marked as
+    model-parallel shards (``mxplugin.parallel``) are left alone, and in a
+    job of one rank nothing is done.
+
+    Parameters
+    ----------
+    params : dict or gluon ParameterDict
+        Parameters (``gluon.Parameter``) or NDArrays by name, as
+        ``net.collect_params()`` returns them; every rank passes the same
+        names. They are broadcast in the order of their names.
+    root_rank : int, default 0
+        The global rank whose values every rank receives.
+    prefix : str, optional
+        Put before each parameter's name to name its broadcast (the name
+        errors show); the same on every rank.
+
+    Raises
+    ------
+    ArgumentError
+        When `params` is neither a dict nor a ParameterDict.
+    TypeError
+        When `prefix` is not a str.
+
+    Examples
+    --------
+    >>> import mxnet as mx
+    >>> import mxplugin as hvd
+    >>> hvd.init()
+    >>> net = mx.gluon.nn.Dense(2, in_units=3)
+    >>> net.initialize(mx.init.Constant(hvd.rank() + 1))  # ranks differ
+    >>> hvd.broadcast_parameters(net.collect_params(), root_rank=0)
+    >>> net.weight.data().asnumpy().tolist()
+    [[1.0, 1.0, 1.0], [1.0, 1.0, 1.0]]
+
+    Deferred initialisation: the shapes come with the first batch.
+
+    >>> net = mx.gluon.nn.Dense(2)
+    >>> net.initialize(mx.init.Constant(hvd.rank() + 1))
+    >>> hvd.broadcast_parameters(net.collect_params(), prefix="deferred.")
+    >>> net(mx.nd.ones((1, 3))).asnumpy().tolist()
+    [[3.0, 3.0]]
+    """
     if prefix is not None and not isinstance(prefix, str):
         raise TypeError("prefix must be a str or None")
     prefix = prefix or ""

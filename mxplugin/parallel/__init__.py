@@ -2,8 +2,10 @@
 a dp x mp process mesh, tensor-parallel Dense and Embedding layers, a softmax
 cross-entropy over sharded classes, and a partitioner that splits an existing
 serial network (parallelize, with placements or an automatic plan) and
-gathers it back into a serial checkpoint. See docs/parallelism.md::
+gathers it back into a serial checkpoint. In short (the guide, Tensor
+parallelism, says more)::
 
+    import mxnet as mx
     import mxplugin as hvd
     from mxplugin import parallel
 

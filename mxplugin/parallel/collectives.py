@@ -74,6 +74,8 @@ from mxplugin import basics, calls, ops
 from mxplugin.array_kinds import legacy, like
 from mxplugin.basics import global_process_set
 from mxplugin.errors import ArgumentError
+from mxplugin.parallel import _reference_collectives as ref
+from mxplugin.parallel._reference import reference
 
 _name_counters = {}  # (process set id, label, kind) -> calls made
 NAME_RING = 8
@@ -153,9 +155,12 @@ class _Allreduce(mx.autograd.Function):
         return ops.allreduce(dy, op=self._op, name=self._name + ".grad", process_set=self._set)
 
 
+@reference(ref.ALLREDUCE)
 def allreduce(x, op=ops.Average, name=None, process_set=global_process_set):
-    """Differentiable allreduce (op Sum or Average); the gradient of each
-    rank's input is the same reduction of the output gradients."""
+    """Differentiable allreduce (op Sum or Average) for a loss summed over
+    the ranks (each rank's loss its own term): the gradient of each rank's
+    input is the same reduction of the ranks' output gradients. Where every
+    rank holds the same loss (tensor parallelism), use reduce_from_group."""
     _check_array(x)
     n = _check_set(process_set)
     if op not in (ops.Sum, ops.Average):
@@ -189,10 +194,12 @@ class _Allgather(mx.autograd.Function):
         return total[start:start + self._rows[me]]
 
 
+@reference(ref.ALLGATHER)
 def allgather(x, name=None, process_set=global_process_set):
     """Differentiable allgather along the first dimension (which may differ
-    per rank); the gradient of each rank's input is its rows of the sum of
-    all ranks' output gradients."""
+    per rank) for a loss summed over the ranks: the gradient of each rank's
+    input is its rows of the sum of all ranks' output gradients. Where every
+    rank holds the same loss (tensor parallelism), use gather_from_group."""
     _check_array(x)
     n = _check_set(process_set)
     if x.ndim == 0:
@@ -216,9 +223,11 @@ class _Broadcast(mx.autograd.Function):
         return total if basics.rank() == self._root else mx.nd.zeros_like(total)
 
 
+@reference(ref.BROADCAST)
 def broadcast(x, root_rank, name=None, process_set=global_process_set):
-    """Differentiable broadcast from global rank `root_rank`; the root's input
-    gets the sum of all ranks' output gradients, the others zero."""
+    """Differentiable broadcast from global rank `root_rank` for a loss
+    summed over the ranks: the root's input gets the sum of all ranks'
+    output gradients, the others' zeros."""
     _check_array(x)
     n = _check_set(process_set)
     if root_rank not in process_set.ranks:
@@ -241,10 +250,13 @@ class _Reducescatter(mx.autograd.Function):
         return full / len(self._set.ranks) if self._op == ops.Average else full
 
 
+@reference(ref.REDUCESCATTER)
 def reducescatter(x, op=ops.Average, name=None, process_set=global_process_set):
     """Differentiable reducescatter (op Sum or Average) over the first
-    dimension (lower ranks get one extra row when it does not divide); the
-    gradient of each rank's input is the allgather of the output gradients."""
+    dimension (lower ranks get one extra row when it does not divide), for a
+    loss summed over the ranks: the gradient of each rank's input is the
+    allgather of the ranks' output gradients (divided by the set's size for
+    Average)."""
     _check_array(x)
     n = _check_set(process_set)
     if op not in (ops.Sum, ops.Average):
@@ -294,9 +306,12 @@ class _ScatterToGroup(mx.autograd.Function):
         return gather_axis(dy, self._axis, self._name + ".grad", self._set)
 
 
+@reference(ref.COPY_TO_GROUP)
 def copy_to_group(x, process_set=global_process_set, name=None):
-    """Identity forward; backward sums the gradient over the set. Put it where
-    a replicated tensor enters rank-specific (sharded) computation."""
+    """Tensor parallelism, where every rank of the set holds the same loss:
+    the identity forward, and a backward that sums the gradient over the
+    set. Put it where a replicated tensor enters rank-specific (sharded)
+    computation."""
     _check_array(x)
     if _check_set(process_set) == 1:
         return x
@@ -313,9 +328,11 @@ def _sum_into(x, out, name, process_set):
         return calls.submit("allreduce", name, process_set, body)
 
 
+@reference(ref.REDUCE_FROM_GROUP)
 def reduce_from_group(x, process_set=global_process_set, name=None):
-    """Sums partial results over the set; backward passes the (replicated)
-    gradient through unchanged (Note [Sums outside autograd])."""
+    """Tensor parallelism, where every rank of the set holds the same loss:
+    sums the ranks' partial results over the set; the backward passes the
+    (replicated) gradient through unchanged."""
     _check_array(x)
     if _check_set(process_set) == 1:
         return x
@@ -327,9 +344,11 @@ def reduce_from_group(x, process_set=global_process_set, name=None):
     return like(x, _sum_into(view, y, name, process_set))  # then y's value becomes the sum
 
 
+@reference(ref.GATHER_FROM_GROUP)
 def gather_from_group(x, process_set=global_process_set, axis=-1, name=None):
-    """Concatenates every rank's equal-sized block along `axis`; backward keeps
-    this rank's block of the (replicated) gradient."""
+    """Tensor parallelism, where every rank of the set holds the same loss:
+    concatenates every rank's equal-sized block along `axis`; the backward
+    keeps this rank's block of the (replicated) gradient."""
     _check_array(x)
     axis = _normal_axis(x, axis)
     if _check_set(process_set) == 1:
@@ -337,9 +356,12 @@ def gather_from_group(x, process_set=global_process_set, axis=-1, name=None):
     return like(x, _GatherFromGroup(axis, next_name(process_set, "gather_from_group", name), process_set)(legacy(x)))
 
 
+@reference(ref.SCATTER_TO_GROUP)
 def scatter_to_group(x, process_set=global_process_set, axis=-1, name=None):
-    """Keeps this rank's block of a replicated `x` along `axis` (which must
-    divide evenly); backward gathers the blocks' gradients from all ranks."""
+    """Tensor parallelism, where every rank of the set holds the same loss:
+    keeps this rank's block of a replicated `x` along `axis` (which must
+    divide evenly); the backward gathers the blocks' gradients from every
+    rank."""
     _check_array(x)
     axis = _normal_axis(x, axis)
     n = _check_set(process_set)

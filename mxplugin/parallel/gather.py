@@ -30,11 +30,14 @@ from mxnet.base import MXNetError
 from mxplugin import basics
 from mxplugin.array_kinds import legacy
 from mxplugin.errors import ArgumentError
+from mxplugin.parallel import _reference_partition as ref
 from mxplugin.parallel._kinds import set_data
+from mxplugin.parallel._reference import reference
 from mxplugin.parallel._tree import child_path, walk
 from mxplugin.parallel.layers import _ParallelBlock
 
 
+@reference(ref.GATHER_SERIAL_PARAMETERS)
 def gather_serial_parameters(net):
     """{structural name: whole NDArray on the CPU} of every parameter of a
     parallelized network (mx.np.ndarrays for a network built under
@@ -57,6 +60,7 @@ def gather_serial_parameters(net):
     return arrays
 
 
+@reference(ref.SAVE_SERIAL_PARAMETERS)
 def save_serial_parameters(net, filename, root_rank=0):
     """Writes the whole parameters of a parallelized network to `filename`
     in gluon's format (ndarray.save of {structural name: array}), so that the
@@ -68,12 +72,14 @@ def save_serial_parameters(net, filename, root_rank=0):
         mx.nd.save(filename, {name: legacy(array) for name, array in arrays.items()})
 
 
+@reference(ref.LOAD_SERIAL_PARAMETERS)
 def load_serial_parameters(net, filename, ctx=None):
     """Loads a serial checkpoint (from save_parameters of the serial network,
     or save_serial_parameters) into a parallelized network: each rank keeps
     its slices of the split weights. Parameters not yet initialised are
     initialised on `ctx` (default: the current context). Names must match
-    both ways; an ArgumentError names the first that does not."""
+    both ways; an ArgumentError names the first that does not. Makes no
+    collective call: every rank reads the file."""
     loaded = _load(filename)
     if not isinstance(loaded, dict):
         raise ArgumentError(f"{filename} holds a list of arrays, not named parameters")

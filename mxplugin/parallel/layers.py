@@ -35,7 +35,9 @@ import numpy as np
 from mxnet import gluon
 
 from mxplugin.array_kinds import is_numpy
+from mxplugin.parallel import _reference_layers as ref
 from mxplugin.parallel._kinds import LegacyForward, set_data
+from mxplugin.parallel._reference import reference
 from mxplugin.parallel.collectives import (copy_to_group, gather_axis, gather_from_group, next_name,
                                            reduce_from_group, scatter_to_group)
 from mxplugin.errors import ArgumentError
@@ -199,15 +201,24 @@ class _ParallelDense(_ParallelBlock):
         return None if self.bias is None else self.full_array("bias")
 
 
+@reference(ref.COLUMN_PARALLEL_DENSE)
 class ColumnParallelDense(_ParallelDense):
     """Dense layer whose output features are split over the mp group.
 
-    Holds units/mp rows of the weight (and bias) of Dense(units, in_units).
+    Holds units/mp rows of the weight (and bias) of Dense(units, in_units):
+    mp rank m computes output features [m*units/mp, (m+1)*units/mp).
     The input must be the same on every rank of the mp group (its gradient is
     summed over the group). With gather_output the full output is gathered
     along the last axis on every rank; without, each rank returns its block of
     units/mp output features (to feed a RowParallelDense with
     input_is_parallel=True, or a ShardedSoftmaxCrossEntropyLoss).
+
+    The whole arrays are read with full_weight() and full_bias() (collective
+    calls over the mp group) and set with load_full(weight, bias=None), of
+    which each rank keeps its slices. The layer runs imperatively:
+    hybridize() leaves it so; hold it in nn.Sequential or a plain Block, not
+    in a hybridized HybridBlock. Under npx.set_np() it takes and returns
+    mx.np.ndarrays.
     """
 
     def __init__(self, units, in_units, gather_output=True, use_bias=True, activation=None, mesh=None,
@@ -222,7 +233,11 @@ class ColumnParallelDense(_ParallelDense):
         self._local_units = local
         self._gather_output = gather_output
 
+    @reference(ref.COLUMN_FORWARD)
     def hybrid_forward(self, F, x, weight, bias=None):
+        """The layer's computation, which Gluon runs when the layer is called
+        (call the layer, not this method): this rank's output features, then
+        gathered over the mp group with gather_output."""
         self._check_imperative(F)
         x = copy_to_group(x, self._mesh.mp_set, name=self.label)
         y = F.FullyConnected(x, weight, bias, no_bias=bias is None, num_hidden=self._local_units,
@@ -238,6 +253,7 @@ class ColumnParallelDense(_ParallelDense):
                 f"gather_output={self._gather_output}, mesh={self._mesh})")
 
 
+@reference(ref.ROW_PARALLEL_DENSE)
 class RowParallelDense(_ParallelDense):
     """Dense layer whose input features are split over the mp group.
 
@@ -247,7 +263,12 @@ class RowParallelDense(_ParallelDense):
     the input is this rank's block of in_units/mp features (from a
     ColumnParallelDense with gather_output=False); otherwise the full input,
     the same on every rank of the group, is sliced here. The output is the
-    full output on every rank of the group.
+    full output on every rank of the group; the activation, if any, is
+    applied to it.
+
+    The whole arrays are read with full_weight() and full_bias() and set with
+    load_full(weight, bias=None), as for ColumnParallelDense; the layer runs
+    imperatively as that one does.
     """
 
     def __init__(self, units, in_units, input_is_parallel=False, use_bias=True, activation=None, mesh=None,
@@ -263,7 +284,11 @@ class RowParallelDense(_ParallelDense):
         self._local_in_units = local
         self._input_is_parallel = input_is_parallel
 
+    @reference(ref.ROW_FORWARD)
     def hybrid_forward(self, F, x, weight, bias=None):
+        """The layer's computation, which Gluon runs when the layer is called
+        (call the layer, not this method): this rank's partial product,
+        summed over the mp group, plus the bias."""
         self._check_imperative(F)
         if self._flatten and x.ndim > 2:
             if self._input_is_parallel:

@@ -18,7 +18,9 @@ from mxnet import gluon
 
 from mxplugin import ops
 from mxplugin.array_kinds import legacy, like
+from mxplugin.parallel import _reference_layers as ref
 from mxplugin.parallel._kinds import LegacyForward
+from mxplugin.parallel._reference import reference
 from mxplugin.parallel.collectives import next_name
 from mxplugin.parallel.mesh import default_mesh
 
@@ -60,27 +62,36 @@ class _ShardedCrossEntropy(mx.autograd.Function):
         return grad, mx.nd.zeros_like(self._label)
 
 
+@reference(ref.SHARDED_LOSS)
 class ShardedSoftmaxCrossEntropyLoss(LegacyForward, gluon.loss.Loss):
     """Softmax cross-entropy with integer labels over class scores split along
     the last axis across the mesh's mp group (mp rank m holds classes
-    [m*C/mp, (m+1)*C/mp)). Same value and gradient as
+    [m*C/mp, (m+1)*C/mp)), without gathering them: no rank ever holds all the
+    scores of a sample. Same value and gradient as
     gluon.loss.SoftmaxCrossEntropyLoss on the gathered scores: returns the
     loss per sample, replicated on every rank of the mp group.
 
-    label: the global class index of each sample (shape pred.shape[:-1], or
-    with a trailing 1), the same on every rank of the mp group. Imperative
-    only (hybridize() leaves it so, as for the parallel layers). Takes and
-    returns mx.np.ndarrays under npx.set_np() (Note [Legacy inside] in
-    _kinds.py)."""
+    Called as loss(pred, label, sample_weight=None): pred is this rank's
+    block of scores (from ColumnParallelDense(gather_output=False) or a
+    ShardedOutput classifier), label the global class index of each sample
+    (shape pred.shape[:-1], or with a trailing 1), the same on every rank of
+    the mp group. Imperative only (hybridize() leaves it so, as for the
+    parallel layers). Takes and returns mx.np.ndarrays under npx.set_np()."""
 
     def __init__(self, mesh=None, weight=None, batch_axis=0, **kwargs):
         super().__init__(weight, batch_axis, **kwargs)
         self._mesh = mesh if mesh is not None else default_mesh()
 
+    @reference(ref.LOSS_HYBRIDIZE)
     def hybridize(self, active=True, **kwargs):
+        """Accepted so that a container's hybridize() may reach this loss,
+        which stays imperative."""
         super().hybridize(False, **kwargs)
 
+    @reference(ref.LOSS_FORWARD)
     def hybrid_forward(self, F, pred, label, sample_weight=None):
+        """The loss's computation, which Gluon runs when the loss is called
+        (call the loss, not this method)."""
         if F is not mx.nd:
             raise NotImplementedError("ShardedSoftmaxCrossEntropyLoss runs collectives imperatively and cannot "
                                       "be part of a hybridized graph")
@@ -93,6 +104,7 @@ class ShardedSoftmaxCrossEntropyLoss(LegacyForward, gluon.loss.Loss):
         return F.mean(loss, axis=self._batch_axis, exclude=True)
 
 
+@reference(ref.SHARDED_ARGMAX)
 def sharded_argmax(logits, mesh=None, name=None):
     """Global index of the top class of each sample, from class scores split
     over the mp group (float64, the same on every rank of the group; ties go to
@@ -115,8 +127,10 @@ def _sharded_argmax(logits, mesh, name):
     return ops.allreduce(best, op=ops.Min, name=base + ".min", process_set=ps)
 
 
+@reference(ref.SHARDED_ACCURACY)
 def sharded_accuracy(logits, label, mesh=None, name=None):
-    """Fraction of samples whose top class (sharded_argmax) is `label`, as a float."""
+    """Fraction of samples whose top class (sharded_argmax) is `label`, as a
+    float, from class scores split over the mp group. Not differentiable."""
     mesh = mesh if mesh is not None else default_mesh()
     pred = _sharded_argmax(legacy(logits), mesh, name)
     label = legacy(label).reshape(pred.shape).astype("float64")

@@ -18,6 +18,8 @@ import mxnet as mx
 from mxplugin import basics, ops
 from mxplugin.basics import global_process_set
 from mxplugin.errors import ArgumentError
+from mxplugin.parallel import _reference_mesh as ref
+from mxplugin.parallel._reference import reference
 
 _sets = {}  # sorted rank tuple -> ProcessSet this module registered or found
 
@@ -62,8 +64,14 @@ def _process_set(ranks):
     return ps
 
 
+@reference(ref.PROCESS_MESH)
 class ProcessMesh:
-    """The world's ranks as a dp x mp grid (Note [Mesh layout]).
+    """The world's ranks as a dp x mp grid: dp replicas of the model, each
+    split into mp shards. Rank r holds shard r % mp (its mp_rank) of replica
+    r // mp (its dp_rank): the ranks of a model-parallel group are
+    consecutive, so on machines with consecutive local ranks the frequent
+    tensor-parallel traffic stays inside a machine, while the once-a-step
+    gradient averaging over a data-parallel group crosses machines.
 
     Constructing a mesh is a collective call: every rank must construct it,
     in the same order relative to other collectives, because it registers all
@@ -95,12 +103,12 @@ class ProcessMesh:
 
     @property
     def dp_rank(self):
-        """Which replica this rank belongs to: its rank within its dp group."""
+        """The replica this rank belongs to (its rank within its dp group)."""
         return self._rank // self._mp
 
     @property
     def mp_rank(self):
-        """Which shard this rank holds: its rank within its mp group."""
+        """The shard this rank holds (its rank within its mp group)."""
         return self._rank % self._mp
 
     @property
@@ -113,10 +121,12 @@ class ProcessMesh:
         """ProcessSet of the ranks that together hold one replica of the model."""
         return self._mp_sets[self.dp_rank]
 
+    @reference(ref.DP_GROUP_RANKS)
     def dp_group_ranks(self, mp_rank):
         """Global ranks of the dp group of shard `mp_rank`."""
         return [i * self._mp + mp_rank for i in range(self._dp)]
 
+    @reference(ref.MP_GROUP_RANKS)
     def mp_group_ranks(self, dp_rank):
         """Global ranks of the mp group of replica `dp_rank`."""
         return list(range(dp_rank * self._mp, (dp_rank + 1) * self._mp))
@@ -128,8 +138,12 @@ class ProcessMesh:
 _default = {}
 
 
+@reference(ref.DEFAULT_MESH)
 def default_mesh():
-    """ProcessMesh(dp=1, mp=size()), built on first use (a collective call)."""
+    """The mesh ProcessMesh(dp=1, mp=size()), one model split over every
+    rank, which the layers, the loss and the partitioner use when given no
+    mesh. Built on first use, a collective call: every rank must make its
+    first use at the same point of its collectives."""
     size = basics.size()
     mesh = _default.get(size)
     if mesh is None:
@@ -137,10 +151,14 @@ def default_mesh():
     return mesh
 
 
+@reference(ref.MARK_DISTRIBUTED)
 def mark_distributed(param):
-    """Marks a Parameter as a model-parallel shard (`param.distributed = True`):
-    its value differs across the ranks of an mp group, so data-parallel
-    broadcast_parameters skips it. Returns `param`."""
+    """Marks a Parameter as a model-parallel shard (`param.distributed =
+    True`): its value differs across the ranks of an mp group, so
+    mxplugin.broadcast_parameters skips it, broadcast_parameters of this
+    package broadcasts it within its data-parallel group only, and a
+    DistributedTrainer without `mesh=` updates it from this rank's gradient
+    alone. The parallel layers mark their shards themselves."""
     if not isinstance(param, mx.gluon.Parameter):
         raise TypeError(f"mark_distributed takes a gluon Parameter, got {type(param).__name__}")
     param.distributed = True
@@ -155,11 +173,13 @@ def _param_items(params):
     raise TypeError(f"params must be a dict, ParameterDict or list of Parameters, got {type(params).__name__}")
 
 
+@reference(ref.BROADCAST_PARAMETERS)
 def broadcast_parameters(params, mesh, root_rank=0):
     """Makes a mesh's replicas start equal, in place. Replicated parameters
     come from global rank `root_rank` (over the world, as
     mxplugin.broadcast_parameters); each shard marked distributed comes from
-    the rank of its dp group in the same replica row as `root_rank`."""
+    the rank of its dp group in the same replica as `root_rank`. A collective
+    call: every rank makes it."""
     items = _param_items(params)
     replicated = {k: p for k, p in items if not getattr(p, "distributed", False)}
     basics._core()
@@ -176,13 +196,16 @@ def broadcast_parameters(params, mesh, root_rank=0):
                 ops.broadcast_(data, root, name=f"parallel.shard.{key}", process_set=mesh.dp_set)
 
 
+@reference(ref.ALLREDUCE_GRADIENTS)
 def allreduce_gradients(params, mesh, name="parallel.grads"):
     """Averages the gradients of all `params` (shards and replicated ones) over
     the mesh's data-parallel group, in place, as one grouped allreduce.
 
     What a data-parallel trainer must do under tensor parallelism: the ranks of
     an mp group hold the same loss, so replicated parameters already have the
-    full gradient of their replica and shards the gradient of their slice."""
+    full gradient of their replica and shards the gradient of their slice.
+    DistributedTrainer(mesh=...) does it itself; this is for a hand-written
+    training loop (with gluon.Trainer(kvstore=None))."""
     grads = [g for _, p in _param_items(params) if p.grad_req != "null" for g in p.list_grad()]
     if mesh.dp == 1 or not grads:
         return

@@ -32,6 +32,8 @@ from mxnet import gluon
 
 from mxplugin import basics
 from mxplugin.errors import ArgumentError
+from mxplugin.parallel import _reference_partition as ref
+from mxplugin.parallel._reference import reference
 from mxplugin.parallel._tree import ELEMENTWISE, SEQUENTIAL, Tree, child_path, describe, replace_child
 from mxplugin.parallel.layers import _ParallelBlock
 from mxplugin.parallel.mesh import default_mesh
@@ -178,21 +180,26 @@ def _imperative_hybridize(self, active=True, **kwargs):
     gluon.Block.hybridize(self, active, **kwargs)
 
 
+@reference(ref.PARALLELIZE)
 def parallelize(net, mesh=None, plan="auto", verbose=False):
     """Splits the children of `net` that `plan` names over the mesh's
-    model-parallel group, in place, and returns `net` (Note [Partitioning in
-    place]).
+    model-parallel group, in place, and returns `net`.
 
-    plan: {child path or pattern: placement}, a Plan, or "auto" (auto_plan:
-      Dense -> activation/dropout -> Dense chains in Sequential blocks, and a
-      large final classifier). Paths are the child names of save_parameters
-      ("0", "encoder.attn.query"); '*' in a pattern matches one name
-      ("layers.*.ffn.0"). Children not named stay replicated.
+    Each named child is replaced in its parent, under the same child name, by
+    a tensor-parallel block holding this rank's slices of its weights, so the
+    network's structural parameter names stay the serial ones (and
+    save_serial_parameters writes a checkpoint the serial network loads).
+    Everything is checked before anything changes: an error leaves the
+    network as it was.
 
-    verbose: print the plan applied, on global rank 0.
-
-    Every rank calls it alike (same network, same plan). Build trainers from
-    net.collect_params() afterwards: the split children have new parameters.
+    Every rank calls it alike (same network, same plan); it makes no
+    collective call of its own (only mesh=None, on first use, builds
+    default_mesh(), which is one). Build trainers from net.collect_params()
+    afterwards: the split children have new parameters. The blocks above a
+    split layer run imperatively from then on: their hybridize() only passes
+    the call on to their children, so net.hybridize() still hybridizes every
+    block that holds no split layer. A network with such a block already
+    hybridized is refused: call net.hybridize(False) first.
     """
     if not isinstance(net, gluon.Block):
         raise TypeError(f"parallelize takes a gluon Block, got {type(net).__name__}")

@@ -32,27 +32,45 @@ from dataclasses import dataclass
 from mxnet import gluon
 
 from mxplugin.errors import ArgumentError
+from mxplugin.parallel import _reference_partition as plan_ref
+from mxplugin.parallel import _reference_placements as ref
+from mxplugin.parallel._reference import reference
 from mxplugin.parallel._tree import describe, runs_forward_of
 from mxplugin.parallel.embedding import VocabParallelEmbedding
 from mxplugin.parallel.layers import ColumnParallelDense, RowParallelDense
 
 
+@reference(ref.PLACEMENT)
 class Placement:
-    """Base of the placements. `output_split`: the replacement's output is this
-    rank's block of features; `input_split`: its input must be."""
+    """Base of the placements: how parallelize() splits one child of a serial
+    network. Subclass it for a split of your own. parallelize() asks each
+    named child's placement for children() (placements of the child's own
+    children), calls check() on every entry before changing anything, then
+    replace() on each, in the network's order.
+
+    Two class attributes say how features flow through the replacement,
+    which parallelize() checks in Sequential blocks: output_split (its output
+    is this rank's block of features, for a layer taking a split input; False
+    here) and input_split (its input must be such a block; False here)."""
     output_split = False
     input_split = False
 
+    @reference(ref.PLACEMENT_CHECK)
     def check(self, path, block, mesh):
-        """Raises ArgumentError if `block` (at `path`) cannot be split so."""
+        """Raises ArgumentError if `block` (at `path`) cannot be split so; the
+        base accepts every block."""
 
+    @reference(ref.PLACEMENT_REPLACE)
     def replace(self, block, mesh):
         """The tensor-parallel block that replaces `block`, holding this rank's
-        slices of its weights; None to keep `block` (after changing it)."""
+        slices of its weights; None to keep `block` (after changing it). The
+        base keeps it unchanged."""
         return None
 
+    @reference(ref.PLACEMENT_CHILDREN)
     def children(self, block):
-        """{child key: placement} this placement implies for `block`'s children."""
+        """{child key: placement} this placement implies for `block`'s
+        children; the base implies none."""
         return {}
 
 
@@ -90,66 +108,97 @@ def _split_dense(layer_class, dense, mesh, **options):
     return layer
 
 
+@reference(ref.COLWISE)
 @dataclass(frozen=True)
 class ColwiseParallel(Placement):
-    """Dense split by output features (rows of the weight). The input must be
-    the same on every rank of the mp group. gather_output=False (default):
-    each rank returns its units/mp features, for a RowwiseParallel Dense
-    after element-wise blocks (Note [Split features between layers]);
-    True: every rank gets all units."""
+    """Dense split by output features (rows of the weight), becoming a
+    ColumnParallelDense. The input must be the same on every rank of the mp
+    group. gather_output=False (default): each rank returns its units/mp
+    features, for a RowwiseParallel Dense after it (only element-wise blocks,
+    activations and dropout, may act between the two: the Megatron-LM pair,
+    one allreduce forward and one backward); True: every rank gets all
+    units."""
     gather_output: bool = False
 
     @property
     def output_split(self):
+        """Whether the replacement's output is this rank's block of features
+        (True unless gather_output)."""
         return not self.gather_output
 
+    @reference(ref.COLWISE_CHECK)
     def check(self, path, block, mesh):
+        """Raises ArgumentError unless `block` is a plain gluon.nn.Dense whose
+        units divide by mp."""
         _check_dense(path, block, self, mesh, "units")
 
+    @reference(ref.COLWISE_REPLACE)
     def replace(self, block, mesh):
+        """The ColumnParallelDense that replaces the Dense `block`."""
         return _split_dense(ColumnParallelDense, block, mesh, gather_output=self.gather_output)
 
 
+@reference(ref.ROWWISE)
 @dataclass(frozen=True)
 class RowwiseParallel(Placement):
-    """Dense split by input features (columns of the weight); the partial
-    products are summed over the mp group and every rank gets the whole
-    output. input_is_parallel=True (default): the input is this rank's block
-    of features from a ColwiseParallel Dense; False: the whole input, sliced
-    here."""
+    """Dense split by input features (columns of the weight), becoming a
+    RowParallelDense; the partial products are summed over the mp group and
+    every rank gets the whole output. input_is_parallel=True (default): the
+    input is this rank's block of features from a ColwiseParallel Dense;
+    False: the whole input, sliced here."""
     input_is_parallel: bool = True
 
     @property
     def input_split(self):
+        """Whether the replacement's input must be this rank's block of
+        features (input_is_parallel)."""
         return self.input_is_parallel
 
+    @reference(ref.ROWWISE_CHECK)
     def check(self, path, block, mesh):
+        """Raises ArgumentError unless `block` is a plain gluon.nn.Dense whose
+        in_units divide by mp."""
         _check_dense(path, block, self, mesh, "in_units")
 
+    @reference(ref.ROWWISE_REPLACE)
     def replace(self, block, mesh):
+        """The RowParallelDense that replaces the Dense `block`."""
         return _split_dense(RowParallelDense, block, mesh, input_is_parallel=self.input_is_parallel)
 
 
+@reference(ref.SHARDED_OUTPUT)
 @dataclass(frozen=True)
 class ShardedOutput(Placement):
     """The classifier: a Dense split by classes whose split scores are the
-    network's output (mp rank m returns classes [m*C/mp, (m+1)*C/mp)). Train
+    network's output (mp rank m returns classes [m*C/mp, (m+1)*C/mp)); it
+    must be the network's last layer (element-wise blocks aside). Train
     with ShardedSoftmaxCrossEntropyLoss, measure with sharded_accuracy."""
     output_split = True
 
+    @reference(ref.COLWISE_CHECK)
     def check(self, path, block, mesh):
+        """Raises ArgumentError unless `block` is a plain gluon.nn.Dense whose
+        units (classes) divide by mp."""
         _check_dense(path, block, self, mesh, "units")
 
+    @reference(ref.SHARDED_OUTPUT_REPLACE)
     def replace(self, block, mesh):
+        """The ColumnParallelDense (gather_output=False) that replaces the
+        Dense `block`."""
         return _split_dense(ColumnParallelDense, block, mesh, gather_output=False)
 
 
+@reference(ref.VOCAB)
 @dataclass(frozen=True)
 class VocabParallel(Placement):
-    """Embedding split by rows (the vocabulary); every rank gets the whole
-    embeddings (one allreduce forward)."""
+    """Embedding split by rows (the vocabulary), becoming a
+    VocabParallelEmbedding; every rank gets the whole embeddings (one
+    allreduce forward)."""
 
+    @reference(ref.VOCAB_CHECK)
     def check(self, path, block, mesh):
+        """Raises ArgumentError unless `block` is a plain gluon.nn.Embedding
+        with dense gradients whose input_dim divides by mp."""
         if not isinstance(block, gluon.nn.Embedding):
             _fail(path, block, self, "it is not a gluon.nn.Embedding")
         if not runs_forward_of(block, gluon.nn.Embedding):
@@ -160,7 +209,9 @@ class VocabParallel(Placement):
         if vocab % mesh.mp:
             _fail(path, block, self, f"input_dim={vocab} is not divisible by the model-parallel size mp={mesh.mp}")
 
+    @reference(ref.VOCAB_REPLACE)
     def replace(self, block, mesh):
+        """The VocabParallelEmbedding that replaces the Embedding `block`."""
         kw = block._kwargs
         layer = VocabParallelEmbedding(kw["input_dim"], kw["output_dim"], mesh=mesh, dtype=kw["dtype"],
                                        weight_initializer=block.weight.init, prefix=block.prefix)
@@ -168,23 +219,13 @@ class VocabParallel(Placement):
         return layer
 
 
+@reference(ref.HEAD)
 @dataclass(frozen=True)
 class HeadParallel(Placement):
     """A user's multi-head attention block, split by heads: mp rank m computes
-    heads [m*H/mp, (m+1)*H/mp).
-
-    projections: the children computing Q, K and V (Dense, each with heads *
-      head_size output features, head-major: feature h * head_size + d, as a
-      reshape to (..., heads, head_size) reads them); split column-wise.
-
-    output: the child projecting the concatenated heads back; split row-wise.
-
-    num_heads: the block's integer attribute holding the head count, which its
-      forward reads; divided by mp on each rank.
-
-    per_rank: other integer attributes the forward reads that count features
-      of all heads together (e.g. "_units" in a reshape to (N, T, units));
-      divided by mp as well.
+    heads [m*H/mp, (m+1)*H/mp). Its query, key and value projections are
+    split column-wise and its output projection row-wise, and the head count
+    the forward reads is divided by mp.
 
     The contract: the forward computes the heads' shapes only from these
     attributes (or from -1 in reshapes), and mixes heads only through the
@@ -195,7 +236,10 @@ class HeadParallel(Placement):
     num_heads: str = "_num_heads"
     per_rank: tuple = ()
 
+    @reference(ref.HEAD_CHECK)
     def check(self, path, block, mesh):
+        """Raises ArgumentError unless `block` has the attributes and children
+        named, with counts that divide by mp."""
         heads = getattr(block, self.num_heads, None)
         if not isinstance(heads, int) or isinstance(heads, bool):
             _fail(path, block, self, f"it has no integer attribute '{self.num_heads}' (num_heads= names the "
@@ -218,25 +262,36 @@ class HeadParallel(Placement):
                 _fail(path, block, self, f"projection '{key}' has {units} output features, not a multiple of "
                       f"{self.num_heads}={heads}")
 
+    @reference(ref.HEAD_CHILDREN)
     def children(self, block):
+        """The projections' placements: column-wise for Q, K and V, row-wise
+        for the output projection."""
         plan = {key: ColwiseParallel() for key in self.projections}
         plan[self.output] = RowwiseParallel()
         return plan
 
+    @reference(ref.HEAD_REPLACE)
     def replace(self, block, mesh):
+        """Divides the block's head count (and per_rank attributes) by mp and
+        keeps the block (None)."""
         for attr in (self.num_heads, *self.per_rank):
             setattr(block, attr, getattr(block, attr) // mesh.mp)
         return None
 
 
+@reference(ref.REPLICATE)
 @dataclass(frozen=True)
 class Replicate(Placement):
-    """Left whole on every rank (what every child the plan does not name gets)."""
+    """Left whole on every rank: what every child the plan does not name
+    gets. Name a child with it to say so in the plan."""
 
 
+@reference(plan_ref.PLAN)
 class Plan:
     """An ordered {child path or pattern: Placement}, with notes saying why
-    (auto_plan fills them). print(plan) shows both."""
+    (auto_plan fills them). print(plan) shows both. A Plan equals another,
+    or a dict, with the same placements; its entries are in `placements`
+    and its notes in `notes`."""
 
     def __init__(self, placements, notes=()):
         if not hasattr(placements, "items"):

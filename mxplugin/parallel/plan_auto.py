@@ -22,6 +22,8 @@ Each choice, and each pair passed over, is explained in Plan.notes.
 from mxnet import gluon
 
 from mxplugin.errors import ArgumentError
+from mxplugin.parallel import _reference_partition as ref
+from mxplugin.parallel._reference import reference
 from mxplugin.parallel._tree import ELEMENTWISE, SEQUENTIAL, Tree, child_path, describe, runs_forward_of
 from mxplugin.parallel.layers import _ParallelBlock
 from mxplugin.parallel.mesh import default_mesh
@@ -51,12 +53,19 @@ def _final_layer(net):
     return path, block
 
 
+@reference(ref.AUTO_PLAN)
 def auto_plan(net, mesh=None, classifier="auto"):
-    """The Plan that parallelize(net, mesh, "auto") applies (Note [What auto
-    splits]); print it to see what was chosen and why.
+    """The Plan that parallelize(net, mesh, "auto") applies; print it to see
+    what was chosen and why.
 
-    classifier: "auto" (shard the final Dense when it widens and its weight
-    is the largest), True (shard it whenever it divides), False (never)."""
+    It splits only what is safe to read from the network's structure: in
+    every Sequential or HybridSequential, a Dense followed by element-wise
+    blocks (activations, dropout) and another Dense, column- then row-wise
+    (one allreduce forward and one backward a pair; pairs taken from the
+    front, never overlapping); and the final classifier (the last layer,
+    following the last child of Sequential blocks) as ShardedOutput, for
+    ShardedSoftmaxCrossEntropyLoss. A block with its own forward is opaque,
+    so attention is never split automatically: name it with HeadParallel."""
     if classifier not in ("auto", True, False):
         raise ArgumentError(f"auto_plan: classifier must be 'auto', True or False, got {classifier!r}")
     mesh = mesh if mesh is not None else default_mesh()
