@@ -256,8 +256,61 @@ def _stuck_transfer():
 
 
 def run(func):
-    """Decorator for the training function `func(state, ...)`. Outside an
-    elastic launch it syncs the state from rank 0 and calls func once."""
+    """Decorator for the training function ``func(state, ...)``: in an
+    elastic launch (``mxplugin-run --min-np N --max-np M ...``) the job goes
+    on from the state's last commit when ranks are lost or hosts change.
+    Outside an elastic launch it syncs the state from rank 0 and calls func
+    once.
+
+    Horovod: ``hvd.elastic.run``, same use. Horovod resets within the same
+    processes (after a failure it restores the last commit; then it
+    initializes again, syncs and calls the function again); here each change
+    of ranks is a new world: the ranks hand their last commit to the
+    launcher and exit, the launcher starts the script again on the new
+    ranks, and ``run`` there starts from that commit. So the code before
+    the call runs again in every world (build the network and the state,
+    register the reset callbacks there), and the reset callbacks run after
+    the state's sync (Horovod's, before it).
+
+    Parameters
+    ----------
+    func : callable
+        The training function, called as ``func(state, *args, **kwargs)``
+        with the wrapper's arguments, once ``state`` (a ``State``) holds
+        rank 0's values on every rank. Let ``HostsUpdatedInterrupt`` and
+        the errors of collectives propagate out of it.
+
+    Returns
+    -------
+    callable
+        The wrapper, ``wrapper(state, *args, **kwargs)``, which returns what
+        ``func`` returns. In an elastic launch a rank whose world ends (a
+        lost peer, changed hosts) does not return: it exits, the last commit
+        handed to the launcher, and the next world starts from there.
+
+    Raises
+    ------
+    Exception
+        What ``func`` raises, other than what ends a world in an elastic
+        launch (a lost peer's error, ``HostsUpdatedInterrupt``). In an
+        elastic launch the launcher then stops the job, as a new world
+        would fail alike.
+
+    Examples
+    --------
+    >>> import mxplugin as hvd
+    >>> hvd.init()
+    >>> state = hvd.elastic.ObjectState(epoch=0, seen=0)
+    >>> @hvd.elastic.run
+    ... def train(state, epochs):
+    ...     while state.epoch < epochs:
+    ...         state.seen += hvd.size()  # an epoch's work
+    ...         state.epoch += 1
+    ...         state.commit()  # a new world goes on from the last commit
+    ...     return state.seen
+    >>> train(state, 3) == 3 * hvd.size()
+    True
+    """
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):

@@ -21,14 +21,14 @@ import mxnet as mx
 import mxplugin as hvd
 from mxplugin import array_kinds
 import mxplugin.elastic.client as _client
+from mxplugin.elastic import _reference
 
 
 class HostsUpdatedInterrupt(RuntimeError):
     """Raised on every rank at commit() when the launcher has found a change
-    in the hosts: `mxplugin.elastic.run` then ends this world so that the
+    in the hosts: ``mxplugin.elastic.run`` then ends this world so that the
     launcher can start one with the new hosts, from the state just
-    committed. `skip_sync` is accepted for horovod's signature; a new world
-    always syncs."""
+    committed."""
 
     def __init__(self, message="the launcher's hosts changed", skip_sync=False):
         super().__init__(message)
@@ -50,8 +50,7 @@ class State:
     def register_reset_callbacks(self, callbacks):
         """Functions called with no arguments after every reset, once the
         state is restored and synced in the new world (to set the learning
-        rate for the new size, say). Unlike horovod, they run after the
-        sync, so that the restored optimizer does not undo them."""
+        rate for the new size, say)."""
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
@@ -279,3 +278,6 @@ def read_checkpoint(path):
             return pickle.loads(f.read())
     except FileNotFoundError:
         return None
+
+
+_reference.complete(globals())  # the reference sections of the public names above

@@ -102,12 +102,102 @@ def rank_context():
 
 
 class Trainer(GluonTSTrainer):
-    """gluonts.mx.Trainer for `mxplugin-run -np N python train.py`: the same
-    arguments, passed to any gluonts.mx estimator. `batch_size` (the
+    """gluonts.mx.Trainer for ``mxplugin-run -np N python train.py``: the
+    same arguments, passed to any gluonts.mx estimator. ``batch_size`` (the
     estimator's) is per rank: a step averages the gradients of N batches.
-    `learning_rate` applies to that average. `num_batches_per_epoch` counts
-    steps, so an epoch sees N times the windows of one process. ctx defaults
-    to this rank's GPU (local rank) or the CPU."""
+    ``learning_rate`` applies to that average. ``num_batches_per_epoch``
+    counts steps, so an epoch sees N times the windows of one process.
+
+    GluonTS: ``gluonts.mx.Trainer``, same arguments and defaults, and its
+    training loop on every rank (the callbacks' hooks, Adam, hybridization,
+    ModelAveraging's per-epoch checkpoints). What differs: the settings and
+    the networks are compared across ranks before training; each rank draws
+    windows of its own (its random generators seeded from one draw of rank
+    0's and its rank); rank 0's initial parameters go to every rank; the
+    callbacks see losses over all ranks, and a stop that one rank's callback
+    asks for stops every rank at the same batch; after training every rank
+    takes rank 0's parameters, so every rank's predictor is the same. A
+    Ctrl-C ends the job on every rank rather than GluonTS's graceful stop.
+    No Horovod equivalent.
+
+    Parameters
+    ----------
+    ctx : mxnet.Context, optional
+        The device to train on; by default this rank's GPU (its local rank,
+        modulo the GPUs MXNet sees) or the CPU. On a host with GPUs the
+        default starts mxplugin (``init()``) to learn the local rank.
+    epochs : int, default 100
+        Epochs to train, the same on every rank.
+    num_batches_per_epoch : int, default 50
+        Steps per epoch, each with one batch on every rank. An epoch also
+        ends, on every rank, when some rank's batches run out.
+    learning_rate : float, default 1e-3
+        Adam's learning rate, for the gradient averaged over the ranks'
+        combined batch (and the base of the default LearningRateReduction).
+    clip_gradient : float, default 10.0
+        Adam's ``clip_gradient``: the averaged gradient is clipped element by
+        element to ``[-clip_gradient, clip_gradient]``.
+    weight_decay : float, default 1e-8
+        Adam's weight decay (L2 penalty) coefficient.
+    init : str or mxnet.initializer.Initializer, default "xavier"
+        The initializer the estimator gives the network's parameters; rank
+        0's initial values then go to every rank, at the first forward pass.
+    hybridize : bool, default True
+        Hybridizes the network for training (static memory and shapes, each
+        pass one engine segment unless ``MXNET_EXEC_BULK_EXEC_MAX_NODE_TRAIN_FWD``
+        or ``..._BWD`` is set).
+    callbacks : list of gluonts.mx.trainer.callback.Callback, optional
+        GluonTS's callbacks, run on every rank. Their hooks get the losses
+        over all ranks, and each "go on?" they answer is joined over the
+        ranks: one rank's "stop" stops every rank. Every rank passes the same
+        kinds, in the same order.
+    add_default_callbacks : bool, default True
+        As in GluonTS: adds ``ModelAveraging`` (of the best epoch) and
+        ``LearningRateReduction`` (from ``learning_rate``, patience 10)
+        unless ``callbacks`` has one of that kind.
+
+    Attributes
+    ----------
+    parameter_drift : float or None
+        Set by each training: the largest difference any rank's parameters
+        had from rank 0's at the end of it (0.0: none, as it should be; a
+        RuntimeWarning says when not). None before training.
+
+    Raises
+    ------
+    AssertionError
+        GluonTS's checks of the values (``epochs`` negative, a learning rate
+        that is not positive, ...).
+    ValueError
+        An argument of the wrong type (GluonTS's validation).
+    MismatchError
+        When the estimator trains, on every rank and before any step, if the
+        ranks' settings, callbacks or networks differ.
+    mxplugin.errors.ArgumentError
+        When training starts, if ``MXPLUGIN_GLUONTS_DRAW_AHEAD`` is set to
+        other than 0 or 1.
+    gluonts.exceptions.GluonTSDataError
+        On every rank, when some rank could build no training batch (an
+        empty dataset, or series too short).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> import mxplugin as hvd
+    >>> import mxplugin.gluonts
+    >>> from gluonts.dataset.common import ListDataset
+    >>> from gluonts.mx import SimpleFeedForwardEstimator
+    >>> hvd.init()
+    >>> data = ListDataset([{"start": "2024-01-01", "target": np.sin(np.arange(60) / 4.0)}], freq="H")
+    >>> trainer = mxplugin.gluonts.Trainer(epochs=1, num_batches_per_epoch=2)
+    >>> estimator = SimpleFeedForwardEstimator(prediction_length=4, context_length=8, num_hidden_dimensions=[8],
+    ...                                        batch_size=4, trainer=trainer)  # batch_size: each rank's
+    >>> predictor = estimator.train(data)  # on every rank, the same predictor
+    >>> trainer.parameter_drift
+    0.0
+    >>> next(iter(predictor.predict(data))).mean.shape
+    (4,)
+    """
 
     @validated()
     def __init__(

@@ -16,6 +16,10 @@ last step, the same on every rank:
   4. Q_w = M_w^T P^;  e_w = M_w - P^ Q_w^T   (this rank's residual)
   5. Q = sum_w Q_w                    (allreduce, all tensors' Q in one call)
   6. gradient = P^ Q^T = P^ P^^T sum_w M_w, and Q is kept for the next step.
+Steps 1-2, 4 and 6 are each one pass over the gradients' memory, run by
+the core (Note [PowerSGD passes] in src/compress/powersgd.h) for float32
+gradients on the CPU, and by MXNet's operators otherwise (GPU, float16,
+float64); step 3 is MXNet's LQ factorisation of the small P either way.
 The reduced gradient is a sum, as the trainer's other gradients are (Note
 [Reduced gradients are sums] in trainer.py); gradient_predivide_factor
 scales Q's allreduce. The paper's error (step 4) is each rank's own
