@@ -11,8 +11,11 @@ update: DistributedTrainer.step (size 1) against gluon.Trainer.step on
 scaling: hybridized resnet50_v1, batch 8 per rank, 3x112x112, SGD momentum.
   Interleaved rounds of (a) rank 0 alone with gluon.Trainer (the 1-process
   reference; the other rank idles), (b) every rank with DistributedTrainer,
-  (c) every rank with a per-tensor allreduce_ loop then gluon's update.
-  Reports images/s, scaling efficiency and the time of allreduce + update.
+  (c) every rank with a per-tensor allreduce_ loop then gluon's update,
+  (d) every rank with gluon.Trainer on its own, no communication at all (the
+  machine's own ceiling: what N processes sharing its memory and caches get).
+  Reports images/s, scaling efficiency, the ceiling, and the time of
+  allreduce + update.
   Every rank runs with OMP_NUM_THREADS=1 (the launcher's default for 2 ranks
   on 2 cores), so the efficiency is per rank: N ranks of 1 thread against 1
   process of 1 thread.
@@ -155,10 +158,11 @@ def bench_scaling(rounds, steps, batch, image):
         return run
 
     samples = interleave({"single": single, "mxplugin": every_rank(net, ours.step),
-                          "per_tensor": every_rank(loop_net, per_tensor_step)}, rounds, warmup=1)
+                          "per_tensor": every_rank(loop_net, per_tensor_step),
+                          "independent": every_rank(ref_net, ref.step)}, rounds, warmup=1)
     if rank != 0:
         return None
-    distributed = ("mxplugin", "per_tensor")
+    distributed = ("mxplugin", "per_tensor", "independent")
     out = {"single": samples["single"], **{k: [images for images, _ in samples[k]] for k in distributed}}
     comm = {k: [t for _, calls in samples[k] for t in calls] for k in distributed}
     med, cmed = medians(out), medians(comm)
@@ -166,6 +170,8 @@ def bench_scaling(rounds, steps, batch, image):
               "median_images_per_s": med, "spread_images_per_s": spread(out), "allreduce_update_s": comm, "median_allreduce_update_s": cmed,
               "scaling_efficiency": med["mxplugin"] / (size * med["single"]),
               "scaling_efficiency_per_tensor": med["per_tensor"] / (size * med["single"]),
+              "scaling_ceiling": med["independent"] / (size * med["single"]),
+              "efficiency_against_ceiling": med["mxplugin"] / med["independent"],
               "allreduce_update_ratio": cmed["mxplugin"] / cmed["per_tensor"]}
     print(f"resnet50_v1 hybridized, batch {batch}/rank, 3x{image}x{image}, SGD momentum, {size} ranks")
     print(f"  1 process gluon.Trainer        {med['single']:8.1f} img/s")
@@ -173,6 +179,8 @@ def bench_scaling(rounds, steps, batch, image):
           f"  scaling efficiency {result['scaling_efficiency']:.3f}")
     print(f"  {size} ranks allreduce_ loop+gluon  {med['per_tensor']:8.1f} img/s total"
           f"  scaling efficiency {result['scaling_efficiency_per_tensor']:.3f}")
+    print(f"  {size} ranks alone, no exchange     {med['independent']:8.1f} img/s total"
+          f"  ceiling {result['scaling_ceiling']:.3f}")
     print(f"  allreduce + update: mxplugin {cmed['mxplugin'] * 1e3:.1f} ms, per-tensor loop + gluon "
           f"{cmed['per_tensor'] * 1e3:.1f} ms, ratio {result['allreduce_update_ratio']:.3f}")
     return result
