@@ -213,7 +213,8 @@ def powersgd_section(load, docs):
             lines.append(f"| {label} | {_ms(med[m])} | {efficiency} | {kept[m]} of "
                          f"{len(step['samples'][m])} | {_ms(p.get('forward_backward'))} | {_ms(p.get('step_call'))} "
                          f"| {' / '.join(_mb(x) for x in sent[m])} |")
-        lines += ["", f"Load {_load(step)}.", ""]
+        lo, hi = step["load_average_1min"]
+        lines += ["", f"The machine's 1-minute load average was {lo:.1f} before these steps and {hi:.1f} after.", ""]
     image = _plot(link, exchange, docs)
     if image:
         lines += [f"![PowerSGD bytes and exchange time]({image})", ""]

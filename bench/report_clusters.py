@@ -1,7 +1,8 @@
 """The sections of docs/benchmarks.md on running where users run: each MPI
 (bench/results/mpi_variants.json, bench/each_mpi.py, with its plot)
 and the fault-handling times (bench/results/fault_timings.json,
-bench/fault_timings.py)."""
+bench/fault_timings.py). A section whose results file is not committed is
+left out of the page."""
 from plots import pyplot, save
 
 NAMES = {"mpich": "MPICH 5.0 (PyPI, default)", "openmpi-4.1": "Open MPI 4.1 (Debian)",
@@ -30,9 +31,9 @@ def _plot(summary, docs):
 
 
 def mpi_variants_section(result, docs):
-    lines = ["## Each MPI (`bench/each_mpi.py`)", ""]
     if not result:
-        return lines + ["Not measured yet: `python bench/each_mpi.py` (as root).", ""]
+        return []
+    lines = ["## Each MPI (`bench/each_mpi.py`)", ""]
     s = result["summary"]
     rate = result["rate_mbit"]
     links = f"links at {rate / 1000:g} Gbit/s" if rate else "veth links without a rate limit"
@@ -44,29 +45,49 @@ def mpi_variants_section(result, docs):
               "launcher with the arguments `mxplugin-run` gives it.", "",
               "| MPI | allreduce 2x2 | its plain MPI_Allreduce | ratio | vs the MPICH build | 2-rank images/s "
               "| allreduce + update |", "|---|---|---|---|---|---|---|"]
+    after = result.get("after_yielding")
+    spun = _spinning(s, after)
     for name, row in s.items():
         plain, ratio = row["median_plain_mpi_s"], row["allreduce_vs_its_plain_mpi"]
-        lines.append(f"| {NAMES.get(name, name)} | {row['median_allreduce_s'] * 1e3:.0f} ms | "
+        lines.append(f"| {NAMES.get(name, name)}{' (spinning)' if name in spun else ''} | "
+                     f"{row['median_allreduce_s'] * 1e3:.0f} ms | "
                      f"{'stalled' if plain is None else f'{plain * 1e3:.0f} ms'} | "
                      f"{'n/a' if ratio is None else f'{ratio:.2f}'} | "
                      f"{row['allreduce_vs_mpich']:.2f} | {row['median_images_per_s']:.1f} | "
                      f"{row['median_allreduce_update_s'] * 1e3:.1f} ms |")
-    after = result.get("after_yielding")
-    if after:
-        lines += ["", after["note"] + ":", ""]
+    if spun:
+        lines += ["", "Rows marked (spinning) were measured before `mxplugin-run` made the ranks of these MPIs "
+                      "yield the CPU while they wait in MPI (its default now; MPICH's ranks do by themselves): "
+                      "their ranks spun. Measured since, " + _method(after["note"]) + ":", ""]
         lines += [f"- {NAMES.get(name, name)}: {row['spinning_s'] * 1e3:.0f} ms spinning, "
                   f"**{row['yielding_s'] * 1e3:.0f} ms** with `{row['setting']}` (now mxplugin-run's default)"
                   for name, row in after.items() if name != "note"]
+        again = [NAMES.get(name, name) for name in spun if name not in after]
+        if again:
+            lines.append(f"- {', '.join(again)}: not measured again")
     image = _plot(s, docs)
     if image:
         lines += ["", f"![allreduce under each MPI]({image})"]
     return lines + [""]
 
 
+def _spinning(summary, after):
+    """The MPIs of the table measured with ranks spinning: every one but
+    MPICH (whose ranks yield by themselves) when the results say the table
+    came before mxplugin-run's yield settings (an `after_yielding` entry)."""
+    return [name for name in summary if after and name != "mpich"]
+
+
+def _method(note):
+    """How the after-yielding figures were measured, from the results' note
+    ("The table was measured before ... Then, on the same fake hosts ...")."""
+    return note.split("Then, ", 1)[1] if "Then, " in note else note
+
+
 def fault_timings_section(result):
-    lines = ["## Fault handling times (`bench/fault_timings.py`)", ""]
     if not result:
-        return lines + ["Not measured yet: `python bench/fault_timings.py` (as root).", ""]
+        return []
+    lines = ["## Fault handling times (`bench/fault_timings.py`)", ""]
     lines += [f"The fake-host scenarios of `tests/test_elastic_partition.py`, {result['rounds']} runs each; the tests "
               "check the behaviour and fail only at a hang, these are the times, against the bound each answers to.",
               "", "| scenario | median | worst | bound | median / bound |", "|---|---|---|---|---|"]

@@ -7,19 +7,20 @@ writes the predictor once (rank 0).
 
 --batch-size is the global batch: each rank draws batch-size / N windows of
 its own per step, and a step averages the N ranks' gradients, so the model
-sees what one process with the whole batch would see (README, "GluonTS").
+sees what one process with the whole batch would see (docs/guides/gluonts.md).
 """
 import argparse
 import logging
 
 import mxnet as mx
 import numpy as np
+
+import mxplugin as hvd
+import mxplugin.gluonts  # before GluonTS's own modules: it imports GluonTS without its JSON notice
+
 from gluonts.dataset.artificial import ComplexSeasonalTimeSeries
 from gluonts.evaluation import Evaluator, make_evaluation_predictions
 from gluonts.mx import DeepAREstimator
-
-import mxplugin as hvd
-import mxplugin.gluonts
 
 
 def parse_args():

@@ -2,7 +2,11 @@
 on when ranks are lost or hosts come and go (mxplugin.elastic).
 
     mxplugin-run --min-np 2 --max-np 3 -H host1:1,host2:1,host3:1 python examples/mxnet_elastic_digits.py
-    mxplugin-run --min-np 1 --max-np 4 --host-discovery-script ./hosts.sh python examples/mxnet_elastic_digits.py
+    mxplugin-run --min-np 1 --max-np 4 --host-discovery-script "examples/discover_hosts.sh hosts.txt" \
+        python examples/mxnet_elastic_digits.py
+
+examples/discover_hosts.sh lists the hosts of hosts.txt, a "host:slots" line each,
+which you may edit while the job runs (examples/discover_hosts.sh --help).
 
 Each rank takes --batch-size samples per step, so the global batch is
 batch-size x ranks, and the learning rate follows it (lr = base lr x ranks,
@@ -14,7 +18,7 @@ carried into a world of another size.
 
 With --until-exists PATH the training goes on past --epochs, an epoch at a
 time, until the file PATH exists: a run that something else ends, once it
-has seen what it waits for (tests/test_elastic.py: a new world, say).
+has seen what it waits for (a new world, say).
 """
 import argparse
 import logging
