@@ -8,6 +8,7 @@ from plots import pyplot, save
 
 TARGET_BYTES_RATIO = 30  # at rank 4, uncompressed / PowerSGD bytes on the link
 TARGET_TIME_RATIO = 0.1  # at 2 Gbit/s, PowerSGD / uncompressed exchange time
+TARGET_WORK_RATIO = 2.0  # PowerSGD's own work on one thread / its floor, at every rank
 
 
 def _ms(seconds):
@@ -61,7 +62,11 @@ def _break_even(rows, rank):
 def powersgd_targets(load):
     """The Targets table's rows (measure, target, measured)."""
     rows = []
-    link, exchange = load("powersgd_link_bytes.json"), load("powersgd_exchange.json")
+    link, exchange, work = load("powersgd_link_bytes.json"), load("powersgd_exchange.json"), load("powersgd_work.json")
+    if work:
+        worst = max(work["ranks"], key=lambda r: work["ranks"][r]["core_vs_floor"])
+        rows.append((f"PowerSGD's own work / its floor, one thread, worst of ranks {', '.join(work['ranks'])} "
+                     f"(rank {worst})", f"<= {TARGET_WORK_RATIO:g}", f"{work['ranks'][worst]['core_vs_floor']:.2f}"))
     if link:
         b = link["median_link_bytes"]
         rows.append(("PowerSGD rank 4: uncompressed / compressed bytes on the link (resnet50_v1, 2 fake hosts)",
@@ -73,6 +78,26 @@ def powersgd_targets(load):
                          f"<= {TARGET_TIME_RATIO}", "n/a" if not (m["4"] and m["uncompressed"]) else
                          f"{m['4'] / m['uncompressed']:.3f}"))
     return rows
+
+
+def _work_lines(work):
+    """The table of PowerSGD's own work on one thread (bench/powersgd_work.py)."""
+    lines = [f"**PowerSGD's own work** (`bench/powersgd_work.py`: one process, one thread, the reduction of the "
+             f"{work['matrices']} compressed matrices, {work['values'] * 4 / 1e6:.1f} MB, in a world of one rank, "
+             "so that the allreduces cost next to nothing). The floor is the larger of two: the bytes the method "
+             "must move (24 per value: the gradient read and written once, the error buffer read and written "
+             f"twice) at this run's in-place add bandwidth ({work['inplace_add_GBps']:.1f} GB/s), and its "
+             "products (6r multiply-adds per value) at this run's single-threaded BLAS matrix product rate "
+             f"({work['gemm_gfma_per_s']:.1f} G multiply-adds/s). \"core\" is the trainer's reduction (the core's "
+             "passes, for float32 gradients on the CPU); \"MXNet operators\" the same reduction through MXNet's "
+             "dot, gemm and elementwise operators, what GPU and float16 gradients still take.", "",
+             "| rank | core | MXNet operators | floor (bytes / products) | core / floor | MXNet operators / floor |",
+             "|---|---|---|---|---|---|"]
+    for r, row in work["ranks"].items():
+        lines.append(f"| {r} | {_ms(row['core_s'])} | {_ms(row['mxnet_ops_s'])} | {_ms(row['floor_s'])} "
+                     f"({_ms(row['bytes_floor_s'])} / {_ms(row['products_floor_s'])}) | **{row['core_vs_floor']:.2f}** "
+                     f"| {row['mxnet_ops_vs_floor']:.2f} |")
+    return lines + [""]
 
 
 def _plot(link, exchange, docs):
@@ -188,6 +213,9 @@ def powersgd_section(load, docs):
             lines.append(f"For {layout}, rank 4 breaks even at about {rate:.1f} Gbit/s (the uncompressed time "
                          "interpolated linearly in 1/rate between the two links measured: an estimate).")
         lines += ["Load: the machine's 1-minute load average before and after each run.", ""]
+    work = load("powersgd_work.json")
+    if work:
+        lines += _work_lines(work)
     if one:
         t = one["times_s"]
         lines += [f"One host, {one['ranks']} ranks of one thread each (`bench/powersgd.py`, not filtered for "

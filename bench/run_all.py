@@ -91,6 +91,7 @@ def run_all():
     single_process("2threads_before")
     run(2, [os.path.join(HERE, "trainer.py"), "scaling"])
     run(2, [os.path.join(HERE, "powersgd.py")])
+    run(1, [os.path.join(HERE, "powersgd_work.py")])
     if os.geteuid() == 0:  # fake hosts need network namespaces
         run(1, [os.path.join(HERE, "multi_host.py")])
         run(1, [os.path.join(HERE, "powersgd_hosts.py"), "all"])  # starts its own 2- and 4-rank jobs
