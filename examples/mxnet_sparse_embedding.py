@@ -3,9 +3,12 @@
 (recommenders, NMT) train embeddings, on the digits bundled with the examples
 (no download): each image becomes 64 tokens, one per pixel position and
 intensity (a vocabulary of 64 x 17), whose embeddings are summed and
-classified. Trained with mxplugin.DistributedTrainer: every rank's touched
-rows are gathered, summed, and the optimizer makes its sparse (lazy)
-update on their union, as one process on the whole batch would.
+classified. Trained with mxplugin.DistributedTrainer and AdaGrad: every
+rank's touched rows are gathered, summed, and AdaGrad makes its sparse
+update on their union (only those rows and their histories change), as one
+process on the whole batch would. AdaGrad's sparse update is its standard
+one; Adam's or momentum SGD's lazy_update (their default) would differ from
+their standard update, which MXNet notes on stderr.
 
     mxplugin-run -np 2 python examples/mxnet_sparse_embedding.py
     mxplugin-run -np 2 python examples/mxnet_sparse_embedding.py --sparse-as-dense   # densify instead
@@ -28,7 +31,7 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--epochs", type=int, default=10, help="passes over the training set (default 10)")
     p.add_argument("--batch-size", type=int, default=64, help="global batch size, split across ranks (default 64)")
-    p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
+    p.add_argument("--lr", type=float, default=0.05, help="AdaGrad learning rate (default 0.05)")
     p.add_argument("--width", type=int, default=32, help="embedding width (default 32)")
     p.add_argument("--sparse-as-dense", action="store_true",
                    help="allreduce the embedding's gradient densified (a dense update of every row)")
@@ -76,7 +79,7 @@ def main():
     net.hybridize()
     net(mx.nd.zeros((1, 64)))
     hvd.broadcast_parameters(net.collect_params(), root_rank=0)
-    trainer = hvd.DistributedTrainer(net.collect_params(), "adam", {"learning_rate": args.lr},
+    trainer = hvd.DistributedTrainer(net.collect_params(), "adagrad", {"learning_rate": args.lr},
                                      sparse_as_dense=args.sparse_as_dense)
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     per_rank = args.batch_size // size

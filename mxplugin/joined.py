@@ -6,12 +6,14 @@ import mxnet as mx
 import numpy as np
 
 from mxplugin import basics, calls, host_allgather
+from mxplugin._reference_ops import reference
 from mxplugin.basics import global_process_set
 from mxplugin.functions import allgather_object
 
 JOIN_NAME = "mxplugin.join"
 
 
+@reference("join")
 def join(device=-1, process_set=global_process_set):
     """This rank has run out of data: blocks until every rank of the set has
     called join(), and returns the global rank that called it last.
@@ -23,10 +25,8 @@ def join(device=-1, process_set=global_process_set):
     cannot take part in fail at once on the ranks that made them, naming
     the joined ranks: an alltoall, a broadcast from a joined root, GPU
     tensors, adding or removing a process set, DistributedTrainer's
-    save_states() of gathered states. `device` is Horovod's (where its
-    zeros live) and is ignored: stand-ins are host memory. A
-    DistributedTrainer averages over the ranks still training only under
-    join_when_done."""
+    save_states() of gathered states. A DistributedTrainer averages over
+    the ranks still training only under ``join_when_done``."""
     del device
     mx.nd.waitall()  # this rank's own collectives first: they are not stood in for
     m = calls.core_module()

@@ -12,7 +12,7 @@ import numpy as np
 from mxplugin import array_kinds, basics, calls, exchange, host_allgather
 from mxplugin.dtypes import BFLOAT16, describe as _describe  # noqa: F401  (BFLOAT16: others' import of it)
 from mxplugin.basics import global_process_set
-from mxplugin.docstrings import documented
+from mxplugin._reference_ops import reference
 from mxplugin.errors import ArgumentError
 
 # Reduce ops, with horovod.mxnet's values.
@@ -87,10 +87,7 @@ def _check_empty_call(process_set, priority, op=None, prescale_factor=1.0, posts
         raise calls.nothing_submitted(e)
 
 
-@documented("tensor", "average", "name", "priority", "prescale_factor", "postscale_factor", "process_set", "op",
-           returns=("NDArray or mxnet.numpy.ndarray", "A new array of the input's kind, shape and type."),
-           horovod="``hvd.allreduce``, same signature and defaults.",
-           example=[">>> import mxnet as mx, mxplugin as hvd", ">>> hvd.init()", ">>> total = hvd.allreduce(mx.nd.ones(3) * (hvd.rank() + 1), op=hvd.Sum)", ">>> total.asnumpy().tolist() == [hvd.size() * (hvd.size() + 1) / 2] * 3", "True"])
+@reference("allreduce")
 def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0, postscale_factor=1.0,
               process_set=global_process_set, op=None):
     """Reduces `tensor` over the ranks of `process_set` (by default the
@@ -105,11 +102,11 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0, 
     return calls.submit("allreduce", name, process_set, body)
 
 
-@documented("tensor", "average", "name", "priority", "prescale_factor", "postscale_factor", "process_set", "op", returns=("NDArray or mxnet.numpy.ndarray", "``tensor``, holding the result."),
-           horovod="``hvd.allreduce_``.")
+@reference("allreduce_")
 def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set, op=None):
-    """Reduces `tensor` over the ranks in place (see allreduce)."""
+    """Reduces `tensor` over the ranks in place (see allreduce);
+    asynchronous: reading it waits."""
     def body(base):
         reduce = _resolve_op(average, op)
         calls.check_array(tensor)
@@ -120,8 +117,7 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     return calls.submit("allreduce", name, process_set, body)
 
 
-@documented("tensors", "average", "name", "priority", "prescale_factor", "postscale_factor", "process_set", "op", returns=("list", "New arrays, one per input, in order."),
-           horovod="``hvd.grouped_allreduce``.")
+@reference("grouped_allreduce")
 def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=global_process_set, op=None):
     """Reduces a list of arrays as one group, negotiated and fused
@@ -139,8 +135,7 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
     return calls.submit("allreduce", name, process_set, body)
 
 
-@documented("tensors", "average", "name", "priority", "prescale_factor", "postscale_factor", "process_set", "op", returns=("list", "``tensors``, holding the results."),
-           horovod="``hvd.grouped_allreduce_``.")
+@reference("grouped_allreduce_")
 def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_factor=1.0,
                        postscale_factor=1.0, process_set=global_process_set, op=None):
     """Reduces a list of arrays as one group, in place (see allreduce)."""
@@ -188,10 +183,7 @@ def _allgather_output(tensor, name, process_set, group, index=None):
     return output, calls.record(name, m.OP_ALLGATHER, tensor, output, dtype, device, shape, out_shape=out_shape)
 
 
-@documented("tensor", "name", "priority", "process_set",
-           returns=("NDArray or mxnet.numpy.ndarray", "The ranks' arrays concatenated along the first axis, in "
-                    "rank order (first dimensions may differ between ranks)."),
-           horovod="``hvd.allgather``.")
+@reference("allgather")
 def allgather(tensor, name=None, priority=0, process_set=global_process_set):
     """Concatenates every rank's `tensor` along the first dimension (which may
     differ per rank; the other dimensions must agree)."""
@@ -215,8 +207,10 @@ def _allgather(tensor, base, name, priority, process_set):
     return output
 
 
+@reference("grouped_allgather")
 def grouped_allgather(tensors, name=None, priority=0, process_set=global_process_set):
-    """allgather of each tensor of a list; returns the list of outputs."""
+    """Gathers each array of a list as allgather does, in one call
+    negotiated as a group."""
     def body(base):
         arrays = calls.group_list(tensors)
         if not arrays:
@@ -250,11 +244,10 @@ def _broadcast_entry(tensor, output, root_rank, base):
     return calls.record(base, m.OP_BROADCAST, tensor, output, dtype, device, shape, root_rank=int(root_rank))
 
 
-@documented("tensor", "root_rank", "name", "priority", "process_set",
-           returns=("NDArray or mxnet.numpy.ndarray", "A new array holding ``root_rank``'s."),
-           horovod="``hvd.broadcast``.")
+@reference("broadcast")
 def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
-    """Returns a new NDArray holding root_rank's `tensor` (root_rank is a global rank)."""
+    """A new array holding root_rank's `tensor` (root_rank: a global rank);
+    asynchronous: reading the result waits."""
     def body(base):
         calls.check_array(tensor)
         output = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
@@ -265,11 +258,9 @@ def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_proce
     return calls.submit("broadcast", name, process_set, body)
 
 
-@documented("tensor", "root_rank", "name", "priority", "process_set",
-           returns=("NDArray or mxnet.numpy.ndarray", "``tensor``, holding ``root_rank``'s."),
-           horovod="``hvd.broadcast_``.")
+@reference("broadcast_")
 def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
-    """In-place broadcast from root_rank; returns `tensor`."""
+    """Overwrites `tensor` with root_rank's (a global rank), in place."""
     def body(base):
         view = array_kinds.legacy(tensor)
         calls.push([_broadcast_entry(view, view, root_rank, base)], process_set, priority,
@@ -278,6 +269,7 @@ def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_proc
     return calls.submit("broadcast", name, process_set, body)
 
 
+@reference("alltoall")
 def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_process_set):
     """Sends splits[i] rows of `tensor` (in order) to rank i of the set and
     concatenates what every rank sends here. Without splits the first
@@ -342,6 +334,7 @@ def _check_reducescatter_op(op):
         raise ArgumentError(f"reducescatter supports Average and Sum, not {_op_names.get(op, op)}")
 
 
+@reference("reducescatter")
 def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_process_set,
                   prescale_factor=1.0, postscale_factor=1.0):
     """Reduces `tensor` over the set and returns this rank's block of the first
@@ -357,9 +350,11 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
     return calls.submit("reducescatter", name, process_set, body)
 
 
+@reference("grouped_reducescatter")
 def grouped_reducescatter(tensors, op=Average, name=None, priority=0, process_set=global_process_set,
                           prescale_factor=1.0, postscale_factor=1.0):
-    """reducescatter of each tensor of a list; returns the list of outputs."""
+    """Reduce-scatters each array of a list as reducescatter does, in one
+    call negotiated as a group."""
     def body(base):
         _check_reducescatter_op(op)
         arrays = calls.group_list(tensors)
@@ -376,6 +371,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0, process_se
     return calls.submit("reducescatter", name, process_set, body)
 
 
+@reference("barrier")
 def barrier(process_set=global_process_set):
     """Blocks until every rank of the set has reached this call."""
     m = calls.core_module()

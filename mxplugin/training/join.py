@@ -142,28 +142,67 @@ def _zero_gradients(trainer):
 @contextlib.contextmanager
 def join_when_done(trainer, divide_by_initial_size=False, process_set=None):
     """Trains over uneven data: every rank runs its own number of batches in
-    the `with` block; a rank that has run out takes shadow steps in the
-    others' steps, on zero gradients, until every rank has (Note [Shadow
-    steps]). For a DistributedTrainer (any mode but local SGD) and a
-    gluon.Trainer with kvstore='mxplugin' or a DistributedOptimizer, whose
-    step(batch_size), or allreduce_grads() then update(batch_size), the
-    block calls once per batch, alike on every rank::
+    the ``with`` block; a rank that has run out takes shadow steps in the
+    others' steps, on zero gradients, until every rank has, so that every
+    collective of the others' steps completes and every rank keeps the same
+    weights. For a DistributedTrainer (any mode but local SGD) and a
+    gluon.Trainer with ``kvstore='mxplugin'`` or a DistributedOptimizer,
+    whose ``step(batch_size)``, or ``allreduce_grads()`` then
+    ``update(batch_size)``, the block calls once per batch, alike on every
+    rank. The average of each step is over the ranks still training (the
+    update equals one process training on their batches combined), or over
+    the set's size with ``divide_by_initial_size=True``. Every rank makes
+    one small blocking allreduce more per step. An error in the block
+    leaves it at once, without shadow steps (the others then fail naming
+    this rank).
 
-        with hvd.join_when_done(trainer):
-            for data, label in my_shard_of_batches:
-                with autograd.record():
-                    loss = loss_fn(net(data), label)
-                loss.backward()
-                trainer.step(batch_size)
+    Horovod: none (Horovod's ``hvd.join()`` is the raw collectives' way,
+    also here: ``mxplugin.join``); PyTorch DDP's ``Join`` context shadows
+    the others' allreduces alike.
 
-    The average of each step is over the ranks still training (the update
-    equals one process training on their batches combined), or over the
-    set's size with divide_by_initial_size=True. Yields an object whose
-    `shadow_steps` says how many steps this rank took on zeros.
+    Parameters
+    ----------
+    trainer : DistributedTrainer or gluon.Trainer
+        The trainer the block steps; its ``step``, ``allreduce_grads`` and
+        ``update`` are wrapped while the block lasts.
+    divide_by_initial_size : bool, default False
+        Average each step over the set's size (as Horovod's join, whose
+        joined ranks add zeros), not over the ranks still training.
+    process_set : ProcessSet, optional
+        The ranks that train together; by default the trainer's (every rank).
 
-    Every rank makes one small blocking allreduce more per step. An error
-    in the block leaves it at once, without shadow steps (the others then
-    fail naming this rank)."""
+    Yields
+    ------
+    object
+        The context's state: its ``shadow_steps`` says how many steps this
+        rank took on zeros.
+
+    Raises
+    ------
+    ArgumentError
+        With ``local_sgd_steps``; where the ranks still training call
+        ``step()`` and ``allreduce_grads()`` in the same round.
+
+    Examples
+    --------
+    >>> import mxnet as mx, mxplugin as hvd
+    >>> hvd.init()
+    >>> net = mx.gluon.nn.Dense(1, in_units=2)
+    >>> net.initialize(mx.init.One())
+    >>> trainer = hvd.DistributedTrainer(net.collect_params(), "sgd", {"learning_rate": 0.1})
+    >>> batches = [mx.nd.ones((2, 2))] * (hvd.rank() + 1)  # uneven: rank r has r + 1 batches
+    >>> with hvd.join_when_done(trainer) as joined:
+    ...     for x in batches:
+    ...         with mx.autograd.record():
+    ...             loss = net(x).sum()
+    ...         loss.backward()
+    ...         trainer.step(x.shape[0])
+    >>> joined.shadow_steps == hvd.size() - 1 - hvd.rank()
+    True
+    >>> w = net.weight.data().asnumpy()  # the same on every rank
+    >>> bool((hvd.broadcast(net.weight.data(), root_rank=0).asnumpy() == w).all())
+    True
+    """
     if process_set is None:
         process_set = getattr(trainer, "_process_set", None) or basics.global_process_set
     if getattr(trainer, "_local_sgd_steps", 0):

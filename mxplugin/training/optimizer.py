@@ -18,16 +18,58 @@ def _parts(items, n):
 
 
 class DistributedOptimizer(mx.optimizer.Optimizer):
-    """Wraps an optimizer so each update first averages its gradient across
-    ranks (horovod.mxnet semantics; for the Module API and custom loops).
-    num_groups > 0: an update of several indices at once (MXNet's updater
-    passes lists when the optimizer aggregates) reduces them in that many
-    grouped allreduces instead of one allreduce each.
-    backward_passes_per_step K (Horovod's name): of every K updates of an
-    index, K-1 only add its gradient up locally; the K-th reduces the sum
-    once and updates as one process on the combined batch of the K passes
-    (passes of equal batch sizes: rescale_grad is divided by K; Note
-    [Accumulated passes] in accumulation.py)."""
+    """Wraps an optimizer so that each update first averages its gradient
+    over the ranks of `process_set`, then updates as the wrapped optimizer
+    does: for ``gluon.Trainer(..., kvstore=None)``, the Module API and
+    custom loops (``DistributedTrainer`` reduces gradients itself, and
+    unwraps one given to it). Everything else (``learning_rate``,
+    ``rescale_grad``, ``param_dict``, ...) is the wrapped optimizer's, read
+    and set through the wrapper. ``row_sparse`` gradients are averaged as
+    the rows each rank touched, for the optimizer's sparse update on their
+    union.
+
+    Horovod: ``hvd.DistributedOptimizer``, same first four parameters and
+    defaults and the same averaged updates (Horovod folds the division by
+    the size into ``rescale_grad``, here the allreduce averages);
+    ``backward_passes_per_step`` is mxplugin's own (Horovod's PyTorch
+    name), and Horovod cannot reduce ``row_sparse`` gradients.
+
+    Parameters
+    ----------
+    optimizer : mxnet.optimizer.Optimizer
+        The optimizer that updates, on the averaged gradients.
+    gradient_predivide_factor : float, default 1.0
+        Each gradient is divided by it before the sum and multiplied by it
+        after (the average is the same; large sums of float16 stay in range).
+    num_groups : int, default 0
+        When an update takes several indices at once (MXNet's updater passes
+        lists where the optimizer aggregates), their gradients are reduced in
+        this many grouped allreduces; 0: one allreduce each.
+    process_set : ProcessSet, default ``global_process_set``
+        The ranks whose gradients are averaged.
+    backward_passes_per_step : int, default 1
+        K: of every K updates of an index, K-1 only add its gradient up
+        locally; the K-th reduces the sum once and updates as one process on
+        the combined batch of the K passes (of equal batch sizes:
+        ``rescale_grad`` is divided by K for it). Not with ``row_sparse``
+        gradients.
+
+    Raises
+    ------
+    ArgumentError
+        A ``gradient_predivide_factor`` that is not positive, or a
+        ``backward_passes_per_step`` below 1.
+
+    Examples
+    --------
+    >>> import mxnet as mx, mxplugin as hvd
+    >>> hvd.init()
+    >>> opt = hvd.DistributedOptimizer(mx.optimizer.SGD(learning_rate=1.0))
+    >>> weight, grad = mx.nd.zeros(2), mx.nd.full(2, hvd.rank() + 1)
+    >>> opt.update(0, weight, grad, opt.create_state(0, weight))
+    >>> weight.asnumpy().tolist() == [-(hvd.size() + 1) / 2] * 2  # one step on the ranks' average
+    True
+    """
 
     def __init__(self, optimizer, gradient_predivide_factor=1.0, num_groups=0,
                  process_set=basics.global_process_set, backward_passes_per_step=1):
@@ -58,11 +100,44 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             setattr(self._optimizer, name, value)
 
     def create_state_multi_precision(self, index, weight):
-        """The wrapped optimizer's state for `weight`."""
+        """The wrapped optimizer's state for `weight`, with a float32 master
+        copy where the optimizer keeps one (``multi_precision``).
+
+        Horovod: the same method.
+
+        Parameters
+        ----------
+        index : int
+            The weight's index, as the updater numbers them.
+        weight : NDArray
+            The weight.
+
+        Returns
+        -------
+        object
+            What the wrapped optimizer's ``create_state_multi_precision`` returns.
+        """
         return self._optimizer.create_state_multi_precision(index, weight)
 
     def create_state(self, index, weight):
-        """The wrapped optimizer's state for `weight`."""
+        """The wrapped optimizer's state for `weight`.
+
+        Horovod: not forwarded there (its wrapper inherits
+        ``Optimizer.create_state``, which gives no state); here it is.
+
+        Parameters
+        ----------
+        index : int
+            The weight's index, as the updater numbers them.
+        weight : NDArray
+            The weight.
+
+        Returns
+        -------
+        object
+            What the wrapped optimizer's ``create_state`` returns (None for
+            plain SGD).
+        """
         return self._optimizer.create_state(index, weight)
 
     def _allreduce(self, index, grad):
@@ -133,21 +208,87 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
             self._optimizer.rescale_grad = rescale
 
     def update(self, index, weight, grad, state):
-        """Averages `grad` across ranks (every K-th pass with backward_passes_per_step), then updates."""
+        """Averages `grad` over the ranks, in place, then updates `weight` as
+        the wrapped optimizer's ``update`` does (with
+        ``backward_passes_per_step`` K, K-1 of every K calls only add the
+        gradient up). A collective: every rank of the set updates the same
+        indices.
+
+        Horovod: the same method and update (Horovod sums, its average
+        coming from ``rescale_grad``, scaled once when it wraps).
+
+        Parameters
+        ----------
+        index : int or list of int
+            The weight's index, or the indices of an aggregated update.
+        weight : NDArray or list of NDArray
+            The weights, updated in place.
+        grad : NDArray or list of NDArray
+            Their gradients, averaged over the ranks in place.
+        state : object or list
+            The optimizer states ``create_state`` gave.
+
+        Raises
+        ------
+        ArgumentError
+            With ``backward_passes_per_step`` > 1: a ``row_sparse`` gradient,
+            or indices updated together after different numbers of passes.
+        """
         self._update_once(self._optimizer.update, index, weight, grad, state)
 
     def update_multi_precision(self, index, weight, grad, state):
-        """As update(), through the wrapped optimizer's multi-precision update."""
+        """As ``update()``, through the wrapped optimizer's
+        ``update_multi_precision`` (what ``gluon.Trainer`` calls).
+
+        Horovod: the same method.
+
+        Parameters
+        ----------
+        index : int or list of int
+            The weight's index, or the indices of an aggregated update.
+        weight : NDArray or list of NDArray
+            The weights, updated in place.
+        grad : NDArray or list of NDArray
+            Their gradients, averaged over the ranks in place.
+        state : object or list
+            The states ``create_state_multi_precision`` gave.
+        """
         self._update_once(self._optimizer.update_multi_precision, index, weight, grad, state)
 
     def set_learning_rate(self, lr):
-        """Sets the wrapped optimizer's learning rate."""
+        """Sets the wrapped optimizer's learning rate.
+
+        Horovod: the same method.
+
+        Parameters
+        ----------
+        lr : float
+            The new learning rate.
+        """
         self._optimizer.set_learning_rate(lr)
 
     def set_lr_mult(self, args_lr_mult):
-        """Sets the wrapped optimizer's learning-rate multipliers."""
+        """Sets the wrapped optimizer's learning-rate multipliers.
+
+        Horovod: the same method.
+
+        Parameters
+        ----------
+        args_lr_mult : dict of str or int to float
+            Multipliers by parameter name or index, as for
+            ``mxnet.optimizer.Optimizer.set_lr_mult``.
+        """
         self._optimizer.set_lr_mult(args_lr_mult)
 
     def set_wd_mult(self, args_wd_mult):
-        """Sets the wrapped optimizer's weight-decay multipliers."""
+        """Sets the wrapped optimizer's weight-decay multipliers.
+
+        Horovod: the same method.
+
+        Parameters
+        ----------
+        args_wd_mult : dict of str or int to float
+            Multipliers by parameter name or index, as for
+            ``mxnet.optimizer.Optimizer.set_wd_mult``.
+        """
         self._optimizer.set_wd_mult(args_wd_mult)

@@ -186,18 +186,62 @@ class _SyncBatchNormProp(mx.operator.CustomOpProp):
 class SyncBatchNorm(LegacyForward, HybridBlock):
     """gluon.nn.BatchNorm with its statistics over the combined batch of the
     ranks of `process_set`: in training every rank normalizes with the mean
-    and variance of all the ranks' images (batches may differ in size), and
-    the input gradient is that of the combined batch's loss. Inference uses
-    the running statistics, with no communication.
+    and variance of all the ranks' samples (batches may differ in size, none
+    be empty), the running statistics follow them alike on every rank, and
+    the input gradient is that of the combined batch's loss. Inference (and
+    ``use_global_stats``) uses the running statistics, with no
+    communication. The layer runs imperatively and hybridized; its
+    collectives are named after its prefix, so build the same model, in the
+    same order, on every rank. Its parameters have BatchNorm's names, so
+    checkpoints load either way.
+
+    Horovod: none in horovod.mxnet; Horovod's PyTorch ``hvd.SyncBatchNorm``
+    does the same for ``torch.nn.BatchNorm``. This one takes
+    ``gluon.nn.BatchNorm``'s parameters.
 
     Parameters
     ----------
-    axis, momentum, epsilon, center, scale, use_global_stats : as for gluon.nn.BatchNorm
-        BatchNorm's settings; the initializers and `in_channels` are taken
-        as BatchNorm takes them, and the parameters have BatchNorm's names,
-        so checkpoints load either way.
-    process_set : ProcessSet
-        The ranks whose batches are combined (default: all).
+    axis : int, default 1
+        The channel axis of the input.
+    momentum : float, default 0.9
+        The running statistics' momentum (each step keeps this much of them).
+    epsilon : float, default 1e-5
+        Added to the variance before its square root.
+    center : bool, default True
+        Whether ``beta`` (the shift) is trained; otherwise it keeps its
+        initial value (zeros).
+    scale : bool, default True
+        Whether ``gamma`` (the scale) is used and trained; otherwise the
+        scale is 1.
+    use_global_stats : bool, default False
+        Normalizes with the running statistics in training too (no
+        communication), as BatchNorm does.
+    beta_initializer : str or Initializer, default 'zeros'
+        Initializer of ``beta``.
+    gamma_initializer : str or Initializer, default 'ones'
+        Initializer of ``gamma``.
+    running_mean_initializer : str or Initializer, default 'zeros'
+        Initializer of the running mean.
+    running_variance_initializer : str or Initializer, default 'ones'
+        Initializer of the running variance.
+    in_channels : int, default 0
+        The number of channels; 0: taken from the first input.
+    process_set : ProcessSet, default ``global_process_set``
+        The ranks whose batches are combined.
+    **kwargs : keyword arguments
+        ``prefix`` and ``params``, as for every Gluon block.
+
+    Examples
+    --------
+    >>> import mxnet as mx, mxplugin as hvd
+    >>> hvd.init()
+    >>> bn = hvd.SyncBatchNorm(in_channels=1)
+    >>> bn.initialize()
+    >>> with mx.autograd.record():  # training: the statistics of every rank's batch
+    ...     y = bn(mx.nd.full((2, 1), hvd.rank()))
+    >>> mean = bn.running_mean.data().asscalar()  # a tenth of the combined batch's mean (momentum 0.9)
+    >>> bool(abs(mean - 0.1 * (hvd.size() - 1) / 2) < 1e-6)
+    True
     """
 
     def __init__(self, axis=1, momentum=0.9, epsilon=1e-5, center=True, scale=True, use_global_stats=False,
@@ -222,14 +266,47 @@ class SyncBatchNorm(LegacyForward, HybridBlock):
                                            differentiable=False)
 
     def cast(self, dtype):
-        """Casts the layer; float16 keeps float32 parameters, as BatchNorm does."""
+        """Casts the layer's parameters to `dtype`, as Gluon's ``Block.cast``;
+        float16 keeps float32 parameters, as BatchNorm does (its statistics
+        are taken in float32 whatever the input's type).
+
+        Horovod: none; as ``gluon.nn.BatchNorm.cast``.
+
+        Parameters
+        ----------
+        dtype : str or numpy dtype
+            The new type (``"float16"``: the parameters stay float32).
+        """
         if mx.base.dtype_np_to_mx(dtype) == mx.base.dtype_np_to_mx("float16"):
             dtype = "float32"  # as BatchNorm: its parameters stay float32
         super().cast(dtype)
 
     def hybrid_forward(self, F, x, gamma, beta, running_mean, running_var):
         """BatchNorm on the combined batch's statistics in training, on the
-        running ones otherwise."""
+        running ones otherwise. Gluon calls it: call the layer, ``bn(x)``.
+
+        Horovod: none; as ``gluon.nn.BatchNorm``'s, on the combined statistics.
+
+        Parameters
+        ----------
+        F : module
+            ``mxnet.ndarray`` or ``mxnet.symbol``, as Gluon passes it.
+        x : NDArray or Symbol
+            The input.
+        gamma : NDArray or Symbol
+            The scale.
+        beta : NDArray or Symbol
+            The shift.
+        running_mean : NDArray or Symbol
+            The running mean, updated in training.
+        running_var : NDArray or Symbol
+            The running variance, updated in training.
+
+        Returns
+        -------
+        NDArray or Symbol
+            The normalized input, of its shape and type.
+        """
         if self._kwargs["use_global_stats"]:
             return F.BatchNorm(x, gamma, beta, running_mean, running_var, name="fwd", axis=self._axis,
                                eps=self._kwargs["eps"], momentum=self._kwargs["momentum"],
@@ -248,7 +325,39 @@ class SyncBatchNorm(LegacyForward, HybridBlock):
 def convert_sync_batchnorm(net, process_set=global_process_set):
     """Replaces every gluon.nn.BatchNorm in `net` (its children, at any
     depth) by a SyncBatchNorm with the same settings and the same
-    Parameters (their values and names kept); returns `net`."""
+    Parameters (their values and names kept), in place.
+
+    Horovod: none (PyTorch's ``torch.nn.SyncBatchNorm.convert_sync_batchnorm``
+    does the same for PyTorch modules).
+
+    Parameters
+    ----------
+    net : gluon.Block
+        The network holding the BatchNorm layers.
+    process_set : ProcessSet, default ``global_process_set``
+        The ranks whose batches each SyncBatchNorm combines.
+
+    Returns
+    -------
+    gluon.Block
+        ``net`` itself.
+
+    Raises
+    ------
+    ArgumentError
+        Where ``net`` is itself a BatchNorm (pass the block holding it).
+
+    Examples
+    --------
+    >>> import mxnet as mx, mxplugin as hvd
+    >>> hvd.init()
+    >>> net = mx.gluon.nn.HybridSequential()
+    >>> net.add(mx.gluon.nn.Dense(4, in_units=2), mx.gluon.nn.BatchNorm(in_channels=4))
+    >>> hvd.convert_sync_batchnorm(net) is net
+    True
+    >>> type(net[1]).__name__
+    'SyncBatchNorm'
+    """
     if isinstance(net, nn.BatchNorm):
         raise ArgumentError("convert_sync_batchnorm(net): net is itself a BatchNorm; pass the block holding it")
     for name, child in list(net._children.items()):

@@ -117,7 +117,7 @@ class DistributedTrainer(BucketUpdates, TrainerStates, ExcludedReductions, mx.gl
     ...     loss = net(mx.nd.ones((4, 2))).sum()
     >>> loss.backward()
     >>> trainer.step(4)  # this rank's batch size
-    >>> net.weight.data().shape  # reading waits for the step's allreduce
+    >>> net.weight.data().asnumpy().shape  # reading the values waits for the step's allreduce
     (1, 2)
     """
 
@@ -305,15 +305,15 @@ class DistributedTrainer(BucketUpdates, TrainerStates, ExcludedReductions, mx.gl
     # numbers; update(batch_size), with the per-rank batch size as in step(),
     # applies f/size with the usual 1/batch_size.
     def allreduce_grads(self):
-        """Sums the gradients over the ranks, for code between it and
-        ``update()`` (clipping, a gradient norm): they then hold what one
-        process on the combined batch would hold.
+        """Sums the gradients over the ranks (divided by ``gradient_predivide_factor``), for code between it
+        and ``update()`` (clipping, a gradient norm): they then hold what one process on the combined batch would.
+
+        Horovod: ``DistributedTrainer.allreduce_grads()`` (gluon.Trainer's), which leaves the same sums.
 
         Raises
         ------
         ArgumentError
-            With ``backward_passes_per_step`` > 1 (call ``step()``).
-        """
+            With ``backward_passes_per_step`` > 1 (call ``step()``)."""
         if self._passes.passes > 1:
             raise ArgumentError("allreduce_grads() reduces every pass; with backward_passes_per_step > 1 call "
                                 "step() after each backward pass (Note [Accumulated passes])")

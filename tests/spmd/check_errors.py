@@ -79,6 +79,15 @@ x = hvd.allreduce(mx.nd.ones((5,) if odd else (4,)), name="x")
 expect_mxnet_error(x, mismatch_text("shape", "allreduce.x", disagreement("(4,)", "(5,)")), "shape")
 check_ok("shape")
 
+# --- a user's name is named as Horovod names it (horovod.mxnet's GetOpName): the
+# kind, a dot, the name as given, even where the name starts with the kind
+x = hvd.allreduce(mx.nd.ones((5,) if odd else (4,)), name="allreduce.grads")
+expect_mxnet_error(x, mismatch_text("shape", "allreduce.allreduce.grads", disagreement("(4,)", "(5,)")),
+                   "a name that starts with the kind")
+x = hvd.broadcast(mx.nd.ones((5,) if odd else (4,)), root_rank=0, name="w.0")
+expect_mxnet_error(x, mismatch_text("shape", "broadcast.w.0", disagreement("(4,)", "(5,)")), "broadcast's name")
+check_ok("named")
+
 # --- shape, 2-d
 x = hvd.allreduce(mx.nd.ones((2, 4) if odd else (2, 3)), name="x2d", op=hvd.Sum)
 expect_mxnet_error(x, mismatch_text("shape", "allreduce.x2d", disagreement("(2, 3)", "(2, 4)")), "shape 2-d")
