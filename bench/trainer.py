@@ -12,8 +12,9 @@ scaling: hybridized resnet50_v1, batch 8 per rank, 3x112x112, SGD momentum.
   Interleaved rounds of (a) rank 0 alone with gluon.Trainer (the 1-process
   reference; the other rank idles), (b) every rank with DistributedTrainer,
   (c) every rank with a per-tensor allreduce_ loop then gluon's update,
-  (d) every rank with gluon.Trainer on its own, no communication at all (the
-  machine's own ceiling: what N processes sharing its memory and caches get).
+  (d) every rank with a DistributedTrainer of its own (a process set of
+  that rank alone: the same fused update, no exchange between ranks), the
+  machine's own ceiling: what N processes sharing its memory and caches get.
   Reports images/s, scaling efficiency, the ceiling, and the time of
   allreduce + update.
   Every rank runs with OMP_NUM_THREADS=1 (the launcher's default for 2 ranks
@@ -136,6 +137,9 @@ def bench_scaling(rounds, steps, batch, image):
     ours = hvd.DistributedTrainer(net.collect_params(), "sgd", dict(SGD))
     loop = gluon.Trainer(loop_net.collect_params(), "sgd", dict(SGD), kvstore=None)
     loop_grads = [p for p in loop_net.collect_params().values() if p.grad_req != "null"]
+    own_set = [hvd.add_process_set([r]) for r in range(size)][rank]
+    alone_net = resnet(True, image)
+    alone = hvd.DistributedTrainer(alone_net.collect_params(), "sgd", dict(SGD), process_set=own_set)
 
     def per_tensor_step(b):
         for i, p in enumerate(loop_grads):
@@ -159,7 +163,7 @@ def bench_scaling(rounds, steps, batch, image):
 
     samples = interleave({"single": single, "mxplugin": every_rank(net, ours.step),
                           "per_tensor": every_rank(loop_net, per_tensor_step),
-                          "independent": every_rank(ref_net, ref.step)}, rounds, warmup=1)
+                          "independent": every_rank(alone_net, alone.step)}, rounds, warmup=1)
     if rank != 0:
         return None
     distributed = ("mxplugin", "per_tensor", "independent")
