@@ -87,11 +87,16 @@ def rows(load=read_result):
                   if c["median_s"].get("4") and c["median_s"].get("uncompressed")]
         best, where = min(ratios, key=lambda rc: rc[0])
         faster = sum(ratio < 1 for ratio, _ in ratios)
+        worst = max(r for r, _ in ratios)
+        if faster == len(ratios):
+            rest = f"and faster in all {len(ratios)} layouts and rates measured (at most {worst:.2f}x)"
+        else:
+            rest = (f"but slower in {len(ratios) - faster} of the {len(ratios)} layouts and rates measured "
+                    f"(up to {worst:.2f}x)")
         out.append(("PowerSGD rank 4, resnet50_v1's gradients between fake hosts",
                     f"{statistics.mean(b['uncompressed']) / statistics.mean(b['4']):.0f}x fewer bytes on the link; "
-                    f"exchange {best:.2f}x the time at {where['layout']}, {where['rate_mbit'] / 1000:g} Gbit/s, but "
-                    f"slower in {len(ratios) - faster} of the {len(ratios)} layouts and rates measured "
-                    f"(up to {max(r for r, _ in ratios):.2f}x)", "the uncompressed allreduce"))
+                    f"exchange {best:.2f}x the time at {where['layout']}, {where['rate_mbit'] / 1000:g} Gbit/s, "
+                    + rest, "the uncompressed allreduce"))
     sparse = load("sparse_rows.json")
     if sparse and "2" in sparse["by_ranks"]:
         g = sparse["by_ranks"]["2"]
