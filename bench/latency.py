@@ -9,9 +9,15 @@ call blocking from the Python call to the data being readable on the host:
   grouped 50        grouped_allreduce_ of 50 such arrays, then waitall
   broadcast_        4 KB from rank 0, then wait_to_read
   allgather         4 KB from every rank, then wait_to_read of the result
+  alltoall          4 KB from every rank (an equal block to each), then wait_to_read
+  reducescatter     a sum of 4 KB (an equal block to each rank), then wait_to_read
+and the last four again at 64 KB ("broadcast_ 64 KB", ...); alltoall,
+reducescatter and the 64 KB figures at 2 ranks only (4 KB does not split
+evenly in 3).
 The reference: bench/mpi_plain.c (a plain single-threaded MPI program, no
-MXNet, no Python, no background thread) timing MPI_Allreduce, MPI_Bcast and
-MPI_Allgather of the same 4 KB, in a separate process; for the group, one
+MXNet, no Python, no background thread) timing MPI_Allreduce, MPI_Bcast,
+MPI_Allgather, MPI_Alltoall and MPI_Reduce_scatter_block of the same bytes,
+in a separate process; for the group, one
 MPI_Allreduce of the group's 50 x 4 KB together (the data's own floor). A
 second reference, in the mxplugin job itself: one trivial MXNet op
 (`y += 1` on a 4 KB NDArray, then wait_to_read), what any call pushed
@@ -19,6 +25,8 @@ through MXNet's engine from Python costs before it moves a byte.
 Each figure is rank 0's median over CALLS back-to-back calls after warm-up;
 the two kinds of job alternate for ROUNDS rounds, and the report gives the
 median over rounds. OMP_NUM_THREADS=1 and MXNET_CPU_WORKER_NTHREADS=1 per rank.
+
+    python bench/latency.py --calls 200 --rounds 1 --output /tmp/latency.json   # a quick look
 """
 import os
 import statistics
@@ -28,6 +36,7 @@ from harness import arguments, interleave, medians, read_result, timed, write_re
 from jobs import mpi_command, print_result, run, run_job, this_script
 
 BYTES = 4096
+LARGE = 64 << 10  # the second size of broadcast_, allgather, alltoall and reducescatter
 CALLS = 2000
 GROUP = 50
 ROUNDS = 3
@@ -36,9 +45,17 @@ RANKS = (2, 3)
 TARGETS = {("allreduce_", 2): "<= 2x", ("grouped 50", 2): "<= 50 us", ("broadcast_", 2): "<= 4x or <= 3 us",
            ("allgather", 2): "<= 4x or <= 8 us", ("allreduce_", 3): "<= 1x", ("grouped 50", 3): "",
            ("broadcast_", 3): "<= 1x", ("allgather", 3): "<= 1x"}
+# Issue 52's (2 ranks): the engine op's time (ENGINE_OP) plus at most twice the plain program's
+TARGETS.update({(label + size, 2): "<= op + 2x" for label in ("broadcast_", "allgather", "alltoall", "reducescatter")
+                for size in ("", " 64 KB")})
 # label -> (the plain program's op, bytes per call)
 PLAIN_OPS = {"allreduce_": ("allreduce", BYTES), "grouped 50": ("allreduce", BYTES * GROUP),
              "broadcast_": ("bcast", BYTES), "allgather": ("allgather", BYTES)}
+# At CURVE_RANKS only: alltoall, reducescatter, and the 64 KB calls.
+SIZED_OPS = {"alltoall": ("alltoall", BYTES), "reducescatter": ("reducescatter", BYTES),
+             **{f"{label} 64 KB": (op, LARGE) for label, op in (("broadcast_", "bcast"), ("allgather", "allgather"),
+                                                                  ("alltoall", "alltoall"),
+                                                                  ("reducescatter", "reducescatter"))}}
 ENGINE_OP = "MXNet op y += 1"
 # The curves (2 ranks): grouped_allreduce_ of N tensors of BYTES, and one allreduce_ of each size.
 GROUP_SIZES = (1, 10, 50, 200)
@@ -46,7 +63,7 @@ SINGLE_BYTES = (4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20)
 CURVE_RANKS = 2
 
 
-def worker():
+def worker(num_calls=CALLS):
     """One job's medians, printed by rank 0 as its RESULT."""
     import mxnet as mx
 
@@ -65,14 +82,13 @@ def worker():
         hvd.grouped_allreduce_(xs, name="lat.grouped", op=hvd.Sum)
         mx.nd.waitall()
 
-    def broadcast():
-        hvd.broadcast_(x, root_rank=0, name="lat.broadcast")
-        x.wait_to_read()
-
-    def allgather():
-        hvd.allgather(x, name="lat.allgather").wait_to_read()
-
     y = mx.nd.zeros((count,))
+    ways = [("allreduce_", allreduce, num_calls), ("grouped 50", grouped, num_calls // 10)]
+    ways += sized_ways(hvd, mx, "", x, num_calls)
+    if hvd.size() == CURVE_RANKS:
+        ways += sized_ways(hvd, mx, " 64 KB", mx.nd.ones((LARGE // 4,)), num_calls)
+    else:
+        ways = [w for w in ways if w[0] in PLAIN_OPS]
 
     def engine_op():
         y.__iadd__(1)
@@ -80,10 +96,8 @@ def worker():
 
     per_call = {}
     if hvd.size() == CURVE_RANKS:
-        per_call.update(curves(hvd, mx))
-    for label, call, calls in (("allreduce_", allreduce, CALLS), ("grouped 50", grouped, CALLS // 10),
-                               ("broadcast_", broadcast, CALLS), ("allgather", allgather, CALLS),
-                               (ENGINE_OP, engine_op, CALLS)):
+        per_call.update(curves(hvd, mx, num_calls))
+    for label, call, calls in ways + [(ENGINE_OP, engine_op, num_calls)]:
         # back to back, one kind of call at a time; the warm-up caches names and makes buffers
         per_call.update(medians(interleave({label: timed(call)}, calls, warmup=calls // 10)))
         # Sums of ones grow: keep them small and finite.
@@ -95,7 +109,26 @@ def worker():
     hvd.shutdown()
 
 
-def curves(hvd, mx):
+def sized_ways(hvd, mx, suffix, x, calls):
+    """(label, call, calls) of broadcast_, allgather, alltoall and reducescatter of `x`."""
+    def broadcast():
+        hvd.broadcast_(x, root_rank=0, name=f"lat.broadcast{suffix}")
+        x.wait_to_read()
+
+    def allgather():
+        hvd.allgather(x, name=f"lat.allgather{suffix}").wait_to_read()
+
+    def alltoall():
+        hvd.alltoall(x, name=f"lat.alltoall{suffix}").wait_to_read()
+
+    def reducescatter():
+        hvd.reducescatter(x, op=hvd.Sum, name=f"lat.reducescatter{suffix}").wait_to_read()
+    return [(label + suffix, call, calls) for label, call in (("broadcast_", broadcast), ("allgather", allgather),
+                                                              ("alltoall", alltoall),
+                                                              ("reducescatter", reducescatter))]
+
+
+def curves(hvd, mx, num_calls=CALLS):
     """{"group N": s, "single B": s}: medians of back-to-back calls, fewer for the bigger ones."""
     out = {}
     for n in GROUP_SIZES:
@@ -104,7 +137,7 @@ def curves(hvd, mx):
         def grouped():
             hvd.grouped_allreduce_(xs, name=f"lat.curve.group{n}", op=hvd.Max)  # Max: ones stay ones
             mx.nd.waitall()
-        calls = max(50, CALLS // n)
+        calls = max(50, num_calls // n)
         out.update(medians(interleave({f"group {n}": timed(grouped)}, calls, warmup=calls // 10)))
     for size in SINGLE_BYTES:
         x = mx.nd.ones((size // 4,))
@@ -112,7 +145,7 @@ def curves(hvd, mx):
         def single():
             hvd.allreduce_(x, name=f"lat.curve.single{size}", op=hvd.Max)
             x.wait_to_read()
-        calls = max(50, CALLS * BYTES // size)
+        calls = max(50, num_calls * BYTES // size)
         out.update(medians(interleave({f"single {size}": timed(single)}, calls, warmup=calls // 10)))
     return out
 
@@ -129,8 +162,8 @@ def env():
     return rank_env({"MXNET_CPU_WORKER_NTHREADS": 1})
 
 
-def run_ours(ranks):
-    return run_job(mpi_command(ranks, this_script(__file__, "worker")), env=env(),
+def run_ours(ranks, num_calls=CALLS):
+    return run_job(mpi_command(ranks, this_script(__file__, "worker", "--calls", num_calls)), env=env(),
                    what=f"the mxplugin job at {ranks} ranks")
 
 
@@ -139,20 +172,20 @@ def run_plain(exe, ranks):
     from mpi_plain import parse
 
     out = {}
-    plain_ops = {**PLAIN_OPS, **(curve_plain_ops() if ranks == CURVE_RANKS else {})}
+    plain_ops = {**PLAIN_OPS, **({**SIZED_OPS, **curve_plain_ops()} if ranks == CURVE_RANKS else {})}
     for label, (op, size) in plain_ops.items():
         text = run(mpi_command(ranks, [exe, "--op", op, "20", "5", str(size)]), env=env())
         out[label] = statistics.median(parse(text)[size])
     return out
 
 
-def measure(num_rounds=ROUNDS):
+def measure(num_rounds=ROUNDS, num_calls=CALLS, ranks_list=RANKS):
     from mpi_plain import build
 
-    result = {"bytes": BYTES, "calls": CALLS, "group": GROUP, "rounds": num_rounds, "ranks": {}}
+    result = {"bytes": BYTES, "calls": num_calls, "group": GROUP, "rounds": num_rounds, "ranks": {}}
     with tempfile.TemporaryDirectory() as workdir:
         exe = build(workdir)
-        for ranks in RANKS:
+        for ranks in ranks_list:
             rounds = []
 
             def record(r, got):
@@ -162,7 +195,8 @@ def measure(num_rounds=ROUNDS):
                     f"{k} {v * 1e6:.1f} us" + (f" (MPI {plain[k] * 1e6:.1f})" if k in plain else "")
                     for k, v in got["mxplugin_s"].items()), flush=True)
 
-            interleave({"plain_s": lambda: run_plain(exe, ranks), "mxplugin_s": lambda: run_ours(ranks)},
+            interleave({"plain_s": lambda: run_plain(exe, ranks),
+                        "mxplugin_s": lambda: run_ours(ranks, num_calls)},
                        num_rounds, after_round=record)
             result["ranks"][str(ranks)] = rounds
     return result
@@ -173,7 +207,7 @@ def summary(result):
     out = {}
     for ranks, rounds in result["ranks"].items():
         out[int(ranks)] = {}
-        for label in list(PLAIN_OPS) + [ENGINE_OP]:
+        for label in list(PLAIN_OPS) + list(SIZED_OPS) + [ENGINE_OP]:
             if label not in rounds[0]["mxplugin_s"]:  # results from before the engine-op reference
                 continue
             each = [r["mxplugin_s"][label] * 1e6 for r in rounds]
@@ -235,12 +269,15 @@ def main():
     p = arguments(__doc__, rounds=(ROUNDS, "rounds per world size"))
     p.add_argument("mode", nargs="?", default="all", choices=["all", "worker"])
     p.add_argument("--report", action="store_true", help="print the section from the committed results")
+    p.add_argument("--calls", type=int, default=CALLS, help=f"calls per figure (default {CALLS})")
+    p.add_argument("--ranks", type=int, nargs="+", default=list(RANKS), help=f"world sizes (default {RANKS})")
+    p.add_argument("--output", default="latency.json", help="the results' file (default bench/results/latency.json)")
     args = p.parse_args()
     if args.mode == "worker":
-        return worker()
+        return worker(args.calls)
     if not args.report:
-        write_result("latency.json", measure(args.rounds))
-    print("\n".join(report_section(read_result("latency.json"))))
+        write_result(args.output, measure(args.rounds, args.calls, args.ranks))
+    print("\n".join(report_section(read_result(args.output))))
 
 
 if __name__ == "__main__":

@@ -12,10 +12,12 @@
  * each t the mean of r back-to-back calls (r > 1 only for small messages,
  * to rise above the timer's resolution).
  *
- *   mpiexec -n 2 mpi_plain --op bcast|allgather ITERS WARMUP BYTES [BYTES ...]
+ *   mpiexec -n 2 mpi_plain --op bcast|allgather|alltoall|reducescatter ITERS WARMUP BYTES [BYTES ...]
  *
- * --op times MPI_Bcast from rank 0 (in place) or MPI_Allgather (BYTES from
- * every rank) instead, the references of bench/latency.py.
+ * --op times MPI_Bcast from rank 0 (in place), MPI_Allgather (BYTES from
+ * every rank), MPI_Alltoall (BYTES from every rank, an equal block to each)
+ * or MPI_Reduce_scatter_block (a float32 sum of BYTES, an equal block left
+ * on each rank) instead, the references of bench/latency.py.
  *
  * With --pass, each size also gets a line "pass <n> seconds <t1> ...": every
  * rank at once making one pass over its own buffer (read and write, in
@@ -27,16 +29,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum op { ALLREDUCE, BCAST, ALLGATHER };
+enum op { ALLREDUCE, BCAST, ALLGATHER, ALLTOALL, REDUCESCATTER };
 
-/* `gathered`: room for every rank's `count` values (ALLGATHER only). */
+/* `gathered`: room for every rank's `count` values (ALLGATHER), or for
+ * `count` values (ALLTOALL, REDUCESCATTER). */
 static double time_calls(enum op op, float* buf, float* gathered, int count, int reps) {
+  int size = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
   MPI_Barrier(MPI_COMM_WORLD);
   double start = MPI_Wtime();
   for (int r = 0; r < reps; ++r) {
     if (op == ALLREDUCE) MPI_Allreduce(MPI_IN_PLACE, buf, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     if (op == BCAST) MPI_Bcast(buf, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
     if (op == ALLGATHER) MPI_Allgather(buf, count, MPI_FLOAT, gathered, count, MPI_FLOAT, MPI_COMM_WORLD);
+    if (op == ALLTOALL) MPI_Alltoall(buf, count / size, MPI_FLOAT, gathered, count / size, MPI_FLOAT, MPI_COMM_WORLD);
+    if (op == REDUCESCATTER) MPI_Reduce_scatter_block(buf, gathered, count / size, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   }
   double mine = (MPI_Wtime() - start) / reps, slowest = 0.0;
   MPI_Allreduce(&mine, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
@@ -62,7 +69,11 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   enum op op = ALLREDUCE;
   if (argc > 2 && strcmp(argv[1], "--op") == 0) {
-    op = strcmp(argv[2], "bcast") == 0 ? BCAST : strcmp(argv[2], "allgather") == 0 ? ALLGATHER : ALLREDUCE;
+    op = strcmp(argv[2], "bcast") == 0           ? BCAST
+         : strcmp(argv[2], "allgather") == 0     ? ALLGATHER
+         : strcmp(argv[2], "alltoall") == 0      ? ALLTOALL
+         : strcmp(argv[2], "reducescatter") == 0 ? REDUCESCATTER
+                                                 : ALLREDUCE;
     argc -= 2;
     argv += 2;
   }
@@ -72,7 +83,7 @@ int main(int argc, char** argv) {
     ++argv;
   }
   if (argc < 4) {
-    if (rank == 0) fprintf(stderr, "usage: mpi_plain [--op allreduce|bcast|allgather] [--pass] ITERS WARMUP BYTES ...\n");
+    if (rank == 0) fprintf(stderr, "usage: mpi_plain [--op allreduce|bcast|allgather|alltoall|reducescatter] [--pass] ITERS WARMUP BYTES ...\n");
     MPI_Finalize();
     return 2;
   }
@@ -85,8 +96,9 @@ int main(int argc, char** argv) {
     long long per = (8LL << 20) / (bytes > 0 ? bytes : 1);
     int reps = per < 1 ? 1 : (per > 50 ? 50 : (int)per);
     float* buf = malloc((size_t)count * sizeof(float));
-    float* gathered = op == ALLGATHER ? malloc((size_t)count * sizeof(float) * (size_t)size) : NULL;
-    if (buf == NULL || (op == ALLGATHER && gathered == NULL)) MPI_Abort(MPI_COMM_WORLD, 3);
+    const int two_buffers = op == ALLGATHER || op == ALLTOALL || op == REDUCESCATTER;
+    float* gathered = two_buffers ? malloc((size_t)count * sizeof(float) * (size_t)(op == ALLGATHER ? size : 1)) : NULL;
+    if (buf == NULL || (two_buffers && gathered == NULL)) MPI_Abort(MPI_COMM_WORLD, 3);
     for (int i = 0; i < count; ++i) buf[i] = 1.0f;
     if (rank == 0) printf("bytes %lld reps %d seconds", bytes, reps);
     for (int it = 0; it < warmup + iters; ++it) {

@@ -286,9 +286,11 @@ cdef class Core:
         return handle
 
     def enqueue_mxnet_arrays(self, int op_type, list inputs, list outputs, list names, int reduce_op,
-                             double prescale, double postscale, int process_set_id, int priority, group):
+                             double prescale, double postscale, int process_set_id, int priority, group,
+                             int root_rank=0):
         """One call's group of NDArrays, inputs[i] -> outputs[i] of the same
-        shape (allreduce), pushed as one engine op. The MXNet adapter reads
+        shape (allreduce, or broadcast from global rank root_rank), pushed as
+        one engine op. The MXNet adapter reads
         each dtype and shape from the array (MXP_DTYPE_OF_ARRAY): reading them
         here, through MXNet's Python API, costs several microseconds a tensor,
         which a step with hundreds of gradients pays every time."""
@@ -312,10 +314,49 @@ cdef class Core:
             o.prescale = prescale
             o.postscale = postscale
             o.priority = priority
+            o.root_rank = root_rank
             o.input = <void*><uintptr_t>inputs[i].handle.value
             o.output = <void*><uintptr_t>outputs[i].handle.value
             o.group = group_ptr
         _check(mxp_mxnet_enqueue(self.c, batch.ops, n, process_set_id, priority))
+
+    def allgather_host_arrays(self, list inputs, list names, list dtypes, int process_set_id, int priority, group):
+        """Note [Host allgathers in one call] (src/mxnet/host_allgather.cc):
+        every rank's rows of each host NDArray inputs[i] (dtype code
+        dtypes[i]), as one call's group negotiated under `group`; blocks, and
+        returns the new output NDArrays' handles (ints) for the caller to own
+        and the bytes they hold together."""
+        cdef int n = len(inputs)
+        if len(names) != n or len(dtypes) != n:
+            raise ArgumentError(f"allgather_host_arrays: {n} inputs, {len(names)} names, {len(dtypes)} dtypes")
+        cdef _OpBatch batch = _OpBatch(n)
+        cdef mxp_op* o
+        cdef bytes name
+        cdef int i
+        cdef int rc
+        cdef int64_t total = 0
+        cdef const char* group_ptr = batch.text(group)
+        cdef void** outs = <void**>malloc(max(n, 1) * sizeof(void*))
+        try:
+            for i in range(n):
+                o = &batch.ops[i]  # zeroed: shapes are read from the arrays
+                name = (<str>names[i]).encode()
+                batch.keep.append(name)
+                o.name = name
+                o.op_type = MXP_OP_ALLGATHER
+                o.dtype = dtypes[i]
+                o.device = MXP_CPU_DEVICE
+                o.prescale = 1.0
+                o.postscale = 1.0
+                o.priority = priority
+                o.input = <void*><uintptr_t>inputs[i].handle.value
+                o.group = group_ptr
+            with nogil:
+                rc = mxp_mxnet_allgather_host(self.c, batch.ops, n, process_set_id, outs, &total)
+            _check(rc)
+            return [<uintptr_t>outs[i] for i in range(n)], total
+        finally:
+            free(outs)
 
 
 include "_core_optim.pxi"

@@ -3,13 +3,14 @@ sizes] in src/core/executor.cc): the caller waits for the result anyway,
 so instead of a blocking exchange of sizes and then an engine op whose
 output MXNet needs sized at push, the call goes to the core's raw entry
 with the output left to the core, which sizes it from the negotiated rows;
-the result is copied into a new NDArray. The rows, dtype and trailing
+the result is copied into a new NDArray, all in one call of the MXNet
+adapter (Note [Host allgathers in one call] in src/mxnet/host_allgather.cc).
+The rows, dtype and trailing
 dimensions are checked by the coordinator, whose message for a
 disagreement is the exchange's."""
 import ctypes
 
 import mxnet as mx
-from mxnet.base import _LIB, check_call
 
 from mxplugin import basics, calls
 from mxplugin.errors import ArgumentError
@@ -66,24 +67,10 @@ def forget():
 
 def allgather(tensors, names, dtypes, process_set, priority, group, key):
     """Every rank's rows of each tensor, concatenated: new NDArrays on the
-    tensors' contexts, ready when this returns."""
-    m = calls.core_module()
-    inputs = [t.asnumpy() for t in tensors]  # waits for the writers; MXNet's default layout
-    ops = [m.Op(name, m.OP_ALLGATHER, code, list(a.shape), a.ctypes.data, 0, priority=priority)
-           for name, code, a in zip(names, dtypes, inputs)]
-    handle = basics._core().enqueue(ops, calls.set_id(process_set), False, priority, group)
-    handle.wait()
-    outputs, total = [], 0
-    for i, (t, a) in enumerate(zip(tensors, inputs)):
-        nbytes, rows = handle.output_size(i)
-        out = mx.nd.empty((rows,) + a.shape[1:], ctx=t.context, dtype=t.dtype)
-        if nbytes:
-            # A new array, which no engine op uses yet: written where it lies
-            # (mx.nd.array's copy goes through the engine, 10x slower here).
-            data = ctypes.c_void_p()
-            check_call(_LIB.MXNDArrayGetData(out.handle, ctypes.byref(data)))
-            handle.output_into(i, data.value, nbytes)
-        outputs.append(out)
-        total += nbytes
+    tensors' contexts, ready when this returns (Note [Host allgathers in one
+    call] in src/mxnet/host_allgather.cc: the wait for the inputs, their
+    snapshot and the outputs, in one call without Python's lock)."""
+    made, total = basics._core().allgather_host_arrays(tensors, names, dtypes, calls.set_id(process_set), priority,
+                                                       group)
     gathered(key, total)
-    return outputs
+    return [mx.nd.NDArray(ctypes.c_void_p(h)) for h in made]

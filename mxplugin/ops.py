@@ -234,14 +234,16 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
     return calls.submit("allgather", name, process_set, body)
 
 
-def _broadcast_entry(tensor, output, root_rank, base):
+def _push_broadcast(view, output, root_rank, base, process_set, priority, name):
+    """One engine op; the adapter reads dtype and shape from the arrays, as allreduce's does."""
     if not isinstance(root_rank, (int, np.integer)) or isinstance(root_rank, bool):
         raise TypeError(f"root_rank must be an int, got {type(root_rank).__name__}")
     if not 0 <= root_rank < basics.size():
         raise ArgumentError(f"root_rank {root_rank} is out of range for {basics.size()} ranks")
-    dtype, device, shape = _describe(tensor)
     m = calls.core_module()
-    return calls.record(base, m.OP_BROADCAST, tensor, output, dtype, device, shape, root_rank=int(root_rank))
+    basics._core().enqueue_mxnet_arrays(m.OP_BROADCAST, [view], [output], [base], m.REDUCE_SUM, 1.0, 1.0,
+                                        calls.set_id(process_set), calls.check_priority(priority),
+                                        calls.group_key(base, name), int(root_rank))
 
 
 @reference("broadcast")
@@ -251,9 +253,8 @@ def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_proce
     def body(base):
         calls.check_array(tensor)
         output = mx.nd.empty(tensor.shape, ctx=tensor.context, dtype=tensor.dtype)
-        view = array_kinds.legacy(tensor)  # alive until pushed: the Op record holds its bare handle
-        calls.push([_broadcast_entry(view, output, root_rank, base)], process_set, priority,
-                   calls.group_key(base, name))
+        view = array_kinds.legacy(tensor)
+        _push_broadcast(view, output, root_rank, base, process_set, priority, name)
         return array_kinds.like(tensor, output)
     return calls.submit("broadcast", name, process_set, body)
 
@@ -263,8 +264,8 @@ def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_proc
     """Overwrites `tensor` with root_rank's (a global rank), in place."""
     def body(base):
         view = array_kinds.legacy(tensor)
-        calls.push([_broadcast_entry(view, view, root_rank, base)], process_set, priority,
-                   calls.group_key(base, name))
+        calls.check_array(view)
+        _push_broadcast(view, view, root_rank, base, process_set, priority, name)
         return tensor
     return calls.submit("broadcast", name, process_set, body)
 

@@ -16,6 +16,7 @@
 #ifdef MXPLUGIN_WITH_MXNET
 #include "mxnet/engine_op.h"
 #include "mxnet/grad_binding.h"
+#include "mxnet/host_allgather.h"
 #endif
 
 using mxplugin::Core;
@@ -320,6 +321,23 @@ int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t proc
     mxplugin::mxnet_adapter::PushCollective(&c, process_set_id, std::move(ts), inputs, outputs, of_array, priority);
 #else
     (void)c, (void)process_set_id, (void)priority;
+    throw Error(Status::InvalidArgument("mxplugin was built without MXNet (MXPLUGIN_WITH_MXNET=0)"));
+#endif
+  });
+}
+
+int mxp_mxnet_allgather_host(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, void** outputs,
+                             int64_t* total_bytes) {
+  return Guard([&] {
+    Core& c = CoreOf(core);
+    auto ts = OpsFromC(ops, n);
+    std::vector<void*> inputs(n), made;
+    for (int32_t i = 0; i < n; ++i) inputs[i] = ops[i].input;
+#ifdef MXPLUGIN_WITH_MXNET
+    *total_bytes = mxplugin::mxnet_adapter::AllgatherHost(&c, process_set_id, std::move(ts), inputs, &made);
+    std::copy(made.begin(), made.end(), outputs);
+#else
+    (void)c, (void)process_set_id, (void)outputs, (void)total_bytes;
     throw Error(Status::InvalidArgument("mxplugin was built without MXNet (MXPLUGIN_WITH_MXNET=0)"));
 #endif
   });

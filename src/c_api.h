@@ -134,6 +134,15 @@ void mxp_handle_free(mxp_handle* handle);
  * out_shape are then ignored); an unsupported dtype is MXP_STATUS_WRONG_TYPE. */
 int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, int32_t priority);
 
+/* MXNet entry, blocking (Note [Host allgathers in one call] in
+ * src/mxnet/host_allgather.cc): allgathers of host NDArrays ops[i].input
+ * (shape and out_shape are read from the array, output is ignored); on
+ * success outputs[i] is a new NDArrayHandle the caller owns, holding every
+ * rank's rows, and total_bytes the bytes all outputs hold. Call it without
+ * holding a lock the background thread needs. */
+int mxp_mxnet_allgather_host(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, void** outputs,
+                             int64_t* total_bytes);
+
 /* For each i, out[i] = 1 when the gradient autograd holds for weights[i]
  * (the array its last backward wrote) is grads[i] (same storage, offset and
  * shape), else 0. NDArrayHandles; reads no data. */

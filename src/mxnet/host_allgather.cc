@@ -1,0 +1,81 @@
+// Note [Host allgathers in one call]: a small allgather of host NDArrays
+// (mxplugin/host_allgather.py picks them) runs in one round with the output
+// left to the core (Note [Outputs the core sizes] in core/executor.cc). Its
+// caller waits for the result anyway, so everything around that round is
+// done here, in one call from Python without its lock: the wait for the
+// input's writers, a snapshot of its rows (so that a write pushed meanwhile
+// by another thread cannot tear what is sent: the same snapshot asnumpy()
+// took), and the new output NDArray, written where it lies (no engine op
+// uses it yet). Done from Python, through MXNet's API, these cost more than
+// the round itself on a busy host (an engine wait and a copy for asnumpy(),
+// an allocation for mx.nd.empty, each several microseconds of Python).
+// Results are the bytes the exchange path gives: the same rows in rank order.
+#include "mxnet/host_allgather.h"
+
+#include <mxnet/ndarray.h>
+
+#include <cstring>
+#include <future>
+#include <memory>
+#include <string>
+
+namespace mxplugin {
+namespace mxnet_adapter {
+
+int64_t AllgatherHost(Core* core, int process_set_id, std::vector<TensorOp> ops, const std::vector<void*>& inputs,
+                   std::vector<void*>* outputs) {
+  const size_t n = ops.size();
+  std::vector<::mxnet::NDArray> arrays;
+  std::vector<std::vector<char>> snapshots(n);
+  arrays.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    ::mxnet::NDArray array = *static_cast<const ::mxnet::NDArray*>(inputs[i]);
+    if (array.is_none() || array.storage_type() != ::mxnet::kDefaultStorage ||
+        array.ctx().dev_mask() != ::mxnet::Context::kCPU || array.shape().ndim() < 1) {
+      throw Error(Status::InvalidArgument("allgather '" + ops[i].meta.name +
+                                          "': the one-call path takes dense host arrays of at least one dimension"));
+    }
+    array.WaitToRead();
+    // Note [oneDNN layouts] (engine_op.cc): read a blocked array through a default-layout copy.
+    const ::mxnet::NDArray plain = array.IsMKLDNNData() ? array.Reorder2Default() : array;
+    const ::mxnet::TShape& shape = array.shape();
+    TensorOp& op = ops[i];
+    op.meta.shape.assign(shape.begin(), shape.end());
+    op.input.shape = op.meta.shape;
+    op.input.dtype = op.output.dtype = op.meta.dtype;
+    const size_t bytes = static_cast<size_t>(op.input.num_bytes());
+    snapshots[i].resize(bytes);
+    if (bytes != 0) std::memcpy(snapshots[i].data(), plain.data().dptr_, bytes);
+    op.input.data = snapshots[i].data();
+    op.output.data = nullptr;
+    op.sized_output = std::make_shared<SizedOutput>();
+    arrays.push_back(std::move(array));
+  }
+  std::vector<std::shared_ptr<SizedOutput>> sized(n);
+  for (size_t i = 0; i < n; ++i) sized[i] = ops[i].sized_output;
+  auto done = std::make_shared<std::promise<Status>>();
+  std::future<Status> finished = done->get_future();
+  core->Enqueue(process_set_id, std::move(ops), [done](const Status& status) { done->set_value(status); });
+  const Status status = finished.get();
+  if (!status.ok()) throw Error(status);
+  outputs->assign(n, nullptr);
+  int64_t total = 0;
+  try {
+    for (size_t i = 0; i < n; ++i) {
+      ::mxnet::TShape shape = arrays[i].shape();
+      shape[0] = sized[i]->rows;
+      auto out = std::make_unique<::mxnet::NDArray>(shape, arrays[i].ctx(), false, arrays[i].dtype());
+      if (!sized[i]->bytes.empty()) std::memcpy(out->data().dptr_, sized[i]->bytes.data(), sized[i]->bytes.size());
+      (*outputs)[i] = out.release();
+      total += static_cast<int64_t>(sized[i]->bytes.size());
+    }
+  } catch (...) {
+    for (void* made : *outputs) delete static_cast<::mxnet::NDArray*>(made);
+    outputs->assign(n, nullptr);
+    throw;
+  }
+  return total;
+}
+
+}  // namespace mxnet_adapter
+}  // namespace mxplugin
