@@ -4,7 +4,7 @@ exceptions (see _raise). Its parts: the codes, errors, the process's end,
 MemoryJob and Core here; the op records in _core_ops.pxi, the fused
 optimizer updates in _core_optim.pxi, PowerSGD's passes in _core_powersgd.pxi, the CUDA kernels in _core_cuda.pxi."""
 from libc.stdint cimport int32_t, int64_t, uintptr_t
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 
 from mxplugin.errors import (ArgumentError, MXPluginError, MismatchError, PeerFailureError,
@@ -279,7 +279,7 @@ cdef class Core:
                 raise TypeError(f"enqueue takes Op records, got {type(ops[i]).__name__} at position {i}")
             batch.set(i, <Op>ops[i], group_ptr)
         if mxnet:
-            _check(mxp_mxnet_enqueue(self.c, batch.ops, n, process_set_id, priority))
+            _check(mxp_mxnet_enqueue(self.c, batch.ops, n, process_set_id, priority, NULL))
             return None
         handle = Handle()
         _check(mxp_enqueue_raw(self.c, batch.ops, n, process_set_id, &handle.h))
@@ -289,11 +289,14 @@ cdef class Core:
                              double prescale, double postscale, int process_set_id, int priority, group,
                              int root_rank=0):
         """One call's group of NDArrays, inputs[i] -> outputs[i] of the same
-        shape (allreduce, or broadcast from global rank root_rank), pushed as
-        one engine op. The MXNet adapter reads
-        each dtype and shape from the array (MXP_DTYPE_OF_ARRAY): reading them
-        here, through MXNet's Python API, costs several microseconds a tensor,
-        which a step with hundreds of gradients pays every time."""
+        shape (allreduce, or broadcast from global rank root_rank), or
+        outputs[i] None for a reducescatter, whose output (this rank's
+        block) the adapter makes: returns those new arrays' handles (ints
+        the caller owns; 0 where an output was given). Pushed as one engine
+        op. The MXNet adapter reads each dtype and shape from the array
+        (MXP_DTYPE_OF_ARRAY): reading them here, through MXNet's Python API,
+        costs several microseconds a tensor, which a step with hundreds of
+        gradients pays every time."""
         cdef int n = len(inputs)
         if len(outputs) != n or len(names) != n:
             raise ArgumentError(f"enqueue_mxnet_arrays: {n} inputs, {len(outputs)} outputs, {len(names)} names")
@@ -316,19 +319,31 @@ cdef class Core:
             o.priority = priority
             o.root_rank = root_rank
             o.input = <void*><uintptr_t>inputs[i].handle.value
-            o.output = <void*><uintptr_t>outputs[i].handle.value
+            o.output = NULL if outputs[i] is None else <void*><uintptr_t>outputs[i].handle.value
             o.group = group_ptr
-        _check(mxp_mxnet_enqueue(self.c, batch.ops, n, process_set_id, priority))
+        if op_type != MXP_OP_REDUCESCATTER:
+            _check(mxp_mxnet_enqueue(self.c, batch.ops, n, process_set_id, priority, NULL))
+            return None
+        cdef void** made = <void**>calloc(max(n, 1), sizeof(void*))
+        try:
+            _check(mxp_mxnet_enqueue(self.c, batch.ops, n, process_set_id, priority, made))
+            return [<uintptr_t>made[i] for i in range(n)]
+        finally:
+            free(made)
 
-    def allgather_host_arrays(self, list inputs, list names, list dtypes, int process_set_id, int priority, group):
-        """Note [Host allgathers in one call] (src/mxnet/host_allgather.cc):
-        every rank's rows of each host NDArray inputs[i] (dtype code
-        dtypes[i]), as one call's group negotiated under `group`; blocks, and
-        returns the new output NDArrays' handles (ints) for the caller to own
-        and the bytes they hold together."""
+    def exchange_host_arrays(self, int op_type, list inputs, list names, list dtypes, list splits,
+                             int process_set_id, int set_size, int priority, group):
+        """Note [Host exchanges in one call] (src/mxnet/host_exchange.cc):
+        allgathers (op_type OP_ALLGATHER, splits[i] None) or alltoalls
+        (OP_ALLTOALL, splits[i] the rows sent to each rank) of host NDArrays
+        inputs[i] (dtype code dtypes[i]), as one call's group negotiated
+        under `group` on a set of set_size ranks; blocks, and returns the new
+        output NDArrays' handles (ints) for the caller to own, the rows each
+        rank sent this one per op (lists), and the bytes of the whole exchange."""
         cdef int n = len(inputs)
-        if len(names) != n or len(dtypes) != n:
-            raise ArgumentError(f"allgather_host_arrays: {n} inputs, {len(names)} names, {len(dtypes)} dtypes")
+        if len(names) != n or len(dtypes) != n or len(splits) != n:
+            raise ArgumentError(f"exchange_host_arrays: {n} inputs, {len(names)} names, {len(dtypes)} dtypes, "
+                                f"{len(splits)} splits")
         cdef _OpBatch batch = _OpBatch(n)
         cdef mxp_op* o
         cdef bytes name
@@ -337,13 +352,14 @@ cdef class Core:
         cdef int64_t total = 0
         cdef const char* group_ptr = batch.text(group)
         cdef void** outs = <void**>malloc(max(n, 1) * sizeof(void*))
+        cdef int64_t* rows = <int64_t*>malloc(max(n * set_size, 1) * sizeof(int64_t))
         try:
             for i in range(n):
                 o = &batch.ops[i]  # zeroed: shapes are read from the arrays
                 name = (<str>names[i]).encode()
                 batch.keep.append(name)
                 o.name = name
-                o.op_type = MXP_OP_ALLGATHER
+                o.op_type = op_type
                 o.dtype = dtypes[i]
                 o.device = MXP_CPU_DEVICE
                 o.prescale = 1.0
@@ -351,12 +367,17 @@ cdef class Core:
                 o.priority = priority
                 o.input = <void*><uintptr_t>inputs[i].handle.value
                 o.group = group_ptr
+                if splits[i] is not None:
+                    o.nsplits = len(splits[i])
+                    o.splits = batch._ints(splits[i])
             with nogil:
-                rc = mxp_mxnet_allgather_host(self.c, batch.ops, n, process_set_id, outs, &total)
+                rc = mxp_mxnet_exchange_host(self.c, batch.ops, n, process_set_id, outs, rows, set_size, &total)
             _check(rc)
-            return [<uintptr_t>outs[i] for i in range(n)], total
+            return ([<uintptr_t>outs[i] for i in range(n)],
+                    [[rows[i * set_size + r] for r in range(set_size)] for i in range(n)], total)
         finally:
             free(outs)
+            free(rows)
 
 
 include "_core_optim.pxi"

@@ -131,7 +131,7 @@ cdef class Handle:
 
     def output_size(self, int index):
         """After wait(): (bytes, rows) of op `index`'s output, where the op
-        was an allgather enqueued with output 0 (the core sized it)."""
+        was an allgather or alltoall enqueued with output 0 (the core sized it)."""
         cdef const void* data = NULL
         cdef int64_t nbytes = 0
         cdef int64_t rows = 0

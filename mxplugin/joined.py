@@ -5,7 +5,7 @@ src/core/message_table.cc). A DistributedTrainer's way is join_when_done
 import mxnet as mx
 import numpy as np
 
-from mxplugin import basics, calls, host_allgather
+from mxplugin import basics, calls, host_exchange
 from mxplugin._reference_ops import reference
 from mxplugin.basics import global_process_set
 from mxplugin.functions import allgather_object
@@ -34,7 +34,7 @@ def join(device=-1, process_set=global_process_set):
     op = m.Op(JOIN_NAME, m.OP_JOIN, m.DTYPES["int32"], [1], 0, last.ctypes.data)
     basics._core().enqueue([op], calls.set_id(process_set)).wait()
     _agree_on_auto_names(process_set)
-    host_allgather.forget()  # the joined ranks missed calls: choose paths afresh alike
+    host_exchange.forget()  # the joined ranks missed calls: choose paths afresh alike
     return int(last[0])
 
 

@@ -4,12 +4,13 @@ read dependency, output as a write dependency); reading the result
 (asnumpy(), wait_to_read()) is the only synchronisation needed. Every call
 takes legacy and NumPy-interface arrays alike and returns the caller's kind
 (Note [Array kinds] in array_kinds.py)."""
+import ctypes
 import warnings
 
 import mxnet as mx
 import numpy as np
 
-from mxplugin import array_kinds, basics, calls, exchange, host_allgather
+from mxplugin import array_kinds, basics, calls, exchange, host_exchange
 from mxplugin.dtypes import BFLOAT16, describe as _describe  # noqa: F401  (BFLOAT16: others' import of it)
 from mxplugin.basics import global_process_set
 from mxplugin._reference_ops import reference
@@ -197,12 +198,12 @@ def _allgather(tensor, base, name, priority, process_set):
     calls.set_id(process_set)
     calls.check_priority(priority)
     group = calls.group_key(base, name)
-    key = host_allgather.key(process_set, name)
-    if host_allgather.fits([host_allgather.checked(tensor)], key):
-        return host_allgather.allgather([tensor], [base], [_describe(tensor)[0]], process_set, priority, group,
-                                        key)[0]
+    key = host_exchange.key(process_set, "allgather", name)
+    if host_exchange.fits([host_exchange.checked(tensor)], key):
+        return host_exchange.allgather([tensor], [base], [_describe(tensor)[0]], process_set, priority, group,
+                                       key)[0]
     output, entry = _allgather_output(tensor, base, process_set, group)
-    host_allgather.gathered(key, output.size * np.dtype(output.dtype).itemsize)
+    host_exchange.exchanged(key, output.size * np.dtype(output.dtype).itemsize)
     calls.push([entry], process_set, priority, group)
     return output
 
@@ -223,12 +224,12 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
         calls.check_priority(priority)
         group = calls.group_key(base, name)
         names = calls.group_names(base, len(arrays), name is not None)
-        key = host_allgather.key(process_set, name)
-        if host_allgather.fits([host_allgather.checked(t, f"tensor {i}") for i, t in enumerate(arrays)], key):
+        key = host_exchange.key(process_set, "allgather", name)
+        if host_exchange.fits([host_exchange.checked(t, f"tensor {i}") for i, t in enumerate(arrays)], key):
             codes = [_describe(t, f"tensor {i}")[0] for i, t in enumerate(arrays)]
-            return host_allgather.allgather(arrays, names, codes, process_set, priority, group, key)
+            return host_exchange.allgather(arrays, names, codes, process_set, priority, group, key)
         results = [_allgather_output(t, names[i], process_set, group, i) for i, t in enumerate(arrays)]
-        host_allgather.gathered(key, sum(o.size * np.dtype(o.dtype).itemsize for o, _ in results))
+        host_exchange.exchanged(key, sum(o.size * np.dtype(o.dtype).itemsize for o, _ in results))
         calls.push([e for _, e in results], process_set, priority, group)
         return [o for o, _ in results]
     return calls.submit("allgather", name, process_set, body)
@@ -278,18 +279,15 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     Returns the output, or (output, received_splits) when splits are given."""
     return array_kinds.like(tensor, calls.submit(
         "alltoall", name, process_set,
-        lambda base: _alltoall(array_kinds.legacy(tensor), splits, base, calls.group_key(base, name), priority,
-                               process_set)))
+        lambda base: _alltoall(array_kinds.legacy(tensor), splits, base, name, priority, process_set)))
 
 
-def _alltoall(tensor, splits, base, group, priority, process_set):
+def _alltoall(tensor, splits, base, name, priority, process_set):
     dtype, device, shape = _describe(tensor)
-    calls.check_dense(tensor, "tensor")
     calls.set_id(process_set)
     calls.check_priority(priority)
+    host_exchange.checked(tensor, kind="alltoall")
     n = len(process_set.ranks)
-    if not shape:
-        raise ArgumentError("alltoall: tensor must have at least one dimension")
     if splits is None:
         if shape[0] % n:
             raise ArgumentError(f"alltoall: first dimension {shape[0]} is not divisible by {n} ranks; pass splits")
@@ -301,33 +299,30 @@ def _alltoall(tensor, splits, base, group, priority, process_set):
         if any(s < 0 for s in split_list) or sum(split_list) != shape[0]:
             raise ArgumentError(f"alltoall: splits {split_list} must be non-negative and sum to the first "
                                 f"dimension {shape[0]}")
-    matrix = exchange.exchange_int64(split_list, base + ".splits", process_set, calls.set_id(process_set), group)
-    me = process_set.rank()
-    received = matrix[:, me]
-    out_shape = [int(received.sum())] + shape[1:]
-    output = mx.nd.empty(tuple(out_shape), ctx=tensor.context, dtype=tensor.dtype)
-    m = calls.core_module()
-    calls.push([calls.record(base, m.OP_ALLTOALL, tensor, output, dtype, device, shape, out_shape=out_shape,
-                   splits=split_list)],
-          process_set, priority, group)
+    key, group = host_exchange.key(process_set, "alltoall", name), calls.group_key(base, name)
+    if host_exchange.fits([tensor], key):
+        output, received = host_exchange.alltoall(tensor, base, dtype, split_list, process_set, priority, group, key)
+    else:
+        matrix = exchange.exchange_int64(split_list, base + ".splits", process_set, calls.set_id(process_set), group)
+        received = matrix[:, process_set.rank()]
+        output = mx.nd.empty((int(received.sum()),) + tuple(shape[1:]), ctx=tensor.context, dtype=tensor.dtype)
+        host_exchange.exchanged(key, int(matrix.sum()) * (tensor.size // shape[0] if shape[0] else 0)
+                                * np.dtype(tensor.dtype).itemsize)
+        calls.push([calls.record(base, calls.core_module().OP_ALLTOALL, tensor, output, dtype, device, shape,
+                                 out_shape=list(output.shape), splits=split_list)], process_set, priority, group)
     if splits is None:
         return output
     return output, mx.nd.array(received, ctx=mx.cpu(), dtype=np.int32)
 
 
-def _reducescatter_entry(tensor, name, op, pre, post, process_set, index=None):
-    what = "tensor" if index is None else f"tensor {index}"
-    dtype, device, shape = _describe(tensor, what)
-    if not shape:
-        raise ArgumentError(f"reducescatter: {what} must have at least one dimension")
-    n = len(process_set.ranks)
-    me = process_set.rank()
-    rows = shape[0] // n + (1 if me < shape[0] % n else 0)
-    out_shape = [rows] + shape[1:]
-    output = mx.nd.empty(tuple(out_shape), ctx=tensor.context, dtype=tensor.dtype)
+def _push_reducescatter(views, names, op, pre, post, process_set, priority, group):
+    """One engine op; the adapter reads dtypes and shapes and makes each
+    output, this rank's block (Note [Outputs made at push] in src/mxnet/engine_op.cc)."""
     m = calls.core_module()
-    return output, calls.record(name, m.OP_REDUCESCATTER, tensor, output, dtype, device, shape, out_shape=out_shape,
-                           reduce_op=_reduce_code(op), prescale=pre, postscale=post)
+    made = basics._core().enqueue_mxnet_arrays(m.OP_REDUCESCATTER, views, [None] * len(views), names,
+                                               _reduce_code(op), pre, post, calls.set_id(process_set),
+                                               calls.check_priority(priority), group)
+    return [mx.nd.NDArray(ctypes.c_void_p(h)) for h in made]
 
 
 def _check_reducescatter_op(op):
@@ -343,11 +338,10 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
     def body(base):
         _check_reducescatter_op(op)
         pre, post = calls.check_scale(prescale_factor, postscale_factor)
-        calls.set_id(process_set)
-        view = array_kinds.legacy(tensor)  # alive until pushed: the Op record holds its bare handle
-        output, entry = _reducescatter_entry(view, base, op, pre, post, process_set)
-        calls.push([entry], process_set, priority, calls.group_key(base, name))
-        return array_kinds.like(tensor, output)
+        view = array_kinds.legacy(tensor)
+        calls.check_array(view)
+        return array_kinds.like(tensor, _push_reducescatter([view], [base], op, pre, post, process_set, priority,
+                                                            calls.group_key(base, name))[0])
     return calls.submit("reducescatter", name, process_set, body)
 
 
@@ -363,12 +357,10 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0, process_se
             _check_empty_call(process_set, priority, op, prescale_factor, postscale_factor)
             return arrays
         pre, post = calls.check_scale(prescale_factor, postscale_factor)
-        calls.set_id(process_set)
         names = calls.group_names(base, len(arrays), name is not None)
-        views = array_kinds.legacy_list(arrays)  # alive until pushed: the Op records hold bare handles
-        results = [_reducescatter_entry(t, names[i], op, pre, post, process_set, i) for i, t in enumerate(views)]
-        calls.push([e for _, e in results], process_set, priority, calls.group_key(base, name))
-        return array_kinds.like_each(arrays, [o for o, _ in results])
+        views = array_kinds.legacy_list(arrays)
+        return array_kinds.like_each(arrays, _push_reducescatter(views, names, op, pre, post, process_set, priority,
+                                                                 calls.group_key(base, name)))
     return calls.submit("reducescatter", name, process_set, body)
 
 

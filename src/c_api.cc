@@ -16,7 +16,7 @@
 #ifdef MXPLUGIN_WITH_MXNET
 #include "mxnet/engine_op.h"
 #include "mxnet/grad_binding.h"
-#include "mxnet/host_allgather.h"
+#include "mxnet/host_exchange.h"
 #endif
 
 using mxplugin::Core;
@@ -255,7 +255,7 @@ int mxp_enqueue_raw(mxp_core* core, const mxp_op* ops, int32_t n, int32_t proces
     for (int32_t i = 0; i < n; ++i) {
       ts[i].input.data = ops[i].input;
       ts[i].output.data = ops[i].output;
-      if (ops[i].op_type == MXP_OP_ALLGATHER && ops[i].output == nullptr) {
+      if ((ops[i].op_type == MXP_OP_ALLGATHER || ops[i].op_type == MXP_OP_ALLTOALL) && ops[i].output == nullptr) {
         ts[i].sized_output = handle->sized_outputs[i] = std::make_shared<mxplugin::SizedOutput>();
       }
     }
@@ -306,7 +306,8 @@ void mxp_handle_free(mxp_handle* handle) {
   delete handle;
 }
 
-int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, int32_t priority) {
+int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, int32_t priority,
+                      void** made) {
   return Guard([&] {
     Core& c = CoreOf(core);
     auto ts = OpsFromC(ops, n, true);
@@ -318,26 +319,35 @@ int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t proc
       of_array[i] = ops[i].dtype == MXP_DTYPE_OF_ARRAY;
     }
 #ifdef MXPLUGIN_WITH_MXNET
-    mxplugin::mxnet_adapter::PushCollective(&c, process_set_id, std::move(ts), inputs, outputs, of_array, priority);
+    std::vector<void*> made_here;
+    mxplugin::mxnet_adapter::PushCollective(&c, process_set_id, std::move(ts), inputs, std::move(outputs), of_array,
+                                            priority, made != nullptr ? &made_here : nullptr);
+    std::copy(made_here.begin(), made_here.end(), made);
 #else
-    (void)c, (void)process_set_id, (void)priority;
+    (void)c, (void)process_set_id, (void)priority, (void)made;
     throw Error(Status::InvalidArgument("mxplugin was built without MXNet (MXPLUGIN_WITH_MXNET=0)"));
 #endif
   });
 }
 
-int mxp_mxnet_allgather_host(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, void** outputs,
-                             int64_t* total_bytes) {
+int mxp_mxnet_exchange_host(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, void** outputs,
+                            int64_t* from_each, int32_t set_size, int64_t* total_bytes) {
   return Guard([&] {
     Core& c = CoreOf(core);
     auto ts = OpsFromC(ops, n);
     std::vector<void*> inputs(n), made;
     for (int32_t i = 0; i < n; ++i) inputs[i] = ops[i].input;
 #ifdef MXPLUGIN_WITH_MXNET
-    *total_bytes = mxplugin::mxnet_adapter::AllgatherHost(&c, process_set_id, std::move(ts), inputs, &made);
+    std::vector<std::vector<int64_t>> rows;
+    *total_bytes = mxplugin::mxnet_adapter::ExchangeHost(&c, process_set_id, std::move(ts), inputs, &made, &rows);
     std::copy(made.begin(), made.end(), outputs);
+    for (int32_t i = 0; i < n; ++i) {
+      for (int32_t r = 0; r < set_size; ++r) {
+        from_each[static_cast<size_t>(i) * set_size + r] = r < static_cast<int32_t>(rows[i].size()) ? rows[i][r] : 0;
+      }
+    }
 #else
-    (void)c, (void)process_set_id, (void)outputs, (void)total_bytes;
+    (void)c, (void)process_set_id, (void)outputs, (void)from_each, (void)set_size, (void)total_bytes;
     throw Error(Status::InvalidArgument("mxplugin was built without MXNet (MXPLUGIN_WITH_MXNET=0)"));
 #endif
   });

@@ -131,17 +131,24 @@ void mxp_handle_free(mxp_handle* handle);
 
 /* MXNet entry: pushes one engine op for the group. An op whose dtype is
  * MXP_DTYPE_OF_ARRAY takes dtype and shape from its input NDArray (shape and
- * out_shape are then ignored); an unsupported dtype is MXP_STATUS_WRONG_TYPE. */
-int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, int32_t priority);
+ * out_shape are then ignored); an unsupported dtype is MXP_STATUS_WRONG_TYPE.
+ * A reducescatter of that kind may have output NULL: made[i] is then a new
+ * NDArrayHandle the caller owns, holding this rank's block when the op has
+ * run (made: n entries, NULL where the output was given; made may be NULL
+ * when every output is given). */
+int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, int32_t priority,
+                      void** made);
 
-/* MXNet entry, blocking (Note [Host allgathers in one call] in
- * src/mxnet/host_allgather.cc): allgathers of host NDArrays ops[i].input
- * (shape and out_shape are read from the array, output is ignored); on
- * success outputs[i] is a new NDArrayHandle the caller owns, holding every
- * rank's rows, and total_bytes the bytes all outputs hold. Call it without
- * holding a lock the background thread needs. */
-int mxp_mxnet_allgather_host(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, void** outputs,
-                             int64_t* total_bytes);
+/* MXNet entry, blocking (Note [Host exchanges in one call] in
+ * src/mxnet/host_exchange.cc): allgathers, or alltoalls (splits set), of
+ * host NDArrays ops[i].input (shape and out_shape are read from the array,
+ * output is ignored); on success outputs[i] is a new NDArrayHandle the
+ * caller owns holding what this rank received, from_each[i * set_size + r]
+ * the rows rank r of the set sent it for op i, and total_bytes the bytes of
+ * the whole exchange (every rank's rows: the same on every rank). Call it
+ * without holding a lock the background thread needs. */
+int mxp_mxnet_exchange_host(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, void** outputs,
+                            int64_t* from_each, int32_t set_size, int64_t* total_bytes);
 
 /* For each i, out[i] = 1 when the gradient autograd holds for weights[i]
  * (the array its last backward wrote) is grads[i] (same storage, offset and

@@ -31,8 +31,9 @@ Status CheckTensorOp(const TensorOp& op, int set_size, const GpuBackend& gpu) {
     return Status::InvalidArgument(who() + ": input is on " + DeviceName(op.input.device) + " and output on " +
                                    DeviceName(op.output.device) + "; both must be on " + DeviceName(m.device));
   }
-  if (op.sized_output && (m.op != OpType::kAllgather || m.device != kCpuDevice)) {
-    return Status::InvalidArgument(who() + ": only an allgather of host tensors can leave its output to the core");
+  if (op.sized_output && ((m.op != OpType::kAllgather && m.op != OpType::kAlltoall) || m.device != kCpuDevice)) {
+    return Status::InvalidArgument(who() + ": only an allgather or alltoall of host tensors can leave its output "
+                                   "to the core");
   }
   if (m.op == OpType::kJoin && op.output.data != nullptr &&
       (op.output.dtype != DataType::kInt32 || op.output.num_elements() != 1)) {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "common/scale.h"
 #include "core/collective_layout.h"
@@ -300,21 +301,34 @@ Status Executor::RunAllreduce(const std::vector<Request*>& batch) {
   return st;
 }
 
-// Note [Outputs the core sizes]: an allgather's output needs every rank's
-// rows. The MXNet path learns them first, in a blocking exchange of sizes
-// (mxplugin/exchange.py), because MXNet needs an op's outputs when it is
-// pushed; a caller that waits for the result anyway (small allgathers,
-// mxplugin/ops.py) leaves the output to the core instead, which sizes it
-// here from the negotiated rows: one round instead of two.
+// Note [Outputs the core sizes]: an allgather's or alltoall's output needs
+// every rank's rows. The MXNet path learns them first, in a blocking
+// exchange of sizes (mxplugin/exchange.py), because MXNet needs an op's
+// outputs when it is pushed; a caller that waits for the result anyway
+// (small host allgathers and alltoalls, mxplugin/host_exchange.py) leaves
+// the output to the core instead, which sizes it here from the negotiated
+// rows: one round instead of two.
+namespace {
+
+void SizeOutput(Request& req, std::vector<int64_t> from_each, int64_t exchanged_rows) {
+  int64_t rows = 0;
+  for (int64_t r : from_each) rows += r;
+  req.output.shape = req.input.shape;
+  req.output.shape[0] = rows;
+  req.sized_output->rows = rows;
+  req.sized_output->from_each = std::move(from_each);
+  req.sized_output->exchanged_rows = exchanged_rows;
+  req.sized_output->bytes.resize(static_cast<size_t>(req.output.num_bytes()));
+  req.output.data = req.sized_output->bytes.data();
+}
+
+}  // namespace
+
 Status Executor::RunAllgather(Request& req, const Response& resp) {
   if (req.sized_output) {
     int64_t rows = 0;
     for (int64_t r : resp.sizes) rows += r;
-    req.output.shape = req.input.shape;
-    req.output.shape[0] = rows;
-    req.sized_output->rows = rows;
-    req.sized_output->bytes.resize(static_cast<size_t>(req.output.num_bytes()));
-    req.output.data = req.sized_output->bytes.data();
+    SizeOutput(req, resp.sizes, rows);
   }
   std::vector<int64_t> counts;
   const Status holds = AllgatherCounts(req, resp, &counts);
@@ -353,6 +367,14 @@ Status Executor::RunBroadcast(Request& req) {
 }
 
 Status Executor::RunAlltoall(Request& req, const Response& resp) {
+  if (req.sized_output) {
+    const int size = comm_->size();
+    std::vector<int64_t> from_each(static_cast<size_t>(size));
+    int64_t exchanged = 0;
+    for (int r = 0; r < size; ++r) from_each[r] = resp.sizes[static_cast<size_t>(r) * size + comm_->rank()];
+    for (int64_t rows : resp.sizes) exchanged += rows;
+    SizeOutput(req, std::move(from_each), exchanged);
+  }
   std::vector<int64_t> send_counts, recv_counts;
   Status st = AlltoallCounts(req, resp, comm_->rank(), comm_->size(), &send_counts, &recv_counts);
   if (!st.ok()) return st;

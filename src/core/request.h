@@ -62,11 +62,13 @@ class Completion {
   Status first_error_;
 };
 
-// Note [Outputs the core sizes] (core/executor.cc): an allgather output the
-// executor sizes once the rows are known.
+// Note [Outputs the core sizes] (core/executor.cc): an allgather or alltoall
+// output the executor sizes once the rows are known.
 struct SizedOutput {
   std::vector<char> bytes;
   int64_t rows = 0;
+  std::vector<int64_t> from_each;  // the rows each rank of the set sent this one
+  int64_t exchanged_rows = 0;      // the rows of the whole exchange: the same on every rank
 };
 
 struct Request {

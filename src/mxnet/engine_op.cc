@@ -92,13 +92,33 @@ void DescribeFromArray(TensorOp* op, const ::mxnet::NDArray& in, const ::mxnet::
   }
   const ::mxnet::TShape& shape = in.shape();
   op->meta.shape.assign(shape.begin(), shape.end());
-  if (out.shape() != shape) {
+  op->input.shape = op->output.shape = op->meta.shape;
+  op->input.dtype = op->output.dtype = op->meta.dtype;
+  if (op->meta.op == OpType::kReducescatter) {  // its block of the rows: ReducescatterCounts checks the size
+    op->output.shape.assign(out.shape().begin(), out.shape().end());
+  } else if (out.shape() != shape) {
     std::ostringstream text;
     text << who << ": output shape " << out.shape() << " differs from input shape " << shape;
     throw Error(Status::InvalidArgument(text.str()));
   }
-  op->input.shape = op->output.shape = op->meta.shape;
-  op->input.dtype = op->output.dtype = op->meta.dtype;
+}
+
+// Note [Outputs made at push]: a reducescatter's output holds this rank's
+// block of the input's rows, whose shape the adapter knows from the input
+// and the process set; made here, it costs Python no mx.nd.empty (several
+// microseconds of a 4 KB call's few tens). It is allocated here, from
+// MXNet's pool, as mx.nd.empty's would be.
+std::unique_ptr<::mxnet::NDArray> ReducescatterOutput(Core* core, int process_set_id, const TensorOp& op,
+                                                      const ::mxnet::NDArray& in, const std::string& who) {
+  if (op.meta.op != OpType::kReducescatter) throw Error(Status::InvalidArgument(who + ": no output array given"));
+  if (in.is_none()) throw Error(Status::InvalidArgument(who + ": an NDArray without data (empty handle)"));
+  if (in.shape().ndim() < 1) throw Error(Status::InvalidArgument(who + ": needs a tensor with at least one dimension"));
+  const int64_t size = static_cast<int64_t>(core->ProcessSetRanks(process_set_id).size());
+  const int64_t me = core->ProcessSetRank(process_set_id);
+  ::mxnet::TShape shape = in.shape();
+  const int64_t rows = shape[0];
+  shape[0] = size > 0 ? rows / size + (me >= 0 && me < rows % size ? 1 : 0) : 0;
+  return std::make_unique<::mxnet::NDArray>(shape, in.ctx(), false, in.dtype());
 }
 
 // Note [Engine CUDA stream]: the cudaStream_t of the GPU worker running an
@@ -188,11 +208,17 @@ void Delete(void* param) { delete static_cast<EngineOp*>(param); }
 }  // namespace
 
 void PushCollective(Core* core, int process_set_id, std::vector<TensorOp> ops,
-                    const std::vector<void*>& inputs, const std::vector<void*>& outputs,
-                    const std::vector<bool>& of_array, int priority) {
+                    const std::vector<void*>& inputs, std::vector<void*> outputs,
+                    const std::vector<bool>& of_array, int priority, std::vector<void*>* made) {
   auto who = [&ops](size_t i) { return std::string(OpTypeName(ops[i].meta.op)) + " '" + ops[i].meta.name + "'"; };
+  std::vector<std::unique_ptr<::mxnet::NDArray>> made_here(ops.size());
   for (size_t i = 0; i < ops.size(); ++i) {
     const auto* in = static_cast<const ::mxnet::NDArray*>(inputs[i]);
+    if (outputs[i] == nullptr) {
+      if (made == nullptr || !of_array[i]) throw Error(Status::InvalidArgument(who(i) + ": no output array given"));
+      made_here[i] = ReducescatterOutput(core, process_set_id, ops[i], *in, who(i));
+      outputs[i] = made_here[i].get();
+    }
     const auto* out = static_cast<const ::mxnet::NDArray*>(outputs[i]);
     for (const auto* array : {in, out}) {
       if (array->is_none()) throw Error(Status::InvalidArgument(who(i) + ": an NDArray without data (empty handle)"));
@@ -267,6 +293,9 @@ void PushCollective(Core* core, int process_set_id, std::vector<TensorOp> ops,
                                                                   : ::mxnet::FnProperty::kNormal;
   PushAsync(&Run, op.release(), &Delete, ctx, std::move(reads), std::move(writes), priority, "mxplugin_collective",
             property);
+  if (made == nullptr) return;
+  made->assign(made_here.size(), nullptr);
+  for (size_t i = 0; i < made_here.size(); ++i) (*made)[i] = made_here[i].release();
 }
 
 }  // namespace mxnet_adapter

@@ -89,4 +89,38 @@ for rows, cols in ((1, 1), (n - 1, 3), (n + 1, 7), (3 * n + 1, 65_537), (2 * n, 
         expect = np.concatenate([values((k % 3, cols), k, dtype, seed) for k in range(n)])
         np.testing.assert_array_equal(gathered, expect, err_msg=f"rank {r}: allgather of {cols} columns {dtype}")
         hvd.allreduce_(x, op=hvd.Sum, name=f"between.{seed}")  # interleaved with the segment's other users
+
+# Broadcast and alltoall, through the segment on one host too (Note
+# [Shared-memory broadcast and alltoall]): every root, one element to many
+# pieces; alltoall blocks of nothing, blocks that differ per pair, one
+# rank's block past a piece while others' are small (the longest block
+# decides every rank's number of pieces), dtypes of 1 to 8 bytes, both of
+# allgather's paths for alltoall (one round, then by name past
+# host_exchange.MOST_BYTES the exchange of splits and an engine op), and
+# alltoall in the segment's alternation with allreduces.
+for count in (1, 1023, 262_145, 1_048_577):
+    for root in range(n):
+        seed += 1
+        x = mx.nd.array(values(count, r, "float32", seed))
+        hvd.broadcast_(x, root_rank=root, name=f"bc.{seed}")
+        np.testing.assert_array_equal(x.asnumpy(), values(count, root, "float32", seed),
+                                      err_msg=f"rank {r}: broadcast of {count} from {root}")
+for cols, scale, dtype in [(1, 0, "float32"), (3, 1, "uint8"), (5, 2, "float64"), (65_537, 1, "float32"),
+                           (1, 300_001, "float32"), (2, 70_001, "int64")] * 2:  # twice: both paths for the large
+    seed += 1
+    # rank k sends (k + 2 * j) * scale rows to rank j; rank 0 sends rank 1 none
+    sends = [[0 if (k, j) == (0, 1) else (k + 2 * j) * scale + (1 if scale == 0 else 0) for j in range(n)]
+             for k in range(n)]
+    if cols == 2:
+        sends[n - 1][0] = 300_001  # one block of many pieces among small ones
+    per = [values((sum(sends[k]), cols), k, dtype, seed) for k in range(n)]
+
+    def block(k, j):
+        start = sum(sends[k][:j])
+        return per[k][start:start + sends[k][j]]
+    got, received = hvd.alltoall(mx.nd.array(per[r], dtype=dtype), splits=sends[r], name=f"a2a.{dtype}.{cols}.{scale}")
+    np.testing.assert_array_equal(got.asnumpy(), np.concatenate([block(k, r) for k in range(n)]),
+                                  err_msg=f"rank {r}: alltoall {dtype} x {cols} with splits {sends}")
+    np.testing.assert_array_equal(received.asnumpy(), [sends[k][r] for k in range(n)])
+    hvd.allreduce_(mx.nd.ones(3 + seed % 5), name=f"a2a.between.{seed}")
 finish()

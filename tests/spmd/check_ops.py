@@ -413,16 +413,16 @@ for step, changed in enumerate([None, None, 0, 0, size - 1, None]):
     run_checks()  # each step's results read before the next call under the name
 
 section("allgather's two paths under one name (Note [Outputs the core sizes])")
-# Up to host_allgather.MOST_BYTES gathered by the name's last call, the core
+# Up to host_exchange.MOST_BYTES gathered by the name's last call, the core
 # sizes the output in one round; past it, the exchange of sizes and an engine
 # op. Only rank 0's rows grow past it, and every rank must take the same path.
-from mxplugin import host_allgather  # noqa: E402
+from mxplugin import host_exchange  # noqa: E402
 
-big = host_allgather.MOST_BYTES // 4 + 7  # float32 rows of one element: past the limit on rank 0 alone
+big = host_exchange.MOST_BYTES // 4 + 7  # float32 rows of one element: past the limit on rank 0 alone
 for step, rank0_rows in enumerate([2, big, 3, 5]):
     rows = [rank0_rows if r == 0 else r + 1 for r in RANKS]
     per = [data((rows[r], 1), r, "float32", seed=470 + step) for r in RANKS]
-    one_round = host_allgather.fits([mx.nd.zeros(1)], host_allgather.key(hvd.global_process_set, "ag.paths"))
+    one_round = host_exchange.fits([mx.nd.zeros(1)], host_exchange.key(hvd.global_process_set, "allgather", "ag.paths"))
     assert one_round == (step != 2), f"rank {rank}: step {step} took the {'one-round' if one_round else 'exchange'} path"
     out = hvd.allgather(mx.nd.array(per[rank]), name="ag.paths")
     later(f"allgather paths, step {step}", out, np.concatenate(per, axis=0))

@@ -2,10 +2,12 @@
 // ranks reduce through one shared-memory segment, across hosts only each
 // local rank's slice travels, among the ranks with the same local rank. On
 // one host, reduce-scatter and allgather go through the segment too (Note
-// [Shared-memory reduce-scatter and allgather] in scatter_gather.cc); the
-// other collectives, and allreduces too small to gain, go to the flat
-// communicator. Built by a world (MpiWorld::CreateGroup) when every host
-// runs the same number (> 1) of the group's ranks.
+// [Shared-memory reduce-scatter and allgather] in scatter_gather.cc), and so
+// do broadcast and alltoall (Note [Shared-memory broadcast and alltoall] in
+// one_host_copies.cc); across hosts those four, and allreduces too small to
+// gain, go to the flat communicator. Built by a world
+// (MpiWorld::CreateGroup) when every host runs the same number (> 1) of the
+// group's ranks.
 #pragma once
 
 #include <atomic>
@@ -59,14 +61,11 @@ class HierarchicalCommunicator : public Communicator {
   // On one host through the segment (scatter_gather.cc), else flat.
   Status Allgatherv(const void* send, int64_t send_count, void* recv, const std::vector<int64_t>& counts,
                     const std::vector<int64_t>& displs, DataType dtype) override;
-  Status Broadcast(void* buffer, int64_t count, DataType dtype, int root) override {
-    return flat_->Broadcast(buffer, count, dtype, root);
-  }
+  // On one host through the segment (one_host_copies.cc), else flat.
+  Status Broadcast(void* buffer, int64_t count, DataType dtype, int root) override;
   Status Alltoallv(const void* send, const std::vector<int64_t>& send_counts,
                    const std::vector<int64_t>& send_displs, void* recv, const std::vector<int64_t>& recv_counts,
-                   const std::vector<int64_t>& recv_displs, DataType dtype) override {
-    return flat_->Alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype);
-  }
+                   const std::vector<int64_t>& recv_displs, DataType dtype) override;
   Status ReduceScatter(const void* send, void* recv, const std::vector<int64_t>& recv_counts, DataType dtype,
                        ReduceOp op) override;
 

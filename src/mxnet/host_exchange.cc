@@ -1,16 +1,17 @@
-// Note [Host allgathers in one call]: a small allgather of host NDArrays
-// (mxplugin/host_allgather.py picks them) runs in one round with the output
-// left to the core (Note [Outputs the core sizes] in core/executor.cc). Its
-// caller waits for the result anyway, so everything around that round is
-// done here, in one call from Python without its lock: the wait for the
-// input's writers, a snapshot of its rows (so that a write pushed meanwhile
-// by another thread cannot tear what is sent: the same snapshot asnumpy()
-// took), and the new output NDArray, written where it lies (no engine op
-// uses it yet). Done from Python, through MXNet's API, these cost more than
-// the round itself on a busy host (an engine wait and a copy for asnumpy(),
-// an allocation for mx.nd.empty, each several microseconds of Python).
-// Results are the bytes the exchange path gives: the same rows in rank order.
-#include "mxnet/host_allgather.h"
+// Note [Host exchanges in one call]: a small allgather or alltoall of host
+// NDArrays (mxplugin/host_exchange.py picks them) runs in one round with the
+// output left to the core (Note [Outputs the core sizes] in
+// core/executor.cc). Its caller waits for the result anyway, so everything
+// around that round is done here, in one call from Python without its lock:
+// the wait for the input's writers, a snapshot of its rows (so that a write
+// pushed meanwhile by another thread cannot tear what is sent: the same
+// snapshot asnumpy() took), and the new output NDArray, written where it
+// lies (no engine op uses it yet). Done from Python, through MXNet's API,
+// these cost more than the round itself on a busy host (an engine wait and a
+// copy for asnumpy(), an allocation for mx.nd.empty, each several
+// microseconds of Python). Results are the bytes the engine path gives: the
+// same rows in rank order.
+#include "mxnet/host_exchange.h"
 
 #include <mxnet/ndarray.h>
 
@@ -22,24 +23,24 @@
 namespace mxplugin {
 namespace mxnet_adapter {
 
-int64_t AllgatherHost(Core* core, int process_set_id, std::vector<TensorOp> ops, const std::vector<void*>& inputs,
-                   std::vector<void*>* outputs) {
+int64_t ExchangeHost(Core* core, int process_set_id, std::vector<TensorOp> ops, const std::vector<void*>& inputs,
+                     std::vector<void*>* outputs, std::vector<std::vector<int64_t>>* from_each) {
   const size_t n = ops.size();
   std::vector<::mxnet::NDArray> arrays;
   std::vector<std::vector<char>> snapshots(n);
   arrays.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     ::mxnet::NDArray array = *static_cast<const ::mxnet::NDArray*>(inputs[i]);
+    TensorOp& op = ops[i];
     if (array.is_none() || array.storage_type() != ::mxnet::kDefaultStorage ||
         array.ctx().dev_mask() != ::mxnet::Context::kCPU || array.shape().ndim() < 1) {
-      throw Error(Status::InvalidArgument("allgather '" + ops[i].meta.name +
+      throw Error(Status::InvalidArgument(std::string(OpTypeName(op.meta.op)) + " '" + op.meta.name +
                                           "': the one-call path takes dense host arrays of at least one dimension"));
     }
     array.WaitToRead();
     // Note [oneDNN layouts] (engine_op.cc): read a blocked array through a default-layout copy.
     const ::mxnet::NDArray plain = array.IsMKLDNNData() ? array.Reorder2Default() : array;
     const ::mxnet::TShape& shape = array.shape();
-    TensorOp& op = ops[i];
     op.meta.shape.assign(shape.begin(), shape.end());
     op.input.shape = op.meta.shape;
     op.input.dtype = op.output.dtype = op.meta.dtype;
@@ -52,13 +53,18 @@ int64_t AllgatherHost(Core* core, int process_set_id, std::vector<TensorOp> ops,
     arrays.push_back(std::move(array));
   }
   std::vector<std::shared_ptr<SizedOutput>> sized(n);
-  for (size_t i = 0; i < n; ++i) sized[i] = ops[i].sized_output;
+  std::vector<int64_t> row_bytes(n);
+  for (size_t i = 0; i < n; ++i) {
+    sized[i] = ops[i].sized_output;
+    row_bytes[i] = ops[i].input.row_elements() * static_cast<int64_t>(DataTypeSize(ops[i].meta.dtype));
+  }
   auto done = std::make_shared<std::promise<Status>>();
   std::future<Status> finished = done->get_future();
   core->Enqueue(process_set_id, std::move(ops), [done](const Status& status) { done->set_value(status); });
   const Status status = finished.get();
   if (!status.ok()) throw Error(status);
   outputs->assign(n, nullptr);
+  from_each->assign(n, {});
   int64_t total = 0;
   try {
     for (size_t i = 0; i < n; ++i) {
@@ -67,7 +73,8 @@ int64_t AllgatherHost(Core* core, int process_set_id, std::vector<TensorOp> ops,
       auto out = std::make_unique<::mxnet::NDArray>(shape, arrays[i].ctx(), false, arrays[i].dtype());
       if (!sized[i]->bytes.empty()) std::memcpy(out->data().dptr_, sized[i]->bytes.data(), sized[i]->bytes.size());
       (*outputs)[i] = out.release();
-      total += static_cast<int64_t>(sized[i]->bytes.size());
+      (*from_each)[i] = sized[i]->from_each;
+      total += sized[i]->exchanged_rows * row_bytes[i];
     }
   } catch (...) {
     for (void* made : *outputs) delete static_cast<::mxnet::NDArray*>(made);
