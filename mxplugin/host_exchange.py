@@ -86,5 +86,6 @@ def alltoall(tensor, name, dtype, splits, process_set, priority, group, key):
 
 
 def _exchange(op_type, tensors, names, dtypes, splits, process_set, priority, group):
-    return basics._core().exchange_host_arrays(op_type, tensors, names, dtypes, splits, calls.set_id(process_set),
-                                               len(process_set.ranks), priority, group)
+    return calls.core_module().exchange_host_arrays(basics._core(), op_type, tensors, names, dtypes, splits,
+                                                    calls.set_id(process_set), len(process_set.ranks), priority,
+                                                    group)

@@ -1,0 +1,50 @@
+# Small host allgathers and alltoalls in one blocking call, included by _core.pyx.
+
+
+def exchange_host_arrays(Core core, int op_type, list inputs, list names, list dtypes, list splits,
+                         int process_set_id, int set_size, int priority, group):
+    """Note [Host exchanges in one call] (src/mxnet/host_exchange.cc):
+    allgathers (op_type OP_ALLGATHER, splits[i] None) or alltoalls
+    (OP_ALLTOALL, splits[i] the rows sent to each rank) of host NDArrays
+    inputs[i] (dtype code dtypes[i]), as one call's group negotiated
+    under `group` on a set of set_size ranks; blocks, and returns the new
+    output NDArrays' handles (ints) for the caller to own, the rows each
+    rank sent this one per op (lists), and the bytes of the whole exchange."""
+    cdef int n = len(inputs)
+    if len(names) != n or len(dtypes) != n or len(splits) != n:
+        raise ArgumentError(f"exchange_host_arrays: {n} inputs, {len(names)} names, {len(dtypes)} dtypes, "
+                            f"{len(splits)} splits")
+    cdef _OpBatch batch = _OpBatch(n)
+    cdef mxp_op* o
+    cdef bytes name
+    cdef int i
+    cdef int rc
+    cdef int64_t total = 0
+    cdef const char* group_ptr = batch.text(group)
+    cdef void** outs = <void**>malloc(max(n, 1) * sizeof(void*))
+    cdef int64_t* rows = <int64_t*>malloc(max(n * set_size, 1) * sizeof(int64_t))
+    try:
+        for i in range(n):
+            o = &batch.ops[i]  # zeroed: shapes are read from the arrays
+            name = (<str>names[i]).encode()
+            batch.keep.append(name)
+            o.name = name
+            o.op_type = op_type
+            o.dtype = dtypes[i]
+            o.device = MXP_CPU_DEVICE
+            o.prescale = 1.0
+            o.postscale = 1.0
+            o.priority = priority
+            o.input = <void*><uintptr_t>inputs[i].handle.value
+            o.group = group_ptr
+            if splits[i] is not None:
+                o.nsplits = len(splits[i])
+                o.splits = batch._ints(splits[i])
+        with nogil:
+            rc = mxp_mxnet_exchange_host(core.c, batch.ops, n, process_set_id, outs, rows, set_size, &total)
+        _check(rc)
+        return ([<uintptr_t>outs[i] for i in range(n)],
+                [[rows[i * set_size + r] for r in range(set_size)] for i in range(n)], total)
+    finally:
+        free(outs)
+        free(rows)
