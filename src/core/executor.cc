@@ -310,25 +310,41 @@ Status Executor::RunAllreduce(const std::vector<Request*>& batch) {
 // rows: one round instead of two.
 namespace {
 
-void SizeOutput(Request& req, std::vector<int64_t> from_each, int64_t exchanged_rows) {
+Status SizeOutput(Request& req, std::vector<int64_t> from_each, int64_t exchanged_rows) {
+  SizedOutput& sized = *req.sized_output;
   int64_t rows = 0;
   for (int64_t r : from_each) rows += r;
   req.output.shape = req.input.shape;
   req.output.shape[0] = rows;
-  req.sized_output->rows = rows;
-  req.sized_output->from_each = std::move(from_each);
-  req.sized_output->exchanged_rows = exchanged_rows;
-  req.sized_output->bytes.resize(static_cast<size_t>(req.output.num_bytes()));
-  req.output.data = req.sized_output->bytes.data();
+  sized.rows = rows;
+  sized.from_each = std::move(from_each);
+  sized.exchanged_rows = exchanged_rows;
+  const size_t bytes = static_cast<size_t>(req.output.num_bytes());
+  Status placed = Status::Ok();
+  if (sized.place) {
+    try {
+      req.output.data = sized.place(rows, bytes);
+      return placed;
+    } catch (const std::exception& e) {
+      placed = Status::Internal(std::string(OpTypeName(req.meta.op)) + " '" + req.meta.name +
+                                "': its output could not be made: " + e.what());
+    }
+  }
+  // Without a place, or failing one (which fails the op, but only after this
+  // rank has taken part in the transfer: the other ranks are in it).
+  sized.bytes.resize(bytes);
+  req.output.data = sized.bytes.data();
+  return placed;
 }
 
 }  // namespace
 
 Status Executor::RunAllgather(Request& req, const Response& resp) {
+  Status placed = Status::Ok();
   if (req.sized_output) {
     int64_t rows = 0;
     for (int64_t r : resp.sizes) rows += r;
-    SizeOutput(req, resp.sizes, rows);
+    placed = SizeOutput(req, resp.sizes, rows);
   }
   std::vector<int64_t> counts;
   const Status holds = AllgatherCounts(req, resp, &counts);
@@ -348,7 +364,7 @@ Status Executor::RunAllgather(Request& req, const Response& resp) {
   Status st = comm_->Allgatherv(req.input.data, req.input.num_elements(), output, counts, Displacements(counts),
                                 req.meta.dtype);
   Trace(req, "ALLGATHER", t0, Clock::now());
-  if (holds.ok()) return st;
+  if (holds.ok()) return st.ok() ? placed : st;
   if (resp.joined.empty()) return holds;
   return Status(holds.code(), holds.reason() + ": rank(s) that have joined (join()) send no rows. A "
                 "DistributedTrainer over uneven data needs join_when_done(trainer), not join()");
@@ -367,13 +383,14 @@ Status Executor::RunBroadcast(Request& req) {
 }
 
 Status Executor::RunAlltoall(Request& req, const Response& resp) {
+  Status placed = Status::Ok();
   if (req.sized_output) {
     const int size = comm_->size();
     std::vector<int64_t> from_each(static_cast<size_t>(size));
     int64_t exchanged = 0;
     for (int r = 0; r < size; ++r) from_each[r] = resp.sizes[static_cast<size_t>(r) * size + comm_->rank()];
     for (int64_t rows : resp.sizes) exchanged += rows;
-    SizeOutput(req, std::move(from_each), exchanged);
+    placed = SizeOutput(req, std::move(from_each), exchanged);
   }
   std::vector<int64_t> send_counts, recv_counts;
   Status st = AlltoallCounts(req, resp, comm_->rank(), comm_->size(), &send_counts, &recv_counts);
@@ -382,7 +399,7 @@ Status Executor::RunAlltoall(Request& req, const Response& resp) {
   st = comm_->Alltoallv(req.input.data, send_counts, Displacements(send_counts), req.output.data, recv_counts,
                         Displacements(recv_counts), req.meta.dtype);
   Trace(req, "ALLTOALL", t0, Clock::now());
-  return st;
+  return st.ok() ? placed : st;
 }
 
 Status Executor::RunReducescatter(Request& req) {

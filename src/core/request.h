@@ -65,6 +65,9 @@ class Completion {
 // Note [Outputs the core sizes] (core/executor.cc): an allgather or alltoall
 // output the executor sizes once the rows are known.
 struct SizedOutput {
+  // Where the output goes: place(rows, bytes) when set (memory its owner
+  // keeps valid; an exception from it fails the op), else `bytes`.
+  std::function<void*(int64_t rows, size_t bytes)> place;
   std::vector<char> bytes;
   int64_t rows = 0;
   std::vector<int64_t> from_each;  // the rows each rank of the set sent this one

@@ -6,7 +6,9 @@
 // the wait for the input's writers, a snapshot of its rows (so that a write
 // pushed meanwhile by another thread cannot tear what is sent: the same
 // snapshot asnumpy() took), and the new output NDArray, written where it
-// lies (no engine op uses it yet). Done from Python, through MXNet's API,
+// lies, by the core as it sizes it (no engine op uses it yet: the core's
+// thread may make an NDArray, MXNet's pool is shared by every thread). Done
+// from Python, through MXNet's API,
 // these cost more than the round itself on a busy host (an engine wait and a
 // copy for asnumpy(), an allocation for mx.nd.empty, each several
 // microseconds of Python). Results are the bytes the engine path gives: the
@@ -28,6 +30,8 @@ int64_t ExchangeHost(Core* core, int process_set_id, std::vector<TensorOp> ops, 
   const size_t n = ops.size();
   std::vector<::mxnet::NDArray> arrays;
   std::vector<std::vector<char>> snapshots(n);
+  // The outputs, made on the core's thread once their rows are known.
+  std::vector<std::shared_ptr<std::unique_ptr<::mxnet::NDArray>>> made(n);
   arrays.reserve(n);
   for (size_t i = 0; i < n; ++i) {
     ::mxnet::NDArray array = *static_cast<const ::mxnet::NDArray*>(inputs[i]);
@@ -50,6 +54,14 @@ int64_t ExchangeHost(Core* core, int process_set_id, std::vector<TensorOp> ops, 
     op.input.data = snapshots[i].data();
     op.output.data = nullptr;
     op.sized_output = std::make_shared<SizedOutput>();
+    made[i] = std::make_shared<std::unique_ptr<::mxnet::NDArray>>();
+    op.sized_output->place = [made = made[i], shape = array.shape(), ctx = array.ctx(),
+                              dtype = array.dtype()](int64_t rows, size_t) -> void* {
+      ::mxnet::TShape out_shape = shape;
+      out_shape[0] = rows;
+      *made = std::make_unique<::mxnet::NDArray>(out_shape, ctx, false, dtype);
+      return (*made)->data().dptr_;
+    };
     arrays.push_back(std::move(array));
   }
   std::vector<std::shared_ptr<SizedOutput>> sized(n);
@@ -66,20 +78,13 @@ int64_t ExchangeHost(Core* core, int process_set_id, std::vector<TensorOp> ops, 
   outputs->assign(n, nullptr);
   from_each->assign(n, {});
   int64_t total = 0;
-  try {
-    for (size_t i = 0; i < n; ++i) {
-      ::mxnet::TShape shape = arrays[i].shape();
-      shape[0] = sized[i]->rows;
-      auto out = std::make_unique<::mxnet::NDArray>(shape, arrays[i].ctx(), false, arrays[i].dtype());
-      if (!sized[i]->bytes.empty()) std::memcpy(out->data().dptr_, sized[i]->bytes.data(), sized[i]->bytes.size());
-      (*outputs)[i] = out.release();
-      (*from_each)[i] = sized[i]->from_each;
-      total += sized[i]->exchanged_rows * row_bytes[i];
-    }
-  } catch (...) {
-    for (void* made : *outputs) delete static_cast<::mxnet::NDArray*>(made);
-    outputs->assign(n, nullptr);
-    throw;
+  for (size_t i = 0; i < n; ++i) {
+    if (!*made[i]) throw Error(Status::Internal("the core finished an exchange without making its output"));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    (*outputs)[i] = made[i]->release();
+    (*from_each)[i] = sized[i]->from_each;
+    total += sized[i]->exchanged_rows * row_bytes[i];
   }
   return total;
 }
