@@ -26,7 +26,7 @@ from powersgd_report import powersgd_section, powersgd_targets
 from report_multi_host import multi_host_section
 from gluonts_report import gluonts_section, gluonts_target
 from report_gpu import gpu_section
-from latency import report_section as latency_section
+from latency import budget_target as latency_target, report_section as latency_section
 from tp_small import report_section as tp_small_section
 from sync_batchnorm import report_section as sync_batchnorm_section
 from sockeye_exits import report_section as sockeye_exits_section
@@ -38,6 +38,7 @@ from sharding_report import sharding_section
 from report_clusters import fault_timings_section, mpi_variants_section
 import core_builds
 from tensor_parallel import report_section as tensor_parallel_section
+from scaling_report import PHASES, breakdown_section, scaling_section
 
 DOCS = os.path.join(REPO, "docs")
 
@@ -178,9 +179,9 @@ def plots(allreduce, breakdown, plain):
         fig, ax = plt.subplots(figsize=(5, 3.6))
         labels = [f"{b['ranks']} rank{'s' if b['ranks'] > 1 else ''}" for b in breakdown]
         bottom = [0.0] * len(breakdown)
-        for phase in ("forward_backward", "communication", "update"):
-            vals = [b["median_s"][phase] * 1e3 for b in breakdown]
-            ax.bar(labels, vals, bottom=bottom, label=phase.replace("_", "+"))
+        for phase in PHASES:
+            vals = [b["median_s"].get(phase, 0.0) * 1e3 for b in breakdown]
+            ax.bar(labels, vals, bottom=bottom, label=PHASES[phase])
             bottom = [a + v for a, v in zip(bottom, vals)]
         ax.set_ylabel("ms per step (median)")
         ax.set_title("resnet50_v1 step time by phase")
@@ -248,7 +249,8 @@ def report():
              "this page from them). Every number is a median of repeated runs, compared with a reference",
              "measured in the same run. Unless a row says otherwise each process runs with OMP_NUM_THREADS=1.",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.", ""]
-    lines += _targets(ar, upd, sc, plain, single2, read_result("gluonts_deepar.json"), powersgd_targets(read_result))
+    lines += _targets(ar, upd, sc, plain, single2, read_result("gluonts_deepar.json"),
+                      powersgd_targets(read_result) + latency_target(read_result("latency.json")))
     if ar:
         g = ar["gradient_set"]
         m = g["median_s"]
@@ -308,48 +310,8 @@ def report():
         for kind, r in fk.get("other_kinds", {}).items():
             lines.append(f"| {kind}, core kernel | {r['median_s'] * 1e3:.2f} ms | {r['ratio_vs_floor']:.2f}x |")
         lines.append("")
-    if breakdown:
-        lines += ["## Step time by phase (`bench/step_breakdown.py`)", "",
-                  "| ranks | forward+backward | communication | update |", "|---|---|---|---|"]
-        for b in breakdown:
-            m = b["median_s"]
-            lines.append(f"| {b['ranks']} | {m['forward_backward'] * 1e3:.1f} ms | {m['communication'] * 1e3:.1f} ms | "
-                         f"{m['update'] * 1e3:.1f} ms |")
-        lines.append("")
-        if "step_breakdown.png" in images:
-            lines += ["![step breakdown](step_breakdown.png)", ""]
-    if sc:
-        m, c = sc["median_images_per_s"], sc["median_allreduce_update_s"]
-        lines += [f"## Scaling, {sc['ranks']} ranks (`bench/trainer.py scaling`, `single`)", "",
-                  f"resnet50_v1 hybridized (`static_alloc`, `static_shape`), batch {sc['batch_per_rank']} per rank, "
-                  f"3x{sc['image']}x{sc['image']}, SGD momentum. Per-rank efficiency compares {sc['ranks']} ranks of "
-                  "one thread each with one process of one thread (interleaved in the same job). The user's real "
-                  f"alternative on this {os.cpu_count()}-core machine is one process using every core on the "
-                  "global batch: measured as a separate process just before and after the scaling run, the "
-                  "better median counting.", "",
-                  "| | threads per process | images/s | ratio |", "|---|---|---|---|",
-                  f"| 1 process, gluon.Trainer, batch {sc['batch_per_rank']} | 1 | {m['single']:.1f} | |",
-                  f"| {sc['ranks']} ranks, DistributedTrainer | 1 | {m['mxplugin']:.1f} | per-rank efficiency "
-                  f"{sc['scaling_efficiency']:.3f} |",
-                  f"| {sc['ranks']} ranks, per-tensor allreduce_ + gluon update | 1 | {m['per_tensor']:.1f} | "
-                  f"per-rank efficiency {sc['scaling_efficiency_per_tensor']:.3f} |"]
-        if "independent" in m:
-            lines.append(f"| {sc['ranks']} ranks, DistributedTrainer each over itself alone, no exchange | 1 | "
-                         f"{m['independent']:.1f} | the machine's ceiling {sc['scaling_ceiling']:.3f} |")
-        if single2:
-            lines.append(f"| 1 process, gluon.Trainer, batch {single2['batch']} (the global batch) | "
-                         f"{single2['threads']} | {single2['median_images_per_s']:.1f} | {sc['ranks']} ranks / this: "
-                         f"**{m['mxplugin'] / single2['median_images_per_s']:.3f}** |")
-        if "independent" in m:
-            lines += ["", f"The ceiling is what {sc['ranks']} ranks that never exchange a byte get on this machine "
-                          "(each a DistributedTrainer over a process set of itself alone) against one gluon.Trainer "
-                          "process alone. Its distance from 1.0 is not the exchange's: the ranks share the "
-                          "machine's memory bandwidth and caches (below 1), and their fused update is faster than "
-                          f"gluon.Trainer's (above 1). DistributedTrainer reaches **{sc['efficiency_against_ceiling']:.3f}**"
-                          " of it: that gap is what the exchange between the ranks costs."]
-        lines += ["",
-                  f"Allreduce + update per step: DistributedTrainer {c['mxplugin'] * 1e3:.1f} ms, per-tensor loop + "
-                  f"gluon {c['per_tensor'] * 1e3:.1f} ms, ratio **{sc['allreduce_update_ratio']:.3f}**.", ""]
+    lines += breakdown_section(breakdown, images)
+    lines += scaling_section(sc, single2, breakdown)
     if ex:
         lines += ["## ResNet50 example (`examples/mxnet_imagenet_resnet50.py`, synthetic data)", "",
                   f"Arguments: `{' '.join(EXAMPLE_ARGS)}`.", "",

@@ -1,6 +1,7 @@
-"""Where a training step's time goes: forward+backward, communication
-(gradient allreduce) and update, for DistributedTrainer on hybridized
-resnet50_v1 (SGD momentum). Each phase is timed with waitall() around it, so
+"""Where a training step's time goes: forward+backward, the wait for the
+slowest rank's backward (mean over ranks), communication (gradient
+allreduce) and update, for DistributedTrainer on hybridized resnet50_v1
+(SGD momentum). Each phase is timed with waitall() around it, so
 the phases do not overlap here (in normal training communication overlaps
 with backward).
 
@@ -45,10 +46,17 @@ def main():
             mx.nd.waitall()
         return timed(fn, before=before, wait=mx.nd.waitall)
 
-    # The phases of one step in turn, step after step.
+    # The phases of one step in turn, step after step. A synchronous
+    # exchange starts once the slowest rank's backward is done: that wait is
+    # a phase of its own (a barrier), so communication times the exchange alone.
     phases = interleave({"forward_backward": phase(fwd_bwd, first=True),
+                         "slowest_rank_wait": phase(hvd.barrier),
                          "communication": phase(trainer.allreduce_grads),
                          "update": phase(lambda: trainer.update(args.batch_size))}, args.steps, args.warmup)
+    # Each rank waits as long as it is faster: the mean over ranks of a
+    # step's wait is what the job loses to it per step.
+    every = hvd.allgather_object(phases["slowest_rank_wait"], name="breakdown.waits")
+    phases["slowest_rank_wait"] = [sum(step) / len(step) for step in zip(*every)]
     med = medians(phases)
     if hvd.rank() == 0:
         total = sum(med.values())

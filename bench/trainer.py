@@ -137,6 +137,12 @@ def bench_scaling(rounds, steps, batch, image):
     ours = hvd.DistributedTrainer(net.collect_params(), "sgd", dict(SGD))
     loop = gluon.Trainer(loop_net.collect_params(), "sgd", dict(SGD), kvstore=None)
     loop_grads = [p for p in loop_net.collect_params().values() if p.grad_req != "null"]
+    later_net = resnet(True, image)
+    later = hvd.DistributedTrainer(later_net.collect_params(), "sgd", dict(SGD))
+
+    def after_backward(b):  # the exchange only once backward has finished: no overlap
+        mx.nd.waitall()
+        later.step(b)
     own_set = [hvd.add_process_set([r]) for r in range(size)][rank]
     alone_net = resnet(True, image)
     alone = hvd.DistributedTrainer(alone_net.collect_params(), "sgd", dict(SGD), process_set=own_set)
@@ -163,10 +169,12 @@ def bench_scaling(rounds, steps, batch, image):
 
     samples = interleave({"single": single, "mxplugin": every_rank(net, ours.step),
                           "per_tensor": every_rank(loop_net, per_tensor_step),
-                          "independent": every_rank(alone_net, alone.step)}, rounds, warmup=1)
+                          "after_backward": every_rank(later_net, after_backward),
+                          "independent": every_rank(alone_net, alone.step)}, rounds, warmup=1,
+                         rotate=True)
     if rank != 0:
         return None
-    distributed = ("mxplugin", "per_tensor", "independent")
+    distributed = ("mxplugin", "per_tensor", "after_backward", "independent")
     out = {"single": samples["single"], **{k: [images for images, _ in samples[k]] for k in distributed}}
     comm = {k: [t for _, calls in samples[k] for t in calls] for k in distributed}
     med, cmed = medians(out), medians(comm)
@@ -174,6 +182,7 @@ def bench_scaling(rounds, steps, batch, image):
               "median_images_per_s": med, "spread_images_per_s": spread(out), "allreduce_update_s": comm, "median_allreduce_update_s": cmed,
               "scaling_efficiency": med["mxplugin"] / (size * med["single"]),
               "scaling_efficiency_per_tensor": med["per_tensor"] / (size * med["single"]),
+              "scaling_efficiency_after_backward": med["after_backward"] / (size * med["single"]),
               "scaling_ceiling": med["independent"] / (size * med["single"]),
               "efficiency_against_ceiling": med["mxplugin"] / med["independent"],
               "allreduce_update_ratio": cmed["mxplugin"] / cmed["per_tensor"]}
@@ -183,6 +192,8 @@ def bench_scaling(rounds, steps, batch, image):
           f"  scaling efficiency {result['scaling_efficiency']:.3f}")
     print(f"  {size} ranks allreduce_ loop+gluon  {med['per_tensor']:8.1f} img/s total"
           f"  scaling efficiency {result['scaling_efficiency_per_tensor']:.3f}")
+    print(f"  {size} ranks, exchange after backward {med['after_backward']:8.1f} img/s total"
+          f"  scaling efficiency {result['scaling_efficiency_after_backward']:.3f}")
     print(f"  {size} ranks alone, no exchange     {med['independent']:8.1f} img/s total"
           f"  ceiling {result['scaling_ceiling']:.3f}")
     print(f"  allreduce + update: mxplugin {cmed['mxplugin'] * 1e3:.1f} ms, per-tensor loop + gluon "
