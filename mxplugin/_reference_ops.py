@@ -155,7 +155,10 @@ array([5., 5.], dtype=float32)
                 _arguments("Splits that are not integers, not one per rank, negative, or not summing to the first "
                            "dimension; a first dimension the set's size does not divide (without splits); an "
                            "array of no dimension; a process set that is not registered or does not hold this "
-                           "rank."), _READ),
+                           "rank."),
+                ("MismatchError", "Raised by the call itself for host arrays, on every rank, where the ranks' "
+                                  "arrays differ in dtype or in their dimensions after the first, or a rank of "
+                                  "the set has joined."), _READ),
         example=_START + """
 >>> n, r = hvd.size(), hvd.rank()
 >>> received = hvd.alltoall(mx.nd.arange(n) + 10 * r)  # row i goes to rank i
