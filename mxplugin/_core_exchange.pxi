@@ -9,7 +9,8 @@ def exchange_host_arrays(Core core, int op_type, list inputs, list names, list d
     inputs[i] (dtype code dtypes[i]), as one call's group negotiated
     under `group` on a set of set_size ranks; blocks, and returns the new
     output NDArrays' handles (ints) for the caller to own, the rows each
-    rank sent this one per op (lists), and the bytes of the whole exchange."""
+    rank sent this one per op (lists), and the bytes of the whole exchange
+    (on a failure, the exception's exchanged_bytes: None where there was none)."""
     cdef int n = len(inputs)
     if len(names) != n or len(dtypes) != n or len(splits) != n:
         raise ArgumentError(f"exchange_host_arrays: {n} inputs, {len(names)} names, {len(dtypes)} dtypes, "
@@ -42,7 +43,11 @@ def exchange_host_arrays(Core core, int op_type, list inputs, list names, list d
                 o.splits = batch._ints(splits[i])
         with nogil:
             rc = mxp_mxnet_exchange_host(core.c, batch.ops, n, process_set_id, outs, rows, set_size, &total)
-        _check(rc)
+        try:
+            _check(rc)
+        except Exception as e:
+            e.exchanged_bytes = total if total >= 0 else None  # a failure of this rank's alone after the exchange
+            raise
         return ([<uintptr_t>outs[i] for i in range(n)],
                 [[rows[i * set_size + r] for r in range(set_size)] for i in range(n)], total)
     finally:

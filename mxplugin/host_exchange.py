@@ -70,22 +70,30 @@ def allgather(tensors, names, dtypes, process_set, priority, group, key):
     """Every rank's rows of each tensor, concatenated: new NDArrays on the
     tensors' contexts, ready when this returns (the wait for the inputs,
     their snapshot and the outputs, in one call without Python's lock)."""
-    made, _, total = _exchange(calls.core_module().OP_ALLGATHER, tensors, names, dtypes, [None] * len(tensors),
-                               process_set, priority, group)
-    exchanged(key, total)
+    made, _ = _exchange(calls.core_module().OP_ALLGATHER, tensors, names, dtypes, [None] * len(tensors),
+                        process_set, priority, group, key)
     return [mx.nd.NDArray(ctypes.c_void_p(h)) for h in made]
 
 
 def alltoall(tensor, name, dtype, splits, process_set, priority, group, key):
     """(output, the rows each rank of the set sent here) of one alltoall
     sending splits[i] rows of `tensor` to rank i, ready when this returns."""
-    made, rows, total = _exchange(calls.core_module().OP_ALLTOALL, [tensor], [name], [dtype], [splits], process_set,
-                                  priority, group)
-    exchanged(key, total)
+    made, rows = _exchange(calls.core_module().OP_ALLTOALL, [tensor], [name], [dtype], [splits], process_set,
+                           priority, group, key)
     return mx.nd.NDArray(ctypes.c_void_p(made[0])), rows[0]
 
 
-def _exchange(op_type, tensors, names, dtypes, splits, process_set, priority, group):
-    return calls.core_module().exchange_host_arrays(basics._core(), op_type, tensors, names, dtypes, splits,
-                                                    calls.set_id(process_set), len(process_set.ranks), priority,
-                                                    group)
+def _exchange(op_type, tensors, names, dtypes, splits, process_set, priority, group, key):
+    """(output handles, rows from each rank), the exchange's bytes recorded
+    under `key`, even where it failed on this rank alone after the exchange
+    (its output not made), so that every rank picks the next call's path alike."""
+    try:
+        made, rows, total = calls.core_module().exchange_host_arrays(
+            basics._core(), op_type, tensors, names, dtypes, splits, calls.set_id(process_set),
+            len(process_set.ranks), priority, group)
+    except Exception as e:
+        if getattr(e, "exchanged_bytes", None) is not None:
+            exchanged(key, e.exchanged_bytes)
+        raise
+    exchanged(key, total)
+    return made, rows

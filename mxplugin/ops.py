@@ -306,8 +306,7 @@ def _alltoall(tensor, splits, base, name, priority, process_set):
         matrix = exchange.exchange_int64(split_list, base + ".splits", process_set, calls.set_id(process_set), group)
         received = matrix[:, process_set.rank()]
         output = mx.nd.empty((int(received.sum()),) + tuple(shape[1:]), ctx=tensor.context, dtype=tensor.dtype)
-        host_exchange.exchanged(key, int(matrix.sum()) * (tensor.size // shape[0] if shape[0] else 0)
-                                * np.dtype(tensor.dtype).itemsize)
+        host_exchange.exchanged(key, int(matrix.sum()) * int(np.prod(shape[1:])) * np.dtype(tensor.dtype).itemsize)
         calls.push([calls.record(base, calls.core_module().OP_ALLTOALL, tensor, output, dtype, device, shape,
                                  out_shape=list(output.shape), splits=split_list)], process_set, priority, group)
     if splits is None:

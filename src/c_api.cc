@@ -332,6 +332,7 @@ int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t proc
 
 int mxp_mxnet_exchange_host(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, void** outputs,
                             int64_t* from_each, int32_t set_size, int64_t* total_bytes) {
+  *total_bytes = -1;
   return Guard([&] {
     Core& c = CoreOf(core);
     auto ts = OpsFromC(ops, n);
@@ -339,7 +340,7 @@ int mxp_mxnet_exchange_host(mxp_core* core, const mxp_op* ops, int32_t n, int32_
     for (int32_t i = 0; i < n; ++i) inputs[i] = ops[i].input;
 #ifdef MXPLUGIN_WITH_MXNET
     std::vector<std::vector<int64_t>> rows;
-    *total_bytes = mxplugin::mxnet_adapter::ExchangeHost(&c, process_set_id, std::move(ts), inputs, &made, &rows);
+    mxplugin::mxnet_adapter::ExchangeHost(&c, process_set_id, std::move(ts), inputs, &made, &rows, total_bytes);
     std::copy(made.begin(), made.end(), outputs);
     for (int32_t i = 0; i < n; ++i) {
       for (int32_t r = 0; r < set_size; ++r) {

@@ -145,7 +145,8 @@ int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t proc
  * output is ignored); on success outputs[i] is a new NDArrayHandle the
  * caller owns holding what this rank received, from_each[i * set_size + r]
  * the rows rank r of the set sent it for op i, and total_bytes the bytes of
- * the whole exchange (every rank's rows: the same on every rank). Call it
+ * the whole exchange (every rank's rows: the same on every rank), set on a
+ * failure too where the exchange took place (-1 where it did not). Call it
  * without holding a lock the background thread needs. */
 int mxp_mxnet_exchange_host(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, void** outputs,
                             int64_t* from_each, int32_t set_size, int64_t* total_bytes);

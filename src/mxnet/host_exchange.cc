@@ -25,8 +25,10 @@
 namespace mxplugin {
 namespace mxnet_adapter {
 
-int64_t ExchangeHost(Core* core, int process_set_id, std::vector<TensorOp> ops, const std::vector<void*>& inputs,
-                     std::vector<void*>* outputs, std::vector<std::vector<int64_t>>* from_each) {
+void ExchangeHost(Core* core, int process_set_id, std::vector<TensorOp> ops, const std::vector<void*>& inputs,
+                  std::vector<void*>* outputs, std::vector<std::vector<int64_t>>* from_each,
+                  int64_t* exchanged_bytes) {
+  *exchanged_bytes = -1;
   const size_t n = ops.size();
   std::vector<::mxnet::NDArray> arrays;
   std::vector<std::vector<char>> snapshots(n);
@@ -74,19 +76,24 @@ int64_t ExchangeHost(Core* core, int process_set_id, std::vector<TensorOp> ops, 
   std::future<Status> finished = done->get_future();
   core->Enqueue(process_set_id, std::move(ops), [done](const Status& status) { done->set_value(status); });
   const Status status = finished.get();
+  // The executor sized every output it ran (from_each set), whatever became of its place.
+  int64_t total = 0;
+  bool ran = true;
+  for (size_t i = 0; i < n; ++i) {
+    ran = ran && !sized[i]->from_each.empty();
+    total += sized[i]->exchanged_rows * row_bytes[i];
+  }
+  if (ran) *exchanged_bytes = total;
   if (!status.ok()) throw Error(status);
   outputs->assign(n, nullptr);
   from_each->assign(n, {});
-  int64_t total = 0;
   for (size_t i = 0; i < n; ++i) {
     if (!*made[i]) throw Error(Status::Internal("the core finished an exchange without making its output"));
   }
   for (size_t i = 0; i < n; ++i) {
     (*outputs)[i] = made[i]->release();
     (*from_each)[i] = sized[i]->from_each;
-    total += sized[i]->exchanged_rows * row_bytes[i];
   }
-  return total;
 }
 
 }  // namespace mxnet_adapter

@@ -15,11 +15,15 @@ namespace mxnet_adapter {
 // inputs[i] (NDArrayHandles) and returns, in `outputs`, new NDArrays
 // (handles the caller owns, freed as MXNDArrayFree frees) on the inputs'
 // contexts, holding the results; in from_each[i], the rows each rank of the
-// set sent this one for ops[i]. Returns the bytes of the whole exchange (all
-// ranks' rows: the same on every rank). Blocks until done: call it without
-// Python's lock. Throws Error for bad arguments and for the call's failure.
-int64_t ExchangeHost(Core* core, int process_set_id, std::vector<TensorOp> ops, const std::vector<void*>& inputs,
-                     std::vector<void*>* outputs, std::vector<std::vector<int64_t>>* from_each);
+// set sent this one for ops[i]; in *exchanged_bytes, the bytes of the whole
+// exchange (all ranks' rows: the same on every rank), or -1 where it did not
+// take place. Blocks until done: call it without Python's lock. Throws Error
+// for bad arguments and for the call's failure, which may be this rank's
+// alone after the exchange (its output not made): *exchanged_bytes is set
+// then too, so that every rank remembers the same bytes.
+void ExchangeHost(Core* core, int process_set_id, std::vector<TensorOp> ops, const std::vector<void*>& inputs,
+                  std::vector<void*>* outputs, std::vector<std::vector<int64_t>>* from_each,
+                  int64_t* exchanged_bytes);
 
 }  // namespace mxnet_adapter
 }  // namespace mxplugin

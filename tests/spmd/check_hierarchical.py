@@ -123,4 +123,15 @@ for cols, scale, dtype in [(1, 0, "float32"), (3, 1, "uint8"), (5, 2, "float64")
                                   err_msg=f"rank {r}: alltoall {dtype} x {cols} with splits {sends}")
     np.testing.assert_array_equal(received.asnumpy(), [sends[k][r] for k in range(n)])
     hvd.allreduce_(mx.nd.ones(3 + seed % 5), name=f"a2a.between.{seed}")
+
+# A rank with no rows at all (every split 0), past host_exchange.MOST_BYTES:
+# it remembers the exchange's bytes as the others do, so that the next call
+# under the name takes the same path on every rank.
+for step in range(3):
+    seed += 1
+    sends = [[0] * n if k == 0 else [150_001] * n for k in range(n)]
+    per = [values((sum(sends[k]), 2), k, "float32", seed) for k in range(n)]
+    got = hvd.alltoall(mx.nd.array(per[r]), splits=sends[r], name="a2a.empty.rank")[0]
+    want = np.concatenate([per[k][r * sends[k][r]:(r + 1) * sends[k][r]] for k in range(n)])
+    np.testing.assert_array_equal(got.asnumpy(), want, err_msg=f"rank {r}: alltoall with rank 0 empty, step {step}")
 finish()
