@@ -1,5 +1,5 @@
 """Small allgathers and alltoalls of host tensors in one round (Note
-[Outputs the core sizes] in src/core/executor.cc): the caller waits for the
+[Outputs the core sizes] in src/core/sized_output.cc): the caller waits for the
 result anyway, so instead of a blocking exchange of sizes and then an
 engine op whose output MXNet needs sized at push, the call goes to the core
 with the output left to it, which sizes it from the negotiated rows; the

@@ -123,7 +123,7 @@ int mxp_handle_done(mxp_handle* handle, int32_t* done);
 /* Blocks until done; returns the op's status code (message in mxp_last_error). */
 int mxp_handle_wait(mxp_handle* handle);
 /* An allgather enqueued raw with a NULL output has its output sized and
- * held by the core (Note [Outputs the core sizes] in src/core/executor.cc):
+ * held by the core (Note [Outputs the core sizes] in src/core/sized_output.cc):
  * after the call finished, op `index`'s bytes and rows (its first dimension),
  * valid until the handle is freed. */
 int mxp_handle_output(mxp_handle* handle, int32_t index, const void** data, int64_t* bytes, int64_t* rows);

@@ -92,7 +92,7 @@ Response MessageTable::Validate(const std::string& name, const Entry& entry) con
   if (metas[0].op == OpType::kAllgather) {
     // One description of what must agree, in the words of the exchange of
     // sizes (mxplugin/exchange.py), which small allgathers skip (Note
-    // [Outputs the core sizes] in executor.cc).
+    // [Outputs the core sizes] in sized_output.cc).
     d = Disagreement(metas, world_ranks_,
                      [](const RequestMeta& m) { return std::string(DataTypeName(m.dtype)) + ", " + Trailing(m.shape); });
     if (!d.empty()) {

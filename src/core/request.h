@@ -62,7 +62,7 @@ class Completion {
   Status first_error_;
 };
 
-// Note [Outputs the core sizes] (core/executor.cc): an allgather or alltoall
+// Note [Outputs the core sizes] (core/sized_output.cc): an allgather or alltoall
 // output the executor sizes once the rows are known.
 struct SizedOutput {
   // Where the output goes: place(rows, bytes) when set (memory its owner

@@ -108,13 +108,12 @@ void DescribeFromArray(TensorOp* op, const ::mxnet::NDArray& in, const ::mxnet::
 // and the process set; made here, it costs Python no mx.nd.empty (several
 // microseconds of a 4 KB call's few tens). It is allocated here, from
 // MXNet's pool, as mx.nd.empty's would be.
-std::unique_ptr<::mxnet::NDArray> ReducescatterOutput(Core* core, int process_set_id, const TensorOp& op,
-                                                      const ::mxnet::NDArray& in, const std::string& who) {
+// `size` and `me`: the process set's size and this rank's place in it (-1: not a member, which Check refuses).
+std::unique_ptr<::mxnet::NDArray> ReducescatterOutput(const TensorOp& op, const ::mxnet::NDArray& in, int64_t size,
+                                                      int64_t me, const std::string& who) {
   if (op.meta.op != OpType::kReducescatter) throw Error(Status::InvalidArgument(who + ": no output array given"));
   if (in.is_none()) throw Error(Status::InvalidArgument(who + ": an NDArray without data (empty handle)"));
   if (in.shape().ndim() < 1) throw Error(Status::InvalidArgument(who + ": needs a tensor with at least one dimension"));
-  const int64_t size = static_cast<int64_t>(core->ProcessSetRanks(process_set_id).size());
-  const int64_t me = core->ProcessSetRank(process_set_id);
   ::mxnet::TShape shape = in.shape();
   const int64_t rows = shape[0];
   shape[0] = size > 0 ? rows / size + (me >= 0 && me < rows % size ? 1 : 0) : 0;
@@ -212,11 +211,16 @@ void PushCollective(Core* core, int process_set_id, std::vector<TensorOp> ops,
                     const std::vector<bool>& of_array, int priority, std::vector<void*>* made) {
   auto who = [&ops](size_t i) { return std::string(OpTypeName(ops[i].meta.op)) + " '" + ops[i].meta.name + "'"; };
   std::vector<std::unique_ptr<::mxnet::NDArray>> made_here(ops.size());
+  int64_t set_size = -1, set_rank = -1;  // asked once, at the first output to make
   for (size_t i = 0; i < ops.size(); ++i) {
     const auto* in = static_cast<const ::mxnet::NDArray*>(inputs[i]);
     if (outputs[i] == nullptr) {
       if (made == nullptr || !of_array[i]) throw Error(Status::InvalidArgument(who(i) + ": no output array given"));
-      made_here[i] = ReducescatterOutput(core, process_set_id, ops[i], *in, who(i));
+      if (set_size < 0) {
+        set_size = static_cast<int64_t>(core->ProcessSetRanks(process_set_id).size());
+        set_rank = core->ProcessSetRank(process_set_id);
+      }
+      made_here[i] = ReducescatterOutput(ops[i], *in, set_size, set_rank, who(i));
       outputs[i] = made_here[i].get();
     }
     const auto* out = static_cast<const ::mxnet::NDArray*>(outputs[i]);

@@ -1,7 +1,7 @@
 // Note [Host exchanges in one call]: a small allgather or alltoall of host
 // NDArrays (mxplugin/host_exchange.py picks them) runs in one round with the
 // output left to the core (Note [Outputs the core sizes] in
-// core/executor.cc). Its caller waits for the result anyway, so everything
+// core/sized_output.cc). Its caller waits for the result anyway, so everything
 // around that round is done here, in one call from Python without its lock:
 // the wait for the input's writers, a snapshot of its rows (so that a write
 // pushed meanwhile by another thread cannot tear what is sent: the same
@@ -28,7 +28,6 @@ namespace mxnet_adapter {
 void ExchangeHost(Core* core, int process_set_id, std::vector<TensorOp> ops, const std::vector<void*>& inputs,
                   std::vector<void*>* outputs, std::vector<std::vector<int64_t>>* from_each,
                   int64_t* exchanged_bytes) {
-  *exchanged_bytes = -1;
   const size_t n = ops.size();
   std::vector<::mxnet::NDArray> arrays;
   std::vector<std::vector<char>> snapshots(n);

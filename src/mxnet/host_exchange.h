@@ -16,8 +16,8 @@ namespace mxnet_adapter {
 // (handles the caller owns, freed as MXNDArrayFree frees) on the inputs'
 // contexts, holding the results; in from_each[i], the rows each rank of the
 // set sent this one for ops[i]; in *exchanged_bytes, the bytes of the whole
-// exchange (all ranks' rows: the same on every rank), or -1 where it did not
-// take place. Blocks until done: call it without Python's lock. Throws Error
+// exchange (all ranks' rows: the same on every rank), left as it was where it
+// did not take place. Blocks until done: call it without Python's lock. Throws Error
 // for bad arguments and for the call's failure, which may be this rank's
 // alone after the exchange (its output not made): *exchanged_bytes is set
 // then too, so that every rank remembers the same bytes.
