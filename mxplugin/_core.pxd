@@ -84,7 +84,7 @@ cdef extern from "c_api.h" nogil:
     int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, int32_t priority,
                           void** made)
     int mxp_mxnet_exchange_host(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, void** outputs,
-                                int64_t* from_each, int32_t set_size, int64_t* total_bytes)
+                                int64_t* from_each, int32_t set_size, int64_t* total_bytes, int32_t* declined)
     int mxp_mxnet_grads_bound(void* const* weights, void* const* grads, int32_t n, int32_t* out)
     int mxp_cuda_built()
     int mxp_nccl_built()

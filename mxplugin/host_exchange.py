@@ -4,8 +4,12 @@ result anyway, so instead of a blocking exchange of sizes and then an
 engine op whose output MXNet needs sized at push, the call goes to the core
 with the output left to it, which sizes it from the negotiated rows; the
 result is copied into a new NDArray, all in one call of the MXNet adapter
-(Note [Host exchanges in one call] in src/mxnet/host_exchange.cc). Rows,
-splits, dtype and trailing dimensions are checked by the coordinator,
+(Note [Host exchanges in one call] in src/mxnet/host_exchange.cc), which
+also reads and checks the inputs' dtype, context, storage and shape: read
+here, through MXNet's Python API, they cost 1-2 us each. It declines, having
+submitted nothing, what it does not take (GPU arrays, and arguments the
+engine path's checks refuse by name), and the caller takes the engine path.
+Rows, splits, dtype and trailing dimensions are checked by the coordinator,
 whose message for a disagreement is the exchange's."""
 import ctypes
 
@@ -23,7 +27,6 @@ from mxplugin.errors import ArgumentError
 # more than MOST_BYTES. A name's first call, and unnamed calls (names never
 # repeat), take the one-round path.
 MOST_BYTES = 1 << 20
-_HOST = ("cpu", "cpu_pinned", "cpu_shared")
 _exchanged = {}  # (process set id, kind, call name) -> bytes its last call's exchange moved
 _MOST_NAMES = 4096  # forget them all beyond this many (a fresh start, alike on every rank)
 
@@ -42,13 +45,9 @@ def checked(tensor, what="tensor", kind="allgather"):
     return tensor
 
 
-def fits(tensors, key):
-    """Whether `tensors` (checked, dense NDArrays) take the one-round path;
-    `key`: what the call is remembered by. The same on every rank for a
-    well-formed call (dtypes and trailing dimensions agree)."""
-    for t in tensors:
-        if t.context.device_type not in _HOST:
-            return False
+def fits(key):
+    """Whether the call remembered by `key` tries the one-round path: the
+    same on every rank for well-formed calls (their kind and name agree)."""
     return _exchanged.get(key, 0) <= MOST_BYTES
 
 
@@ -66,34 +65,43 @@ def forget():
     _exchanged.clear()
 
 
-def allgather(tensors, names, dtypes, process_set, priority, group, key):
+def allgather(tensors, names, process_set, priority, group, key):
     """Every rank's rows of each tensor, concatenated: new NDArrays on the
     tensors' contexts, ready when this returns (the wait for the inputs,
-    their snapshot and the outputs, in one call without Python's lock)."""
-    made, _ = _exchange(calls.core_module().OP_ALLGATHER, tensors, names, dtypes, [None] * len(tensors),
-                        process_set, priority, group, key)
-    return [mx.nd.NDArray(ctypes.c_void_p(h)) for h in made]
+    their snapshot and the outputs, in one call without Python's lock);
+    None where the path declines them."""
+    got = _exchange(calls.core_module().OP_ALLGATHER, tensors, names, [None] * len(tensors), process_set, priority,
+                    group, key)
+    if got is None:
+        return None
+    return [mx.nd.NDArray(ctypes.c_void_p(h)) for h in got[0]]
 
 
-def alltoall(tensor, name, dtype, splits, process_set, priority, group, key):
+def alltoall(tensor, name, splits, process_set, priority, group, key):
     """(output, the rows each rank of the set sent here) of one alltoall
-    sending splits[i] rows of `tensor` to rank i, ready when this returns."""
-    made, rows = _exchange(calls.core_module().OP_ALLTOALL, [tensor], [name], [dtype], [splits], process_set,
-                           priority, group, key)
-    return mx.nd.NDArray(ctypes.c_void_p(made[0])), rows[0]
+    sending splits[i] rows of `tensor` to rank i (splits None: equal
+    blocks), ready when this returns; None where the path declines it."""
+    got = _exchange(calls.core_module().OP_ALLTOALL, [tensor], [name], [splits], process_set, priority, group, key)
+    if got is None:
+        return None
+    return mx.nd.NDArray(ctypes.c_void_p(got[0][0])), got[1][0]
 
 
-def _exchange(op_type, tensors, names, dtypes, splits, process_set, priority, group, key):
+def _exchange(op_type, tensors, names, splits, process_set, priority, group, key):
     """(output handles, rows from each rank), the exchange's bytes recorded
     under `key`, even where it failed on this rank alone after the exchange
-    (its output not made), so that every rank picks the next call's path alike."""
+    (its output not made), so that every rank picks the next call's path
+    alike; None where the adapter declined the call (nothing submitted)."""
     try:
-        made, rows, total = calls.core_module().exchange_host_arrays(
-            basics._core(), op_type, tensors, names, dtypes, splits, calls.set_id(process_set),
-            len(process_set.ranks), priority, group)
+        got = calls.core_module().exchange_host_arrays(basics._core(), op_type, tensors, names, splits,
+                                                       process_set.process_set_id, len(process_set.ranks),
+                                                       priority, group)
     except Exception as e:
         if getattr(e, "exchanged_bytes", None) is not None:
             exchanged(key, e.exchanged_bytes)
         raise
+    if got is None:
+        return None
+    made, rows, total = got
     exchanged(key, total)
     return made, rows

@@ -10,8 +10,8 @@ import warnings
 import mxnet as mx
 import numpy as np
 
-from mxplugin import array_kinds, basics, calls, exchange, host_exchange
-from mxplugin.dtypes import BFLOAT16, describe as _describe  # noqa: F401  (BFLOAT16: others' import of it)
+from mxplugin import array_kinds, basics, calls, exchange, host_exchange, sizes_first
+from mxplugin.dtypes import BFLOAT16, describe as _describe  # noqa: F401  (both: others' import of them)
 from mxplugin.basics import global_process_set
 from mxplugin._reference_ops import reference
 from mxplugin.errors import ArgumentError
@@ -168,22 +168,6 @@ def grouped_allreduce_by_context_(tensors, name, op, prescale_factor=1.0, proces
                            prescale_factor=prescale_factor, process_set=process_set)
 
 
-def _allgather_output(tensor, name, process_set, group, index=None):
-    what = "tensor" if index is None else f"tensor {index}"
-    dtype, device, shape = _describe(tensor, what)
-    calls.check_dense(tensor, what)
-    if not shape:
-        raise ArgumentError(f"allgather: {what} must have at least one dimension")
-    rows = exchange.exchange_int64(exchange.allgather_signature(dtype, shape), name + ".sizes", process_set,
-                                   calls.set_id(process_set), group)
-    exchange.check_allgather_rows(rows, name, process_set)
-    firsts = rows[:, 0]
-    out_shape = [int(firsts.sum())] + shape[1:]
-    output = mx.nd.empty(tuple(out_shape), ctx=tensor.context, dtype=tensor.dtype)
-    m = calls.core_module()
-    return output, calls.record(name, m.OP_ALLGATHER, tensor, output, dtype, device, shape, out_shape=out_shape)
-
-
 @reference("allgather")
 def allgather(tensor, name=None, priority=0, process_set=global_process_set):
     """Concatenates every rank's `tensor` along the first dimension (which may
@@ -199,10 +183,11 @@ def _allgather(tensor, base, name, priority, process_set):
     calls.check_priority(priority)
     group = calls.group_key(base, name)
     key = host_exchange.key(process_set, "allgather", name)
-    if host_exchange.fits([host_exchange.checked(tensor)], key):
-        return host_exchange.allgather([tensor], [base], [_describe(tensor)[0]], process_set, priority, group,
-                                       key)[0]
-    output, entry = _allgather_output(tensor, base, process_set, group)
+    if host_exchange.fits(key):
+        made = host_exchange.allgather([tensor], [base], process_set, priority, group, key)
+        if made is not None:
+            return made[0]
+    output, entry = sizes_first.allgather_output(tensor, base, process_set, group)
     host_exchange.exchanged(key, output.size * np.dtype(output.dtype).itemsize)
     calls.push([entry], process_set, priority, group)
     return output
@@ -225,10 +210,13 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
         group = calls.group_key(base, name)
         names = calls.group_names(base, len(arrays), name is not None)
         key = host_exchange.key(process_set, "allgather", name)
-        if host_exchange.fits([host_exchange.checked(t, f"tensor {i}") for i, t in enumerate(arrays)], key):
-            codes = [_describe(t, f"tensor {i}")[0] for i, t in enumerate(arrays)]
-            return host_exchange.allgather(arrays, names, codes, process_set, priority, group, key)
-        results = [_allgather_output(t, names[i], process_set, group, i) for i, t in enumerate(arrays)]
+        if host_exchange.fits(key):
+            for i, t in enumerate(arrays):
+                calls.check_array(t, f"tensor {i}")
+            made = host_exchange.allgather(arrays, names, process_set, priority, group, key)
+            if made is not None:
+                return made
+        results = [sizes_first.allgather_output(t, names[i], process_set, group, i) for i, t in enumerate(arrays)]
         host_exchange.exchanged(key, sum(o.size * np.dtype(o.dtype).itemsize for o, _ in results))
         calls.push([e for _, e in results], process_set, priority, group)
         return [o for o, _ in results]
@@ -283,32 +271,20 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
 
 
 def _alltoall(tensor, splits, base, name, priority, process_set):
-    dtype, device, shape = _describe(tensor)
+    calls.check_array(tensor)
     calls.set_id(process_set)
     calls.check_priority(priority)
-    host_exchange.checked(tensor, kind="alltoall")
     n = len(process_set.ranks)
-    if splits is None:
-        if shape[0] % n:
-            raise ArgumentError(f"alltoall: first dimension {shape[0]} is not divisible by {n} ranks; pass splits")
-        split_list = [shape[0] // n] * n
-    else:
-        split_list = exchange.integer_splits(splits)
-        if len(split_list) != n:
-            raise ArgumentError(f"alltoall: {len(split_list)} splits given for a process set of {n} ranks")
-        if any(s < 0 for s in split_list) or sum(split_list) != shape[0]:
-            raise ArgumentError(f"alltoall: splits {split_list} must be non-negative and sum to the first "
-                                f"dimension {shape[0]}")
+    given = None
+    if splits is not None:
+        given = exchange.integer_splits(splits)
+        if len(given) != n:
+            raise ArgumentError(f"alltoall: {len(given)} splits given for a process set of {n} ranks")
     key, group = host_exchange.key(process_set, "alltoall", name), calls.group_key(base, name)
-    if host_exchange.fits([tensor], key):
-        output, received = host_exchange.alltoall(tensor, base, dtype, split_list, process_set, priority, group, key)
-    else:
-        matrix = exchange.exchange_int64(split_list, base + ".splits", process_set, calls.set_id(process_set), group)
-        received = matrix[:, process_set.rank()]
-        output = mx.nd.empty((int(received.sum()),) + tuple(shape[1:]), ctx=tensor.context, dtype=tensor.dtype)
-        host_exchange.exchanged(key, int(matrix.sum()) * int(np.prod(shape[1:])) * np.dtype(tensor.dtype).itemsize)
-        calls.push([calls.record(base, calls.core_module().OP_ALLTOALL, tensor, output, dtype, device, shape,
-                                 out_shape=list(output.shape), splits=split_list)], process_set, priority, group)
+    got = None
+    if host_exchange.fits(key):
+        got = host_exchange.alltoall(tensor, base, given, process_set, priority, group, key)
+    output, received = got or sizes_first.alltoall(tensor, given, base, process_set, priority, group, key)
     if splits is None:
         return output
     return output, mx.nd.array(received, ctx=mx.cpu(), dtype=np.int32)

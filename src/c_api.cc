@@ -60,7 +60,7 @@ std::vector<int64_t> Ints(const int64_t* p, int32_t n) {
   return n > 0 ? std::vector<int64_t>(p, p + n) : std::vector<int64_t>();
 }
 
-// of_array: mxp_mxnet_enqueue's ops may leave dtype and shape to the
+// of_array: mxp_mxnet_enqueue's and mxp_mxnet_exchange_host's ops may leave dtype and shape to the
 // adapter (MXP_DTYPE_OF_ARRAY); they are filled in there.
 std::vector<TensorOp> OpsFromC(const mxp_op* ops, int32_t n, bool of_array_allowed = false) {
   std::vector<TensorOp> out(n);
@@ -331,16 +331,21 @@ int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t proc
 }
 
 int mxp_mxnet_exchange_host(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, void** outputs,
-                            int64_t* from_each, int32_t set_size, int64_t* total_bytes) {
+                            int64_t* from_each, int32_t set_size, int64_t* total_bytes, int32_t* declined) {
   *total_bytes = -1;
+  *declined = 0;
   return Guard([&] {
     Core& c = CoreOf(core);
-    auto ts = OpsFromC(ops, n);
+    auto ts = OpsFromC(ops, n, true);
     std::vector<void*> inputs(n), made;
     for (int32_t i = 0; i < n; ++i) inputs[i] = ops[i].input;
 #ifdef MXPLUGIN_WITH_MXNET
     std::vector<std::vector<int64_t>> rows;
-    mxplugin::mxnet_adapter::ExchangeHost(&c, process_set_id, std::move(ts), inputs, &made, &rows, total_bytes);
+    if (!mxplugin::mxnet_adapter::ExchangeHost(&c, process_set_id, set_size, std::move(ts), inputs, &made, &rows,
+                                               total_bytes)) {
+      *declined = 1;
+      return;
+    }
     std::copy(made.begin(), made.end(), outputs);
     for (int32_t i = 0; i < n; ++i) {
       for (int32_t r = 0; r < set_size; ++r) {

@@ -140,16 +140,21 @@ int mxp_mxnet_enqueue(mxp_core* core, const mxp_op* ops, int32_t n, int32_t proc
                       void** made);
 
 /* MXNet entry, blocking (Note [Host exchanges in one call] in
- * src/mxnet/host_exchange.cc): allgathers, or alltoalls (splits set), of
- * host NDArrays ops[i].input (shape and out_shape are read from the array,
- * output is ignored); on success outputs[i] is a new NDArrayHandle the
- * caller owns holding what this rank received, from_each[i * set_size + r]
- * the rows rank r of the set sent it for op i, and total_bytes the bytes of
- * the whole exchange (every rank's rows: the same on every rank), set on a
- * failure too where the exchange took place (-1 where it did not). Call it
- * without holding a lock the background thread needs. */
+ * src/mxnet/host_exchange.cc): allgathers, or alltoalls (splits set, or
+ * none for equal blocks), of host NDArrays ops[i].input (dtype, shape and
+ * out_shape are read from the array, output is ignored) on a process set of
+ * set_size ranks; on success outputs[i] is a new NDArrayHandle the caller
+ * owns holding what this rank received, from_each[i * set_size + r] the
+ * rows rank r of the set sent it for op i, and total_bytes the bytes of the
+ * whole exchange (every rank's rows: the same on every rank), set on a
+ * failure too where the exchange took place (-1 where it did not).
+ * *declined = 1, with nothing submitted and nothing else set, where the
+ * path does not take the call (an input that is not a dense host array of
+ * at least one dimension and a supported dtype, or splits that do not cover
+ * its rows): the caller takes its engine path, which checks the arguments.
+ * Call it without holding a lock the background thread needs. */
 int mxp_mxnet_exchange_host(mxp_core* core, const mxp_op* ops, int32_t n, int32_t process_set_id, void** outputs,
-                            int64_t* from_each, int32_t set_size, int64_t* total_bytes);
+                            int64_t* from_each, int32_t set_size, int64_t* total_bytes, int32_t* declined);
 
 /* For each i, out[i] = 1 when the gradient autograd holds for weights[i]
  * (the array its last backward wrote) is grads[i] (same storage, offset and

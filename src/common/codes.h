@@ -65,9 +65,10 @@ typedef enum {
 
 #define MXP_CPU_DEVICE (-1)
 
-/* mxp_mxnet_enqueue only, as an op's dtype: the op's dtype and shape are its
- * input NDArray's, read by the MXNet adapter (its output must have the same
- * shape: allreduce, broadcast). Saves the binding reading them per tensor. */
+/* mxp_mxnet_enqueue and mxp_mxnet_exchange_host only, as an op's dtype: the
+ * op's dtype and shape are its input NDArray's, read by the MXNet adapter
+ * (an engine op's output must have the same shape: allreduce, broadcast).
+ * Saves the binding reading them per tensor. */
 #define MXP_DTYPE_OF_ARRAY (-1)
 
 /* Every tensor's offset in a fusion buffer (CPU and GPU) is a multiple of

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "mxnet/array_types.h"
 #include "mxnet/engine_push.h"
 
 namespace mxplugin {
@@ -47,39 +48,6 @@ std::string ContextName(const ::mxnet::Context& ctx) {
     case ::mxnet::Context::kCPUShared: return "cpu_shared(" + std::to_string(ctx.dev_id) + ")";
     default: return "cpu(" + std::to_string(ctx.dev_id) + ")";
   }
-}
-
-// The core's dtype of an NDArray's mshadow type flag; false for a type the
-// binding does not take either (bool, int16 and the 16/32/64-bit unsigned
-// ones), with its MXNet name in `name`. bfloat16 is taken: MXNet 1.9.1 casts
-// to it on CPU, and Compression.bf16 sends gradients in it.
-bool DataTypeOfArray(int type_flag, DataType* out, std::string* name) {
-  switch (type_flag) {
-    case mshadow::kFloat32: *out = DataType::kFloat32; return true;
-    case mshadow::kFloat64: *out = DataType::kFloat64; return true;
-    case mshadow::kFloat16: *out = DataType::kFloat16; return true;
-    case mshadow::kUint8: *out = DataType::kUInt8; return true;
-    case mshadow::kInt32: *out = DataType::kInt32; return true;
-    case mshadow::kInt8: *out = DataType::kInt8; return true;
-    case mshadow::kInt64: *out = DataType::kInt64; return true;
-    case mshadow::kBool: *name = "bool"; return false;
-    case mshadow::kInt16: *name = "int16"; return false;
-    case mshadow::kUint16: *name = "uint16"; return false;
-    case mshadow::kUint32: *name = "uint32"; return false;
-    case mshadow::kUint64: *name = "uint64"; return false;
-    case mshadow::kBfloat16: *out = DataType::kBFloat16; return true;
-    default: *name = "type flag " + std::to_string(type_flag); return false;
-  }
-}
-
-// "float32, float64, ...": the dtypes DataTypeOfArray takes, for messages.
-std::string SupportedArrayTypes() {
-  std::string text, unused;
-  DataType dtype;
-  for (int flag = 0; flag <= mshadow::kBfloat16; ++flag) {
-    if (DataTypeOfArray(flag, &dtype, &unused)) text += (text.empty() ? "" : ", ") + std::string(DataTypeName(dtype));
-  }
-  return text;
 }
 
 // Fills the dtype and shapes of `op` from its input array (MXP_DTYPE_OF_ARRAY).

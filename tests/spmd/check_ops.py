@@ -422,7 +422,7 @@ big = host_exchange.MOST_BYTES // 4 + 7  # float32 rows of one element: past the
 for step, rank0_rows in enumerate([2, big, 3, 5]):
     rows = [rank0_rows if r == 0 else r + 1 for r in RANKS]
     per = [data((rows[r], 1), r, "float32", seed=470 + step) for r in RANKS]
-    one_round = host_exchange.fits([mx.nd.zeros(1)], host_exchange.key(hvd.global_process_set, "allgather", "ag.paths"))
+    one_round = host_exchange.fits(host_exchange.key(hvd.global_process_set, "allgather", "ag.paths"))
     assert one_round == (step != 2), f"rank {rank}: step {step} took the {'one-round' if one_round else 'exchange'} path"
     out = hvd.allgather(mx.nd.array(per[rank]), name="ag.paths")
     later(f"allgather paths, step {step}", out, np.concatenate(per, axis=0))
@@ -661,6 +661,27 @@ raises(TypeError, hvd.allreduce, x, prescale_factor="2")
 raises(TypeError, hvd.allreduce, x, name=3)
 raises(ValueError, hvd.allgather, mx.nd.array(np.float32(3.0).reshape(())))  # 0-d: no first dimension
 raises(TypeError, hvd.allreduce, mx.nd.ones((2,), dtype="bool"))  # unsupported dtype
+
+
+def says(exc, fragments, fn, *args, **kwargs):
+    """raises(), and the message holds each of `fragments`."""
+    text = str(raises(exc, fn, *args, **kwargs))
+    for f in fragments:
+        assert f in text, f"rank {rank}: {fn.__name__}: expected {f!r} in: {text}"
+
+
+# What the one-call host path declines (it reads dtype, storage and shape in
+# C++) is refused by the engine path's checks, by name, as before.
+for call in (hvd.allgather, hvd.alltoall):
+    says(TypeError, ["tensor: dtype bool is not supported"], call, mx.nd.ones((size,), dtype="bool"))
+    says(ValueError, ["sparse NDArrays (row_sparse) are not supported", "tostype('default')"], call,
+         mx.nd.sparse.zeros("row_sparse", (size, 3)))
+says(ValueError, ["alltoall: tensor must have at least one dimension"], hvd.alltoall,
+     mx.nd.array(np.float32(3.0).reshape(())))
+says(TypeError, ["tensor 1: dtype bool is not supported"], hvd.grouped_allgather,
+     [mx.nd.ones((2,)), mx.nd.ones((2,), dtype="bool")])
+says(ValueError, ["splits [-1, 2] must be non-negative"], hvd.alltoall, mx.nd.ones((1,)), splits=[-1, 2]) \
+    if size == 2 else None
 # the library keeps working after all of that (and the ranks still agree on names)
 per = [data((3, 3), r, "float32", seed=990) for r in RANKS]
 assert_close(hvd.allreduce(mx.nd.array(per[rank]), op=hvd.Sum), expected_reduce(per, "Sum", "float32"),
