@@ -154,6 +154,8 @@ bool
 
 Raises
 ------
+TypeError
+    When `process_set` is not a ProcessSet (its list of ranks, say).
 {_NOT_INITIALIZED}
 
 Examples

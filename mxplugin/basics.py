@@ -50,10 +50,13 @@ class ProcessSet:
     mpi_comm = None
 
     def __init__(self, ranks_or_comm):
+        if hasattr(ranks_or_comm, "Get_rank"):  # an mpi4py communicator (Horovod takes them)
+            raise ArgumentError("ProcessSet takes a list of integer ranks; MPI communicators are not supported")
         try:
             ranks = sorted(ranks_or_comm)
         except TypeError:
-            raise ArgumentError("ProcessSet takes a list of integer ranks; MPI communicators are not supported")
+            raise ArgumentError(f"ProcessSet takes a list of integer ranks, got {ranks_or_comm!r} "
+                                f"({type(ranks_or_comm).__name__})") from None
         if not all(isinstance(r, int) for r in ranks):
             raise ArgumentError(f"ProcessSet ranks must be integers, got {ranks_or_comm!r}")
         self.ranks = ranks
@@ -62,9 +65,11 @@ class ProcessSet:
         self.process_set_id = None
 
     def size(self):
-        """The number of ranks in the set."""
+        """The number of ranks in the set (the global set's: NotInitializedError before init())."""
         if self.process_set_id is None:
             return None
+        if self.process_set_id == 0:
+            _core()
         return len(self.ranks)
 
     def rank(self):
@@ -382,6 +387,9 @@ def add_process_set(process_set):
 def remove_process_set(process_set):
     """Unregisters a process set. Every rank makes the call (members or not),
     in the same order: it waits for them all."""
+    if not isinstance(process_set, ProcessSet):
+        raise TypeError(f"remove_process_set takes the ProcessSet that add_process_set returned, got "
+                        f"{type(process_set).__name__}")
     if process_set.process_set_id in (None, 0):
         return False
     removed = _core().remove_process_set(process_set.process_set_id)

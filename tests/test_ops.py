@@ -91,6 +91,7 @@ BEFORE_INIT = textwrap.dedent("""
         "broadcast_parameters": lambda: hvd.broadcast_parameters({"x": x}),
         "add_process_set": lambda: hvd.add_process_set([0]),
         "process_set_rank": lambda: hvd.global_process_set.rank(),
+        "process_set_size": lambda: hvd.global_process_set.size(),
         "start_timeline": lambda: hvd.start_timeline("/tmp/never.json"),
     }
     only = sys.argv[1].split(",") if len(sys.argv) > 1 and sys.argv[1] else None

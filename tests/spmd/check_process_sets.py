@@ -54,6 +54,9 @@ raises(ValueError, hvd.add_process_set, [-1])
 raises(ValueError, hvd.add_process_set, [0, 0])
 raises(ValueError, hvd.ProcessSet, "ab")
 raises(ValueError, hvd.ProcessSet, [0.5])
+text = str(raises(ValueError, hvd.ProcessSet, 3))
+assert "list of integer ranks, got 3 (int)" in text and "MPI" not in text, text
+raises(TypeError, hvd.remove_process_set, [0])  # the ranks, not the set
 
 # a set with the global set's ranks is a duplicate of it: ValueError everywhere
 raises(ValueError, hvd.add_process_set, list(range(size)))
