@@ -11,19 +11,6 @@ constexpr auto kNotRunning = std::chrono::seconds(1);
 // How long the probe of peers that ended may take: a refusal is one round trip.
 constexpr double kEndedProbeSeconds = 0.3;
 
-// Note [Polling a round]: a negotiation round waits for every rank's loop
-// to enter it. Polled without a pause, a waiting loop keeps its core from
-// the peer it waits for wherever ranks share cores (with each other, with
-// their Python and MXNet threads): 2 ranks on 2 cores, polling 2000 times
-// (about 0.2 ms) before the first sleep, whose 20 us became 60-80 us with
-// the kernel's timer slack, put every other 4 KB collective at 50-120 us
-// against 20-25 us. So it polls alone only briefly, then yields the core
-// between polls (as cheap as a poll where nobody else wants the core), and
-// sleeps only once a round is plainly slow.
-constexpr auto kPollSpin = std::chrono::microseconds(10);
-constexpr auto kPollYield = std::chrono::milliseconds(2);
-constexpr auto kPollSleepLonger = std::chrono::seconds(1);  // then 200 us a sleep, not 20
-
 }  // namespace
 
 // Note [A rank that was stopped]: a process stopped (SIGSTOP, a frozen
@@ -60,12 +47,11 @@ Status MpiControlPlane::CheckStopped(Clock::time_point now, Clock::duration budg
                          EndedText(ended));
 }
 
-// Polls a nonblocking request until it completes or the deadline passes
-// (Note [Polling a round]).
+// Polls a nonblocking request until it completes or the deadline passes.
+// Spins briefly first (negotiation rounds are usually short), then yields.
 Status MpiControlPlane::WaitUntil(MPI_Request* request, Clock::time_point deadline, const char* what) {
   int done = 0;
-  const Clock::time_point start = Clock::now();
-  for (;;) {
+  for (int spins = 0;; ++spins) {
     const Clock::time_point now = Clock::now();
     // Note [A rank that was stopped]: its wait ran out while it did not run.
     if (now > deadline && now - last_run_ >= kNotRunning) {
@@ -80,15 +66,12 @@ Status MpiControlPlane::WaitUntil(MPI_Request* request, Clock::time_point deadli
     int rc = MPI_Test(request, &done, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return MpiStatus(rc, what);
     if (done) return Status::Ok();
-    const Clock::duration waited = now - start;
-    if (waited < kPollSpin) continue;
-    if (waited < kPollYield) {
-      std::this_thread::yield();
-      continue;
+    if (spins > 2000) {
+      if (Clock::now() > deadline) {
+        return Status::Aborted(std::string(what) + " timed out");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(spins > 20000 ? 200 : 20));
     }
-    if (now > deadline) return Status::Aborted(std::string(what) + " timed out");
-    std::this_thread::sleep_for(waited < kPollSleepLonger ? std::chrono::microseconds(20)
-                                                         : std::chrono::microseconds(200));
   }
 }
 
