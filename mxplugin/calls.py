@@ -69,6 +69,8 @@ def check_array(tensor, what="tensor"):
 def set_id(process_set):
     """The core's id of a registered `process_set` (NotInitializedError,
     TypeError or ArgumentError otherwise)."""
+    if process_set is global_process_set and basics._state.core is not None:  # most calls: nothing to check
+        return 0
     basics._core()  # NotInitializedError before anything else
     if not isinstance(process_set, basics.ProcessSet):
         raise TypeError("process_set must be a ProcessSet")
@@ -175,6 +177,8 @@ def nothing_submitted(error):
 
 def check_priority(priority):
     """The priority as a plain int (TypeError for a non-int, ArgumentError outside 32 bits)."""
+    if type(priority) is int and -2 ** 31 <= priority < 2 ** 31:  # noqa: E721 -- an exact int: the other checks hold
+        return priority
     if not isinstance(priority, (int, np.integer)) or isinstance(priority, bool):
         raise TypeError(f"priority must be an int, got {type(priority).__name__}")
     if not -2 ** 31 <= priority < 2 ** 31:
@@ -184,6 +188,8 @@ def check_priority(priority):
 
 def check_scale(prescale_factor, postscale_factor):
     """TypeError unless both scale factors are real numbers."""
+    if type(prescale_factor) is float and type(postscale_factor) is float:  # noqa: E721 -- the defaults' type
+        return prescale_factor, postscale_factor
     for label, v in (("prescale_factor", prescale_factor), ("postscale_factor", postscale_factor)):
         if not isinstance(v, (int, float, np.floating, np.integer)) or isinstance(v, bool):
             raise TypeError(f"{label} must be a number, got {type(v).__name__}")

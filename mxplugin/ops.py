@@ -225,10 +225,11 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
 
 def _push_broadcast(view, output, root_rank, base, process_set, priority, name):
     """One engine op; the adapter reads dtype and shape from the arrays, as allreduce's does."""
-    if not isinstance(root_rank, (int, np.integer)) or isinstance(root_rank, bool):
-        raise TypeError(f"root_rank must be an int, got {type(root_rank).__name__}")
-    if not 0 <= root_rank < basics.size():
-        raise ArgumentError(f"root_rank {root_rank} is out of range for {basics.size()} ranks")
+    if not (type(root_rank) is int and 0 <= root_rank < basics.size()):  # noqa: E721 -- else, which check fails
+        if not isinstance(root_rank, (int, np.integer)) or isinstance(root_rank, bool):
+            raise TypeError(f"root_rank must be an int, got {type(root_rank).__name__}")
+        if not 0 <= root_rank < basics.size():
+            raise ArgumentError(f"root_rank {root_rank} is out of range for {basics.size()} ranks")
     m = calls.core_module()
     basics._core().enqueue_mxnet_arrays(m.OP_BROADCAST, [view], [output], [base], m.REDUCE_SUM, 1.0, 1.0,
                                         calls.set_id(process_set), calls.check_priority(priority),
