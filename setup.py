@@ -343,7 +343,8 @@ setup(
                              "mpi4py>=4"] + GLUONTS_PINS + DOCS,
                     "docs": DOCS,
                     "gluonts": GLUONTS_PINS,
-                    "bench": ["matplotlib"],
+                    # matplotlib 3.8 and newer pull numpy 2, under which MXNet 1.9.1 fails to import.
+                    "bench": ["matplotlib<3.8", "numpy<1.24"],
                     "nccl-cu12": ["nvidia-nccl-cu12>=2.14"], "nccl-cu13": ["nvidia-nccl-cu13"]},
     entry_points={"console_scripts": ["mxplugin-run = mxplugin_run.run:main"]},
 )

@@ -20,6 +20,7 @@ import mxnet as mx
 
 import mxplugin as hvd
 from mxplugin import array_kinds
+from mxplugin.errors import ArgumentError
 import mxplugin.elastic.client as _client
 from mxplugin.elastic import _reference
 
@@ -138,6 +139,10 @@ class ObjectState(State):
 
     def __init__(self, **values):
         super().__init__()
+        taken = sorted(name for name in values if name.startswith("_") or hasattr(self, name))
+        if taken:
+            raise ArgumentError(f"{type(self).__name__}: {', '.join(taken)} would replace the state's own "
+                                "attribute or method of that name; name the value otherwise")
         self._names = sorted(values)
         for name, value in values.items():
             setattr(self, name, value)

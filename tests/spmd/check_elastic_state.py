@@ -84,4 +84,12 @@ objects.epoch, objects.seen = 4, [9]
 objects.seen.append(5)
 objects.restore()
 assert (objects.epoch, objects.seen) == (3, [1, 2]), (objects.epoch, objects.seen)
+# a value named as the state's own counter, lock or methods is refused, not kept over them
+for name in ("commits", "lock", "restore", "_names"):
+    try:
+        hvd.elastic.ObjectState(**{name: 5})
+    except ValueError as e:
+        assert f"{name} would replace the state's own attribute" in str(e), str(e)
+    else:
+        raise AssertionError(f"ObjectState({name}=5) was taken")
 finish()
