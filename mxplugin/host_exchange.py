@@ -38,7 +38,8 @@ def key(process_set, kind, name):
 
 
 def checked(tensor, what="tensor", kind="allgather"):
-    """`tensor`, after the checks both paths make first."""
+    """`tensor`, after the checks the sizes-first path makes first (the
+    one-call path makes them in C++ and declines what fails them)."""
     calls.check_dense(tensor, what)
     if not tensor.shape:
         raise ArgumentError(f"{kind}: {what} must have at least one dimension")

@@ -187,7 +187,7 @@ def _allgather(tensor, base, name, priority, process_set):
         made = host_exchange.allgather([tensor], [base], process_set, priority, group, key)
         if made is not None:
             return made[0]
-    output, entry = sizes_first.allgather_output(tensor, base, process_set, group)
+    output, entry = sizes_first.allgather_output(tensor, base, process_set, group, sizes_first.described(tensor))
     host_exchange.exchanged(key, output.size * np.dtype(output.dtype).itemsize)
     calls.push([entry], process_set, priority, group)
     return output
@@ -216,7 +216,9 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
             made = host_exchange.allgather(arrays, names, process_set, priority, group, key)
             if made is not None:
                 return made
-        results = [sizes_first.allgather_output(t, names[i], process_set, group, i) for i, t in enumerate(arrays)]
+        described = [sizes_first.described(t, f"tensor {i}") for i, t in enumerate(arrays)]
+        results = [sizes_first.allgather_output(t, names[i], process_set, group, d)
+                   for i, (t, d) in enumerate(zip(arrays, described))]
         host_exchange.exchanged(key, sum(o.size * np.dtype(o.dtype).itemsize for o, _ in results))
         calls.push([e for _, e in results], process_set, priority, group)
         return [o for o, _ in results]

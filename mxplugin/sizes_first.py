@@ -10,14 +10,22 @@ from mxplugin.dtypes import describe as _describe
 from mxplugin.errors import ArgumentError
 
 
-def allgather_output(tensor, name, process_set, group, index=None):
-    """(output NDArray, Op record) of an allgather of `tensor` named `name`,
-    after the blocking exchange of every rank's rows (index: its place in a group)."""
-    what = "tensor" if index is None else f"tensor {index}"
+def described(tensor, what="tensor"):
+    """(dtype code, device, shape) of an allgather's `tensor`, after its
+    checks, whose errors name it by `what`. A group's tensors are all
+    described before the first exchange, so that a bad one fails the call
+    before anything is submitted (and refuses it on the other ranks)."""
     dtype, device, shape = _describe(tensor, what)
     calls.check_dense(tensor, what)
     if not shape:
         raise ArgumentError(f"allgather: {what} must have at least one dimension")
+    return dtype, device, shape
+
+
+def allgather_output(tensor, name, process_set, group, description):
+    """(output NDArray, Op record) of an allgather of `tensor` named `name`,
+    after the blocking exchange of every rank's rows (description: described(tensor))."""
+    dtype, device, shape = description
     rows = exchange.exchange_int64(exchange.allgather_signature(dtype, shape), name + ".sizes", process_set,
                                    calls.set_id(process_set), group)
     exchange.check_allgather_rows(rows, name, process_set)

@@ -217,8 +217,15 @@ Parameters
 **values : picklable objects
     The values to keep, each an attribute of the state by its name: any
     name but those of the state's own attributes and methods (``commits``,
-    ``lock``, ``commit``, ...). Only these names are kept: an attribute set
-    later is not part of the state.
+    ``lock``, ``commit``, ...) and names that begin with ``_``. Only these
+    names are kept: an attribute set later is not part of the state.
+
+Raises
+------
+ValueError
+    When a value's name is one of the state's own, or begins with ``_``
+    (mxplugin's ArgumentError, a ValueError): it would replace what the
+    state keeps there.
 
 Examples
 --------

@@ -1,5 +1,6 @@
 // Note [Host exchanges in one call]: a small allgather or alltoall of host
-// NDArrays (mxplugin/host_exchange.py picks them) runs in one round with the
+// NDArrays (mxplugin/host_exchange.py tries them; Takes below declines what
+// it does not take, before anything is submitted) runs in one round with the
 // output left to the core (Note [Outputs the core sizes] in
 // core/sized_output.cc). Its caller waits for the result anyway, so everything
 // around that round is done here, in one call from Python without its lock:
@@ -51,7 +52,7 @@ bool Takes(const ::mxnet::NDArray& array, int set_size, TensorOp* op) {
   }
   int64_t sum = 0;
   for (int64_t s : splits) {
-    if (s < 0) return false;
+    if (s < 0 || s > rows - sum) return false;  // each within what is left: the sum cannot overflow
     sum += s;
   }
   return static_cast<int>(splits.size()) == set_size && sum == rows;

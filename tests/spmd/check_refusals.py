@@ -55,6 +55,14 @@ one_rank_off("rs", lambda: hvd.reducescatter(x, name="rs"), lambda: hvd.reducesc
              ["reducescatter supports Average and Sum"])
 one_rank_off("grp", lambda: hvd.grouped_allreduce([x, x], name="grp"),
              lambda: hvd.grouped_allreduce([x, None], name="grp"), ["tensor 1"])
+# What the one-call host path declines meets the sizes-first path's checks: the odd rank's error names the
+# tensor, before any exchange of sizes (a later tensor of a group included), and refuses the call elsewhere.
+one_rank_off("agd", lambda: hvd.grouped_allgather([x, x], name="agd"),
+             lambda: hvd.grouped_allgather([x, x.astype("bool")], name="agd"), ["tensor 1: dtype bool"])
+# (splits whose int64 sum wraps around to the rows, where there are 3 ranks or more)
+huge = [2 ** 63 - 1, 2 ** 63 - 1, 2 * n + 2] + [0] * (n - 3) if n >= 3 else [2 ** 62, 2 ** 62]
+one_rank_off("a2s", lambda: hvd.alltoall(x, splits=[2] * n, name="a2s"),
+             lambda: hvd.alltoall(x, splits=huge, name="a2s"), ["must be non-negative and sum to the first dimension"])
 one_rank_off("pri", lambda: hvd.allreduce(x, name="pri"), lambda: hvd.allreduce(x, name="pri", priority=2 ** 40),
              ["priority"])
 # ... an auto-named call (the auto names advance alike whatever the arguments)

@@ -50,7 +50,7 @@ class BufferList {
     ForEachPart(offset, n, [&](const Communicator::Buffer& b, int64_t within, int64_t len, int64_t at) {
       char* dst = static_cast<char*>(b.recv) + within;
       if (b.postscale == 1.0) {
-        StreamCopy(dst, src + at, static_cast<size_t>(len));
+        StreamCopy(dst, src + at, static_cast<size_t>(len), static_cast<size_t>(bytes()));
       } else {
         CopyAndScale(dst, src + at, len / element_bytes_, dtype_, b.postscale);
       }

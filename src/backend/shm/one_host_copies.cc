@@ -45,7 +45,7 @@ Status HierarchicalCommunicator::Broadcast(void* buffer, int64_t count, DataType
     if (local_rank_ == root) std::memcpy(Slot(set, root), data + at * esize, bytes);
     Status st = LocalBarrier();
     if (!st.ok()) return st;
-    if (local_rank_ != root) StreamCopy(data + at * esize, Slot(set, root), bytes);
+    if (local_rank_ != root) StreamCopy(data + at * esize, Slot(set, root), bytes, static_cast<size_t>(count * esize));
   }
   return Status::Ok();
 }
@@ -66,6 +66,8 @@ Status HierarchicalCommunicator::Alltoallv(const void* send, const std::vector<i
     std::memcpy(out + recv_displs[me] * esize, in + send_displs[me] * esize,
                 static_cast<size_t>(send_counts[me] * esize));
   }
+  size_t received = 0;  // bytes this rank receives in all (StreamCopy's choice)
+  for (int64_t c : recv_counts) received += static_cast<size_t>(c * esize);
   int64_t longest = 0;  // of every rank's blocks: known after the first piece
   for (int64_t at = 0; at == 0 || at < longest; at += per) {
     const int set = static_cast<int>(pieces_++ % 2);
@@ -94,7 +96,7 @@ Status HierarchicalCommunicator::Alltoallv(const void* send, const std::vector<i
       const int64_t n = k == me ? 0 : Clamp(per, recv_counts[k], at);
       if (n > 0) {
         StreamCopy(out + (recv_displs[k] + at) * esize, Slot(set, k) + kAlltoallHeaderBytes + me * per * esize,
-                   static_cast<size_t>(n * esize));
+                   static_cast<size_t>(n * esize), received);
       }
     }
   }

@@ -68,6 +68,8 @@ Status HierarchicalCommunicator::Allgatherv(const void* send, int64_t send_count
   const int64_t esize = static_cast<int64_t>(DataTypeSize(dtype));
   const int64_t longest = *std::max_element(counts.begin(), counts.end());
   const int64_t per = std::max<int64_t>(1, kPieceBytes / esize);
+  size_t gathered = 0;  // bytes of the whole output (StreamCopy's choice)
+  for (int64_t c : counts) gathered += static_cast<size_t>(c * esize);
   const char* in = static_cast<const char*>(send);
   char* out = static_cast<char*>(recv);
   if (send_count > 0 && in != out + displs[local_rank_] * esize) {
@@ -83,7 +85,7 @@ Status HierarchicalCommunicator::Allgatherv(const void* send, int64_t send_count
     if (!st.ok()) return st;
     for (int k = 0; k < local_size_; ++k) {
       if (k != local_rank_ && piece(k) > 0) {
-        StreamCopy(out + (displs[k] + at) * esize, Slot(set, k), static_cast<size_t>(piece(k) * esize));
+        StreamCopy(out + (displs[k] + at) * esize, Slot(set, k), static_cast<size_t>(piece(k) * esize), gathered);
       }
     }
   }

@@ -3,12 +3,15 @@
 // destination's lines are not first read into the cache. Memory bandwidth
 // bounds the shared-memory allreduce (a 102 MB buffer is a few passes over
 // DRAM), and each ordinary store to a line not in cache costs a read too.
-// Below kStreamMinBytes the destination is likely in cache already (a small
-// collective's output, used call after call) and a streamed store only
-// evicts it: an ordinary copy (one thread, a slot copied in then out, the
-// destination reused: 4 KB 0.21 against 0.65 us streamed, 64 KB 2.3 against
-// 3.9 us; streamed stores pay where the destination is cold, as a large
-// allreduce's is, and from about 16 MB even where it is warm).
+// A transfer of fewer than kStreamMinBytes in all (`transfer_bytes`: the
+// whole collective's, of which this copy may be one tensor's part) copies
+// with ordinary stores: its destination is likely in cache already (a small
+// collective's output, used call after call), and a streamed store only
+// evicts it (one thread, a slot copied in then out, the destination reused:
+// 4 KB 0.21 against 0.65 us streamed, 64 KB 2.3 against 3.9 us). Streamed
+// stores pay where the destination is cold, as a large allreduce's is, small
+// tensors of its fused buffer included, and from about 16 MB even where it
+// is warm.
 #pragma once
 
 #include <cstdint>
@@ -23,12 +26,12 @@ namespace shm {
 
 constexpr size_t kStreamMinBytes = 256 << 10;
 
-inline void StreamCopy(void* dst, const void* src, size_t bytes) {
+inline void StreamCopy(void* dst, const void* src, size_t bytes, size_t transfer_bytes) {
 #if defined(__SSE2__)
   auto* d = static_cast<char*>(dst);
   const auto* s = static_cast<const char*>(src);
   const size_t head = (16 - reinterpret_cast<uintptr_t>(d) % 16) % 16;
-  if (bytes < kStreamMinBytes || head > bytes) {
+  if (transfer_bytes < kStreamMinBytes || bytes < 256 || head > bytes) {
     std::memcpy(d, s, bytes);
     return;
   }
