@@ -16,7 +16,6 @@ import ctypes
 import mxnet as mx
 
 from mxplugin import basics, calls
-from mxplugin.errors import ArgumentError
 
 # The one-round path copies the data twice (out of the input NDArray, into
 # the output one): at 2 ranks here 2x faster than the exchange at 64 KB
@@ -35,15 +34,6 @@ def key(process_set, kind, name):
     """What a call is remembered by: its set, its kind ("allgather",
     "alltoall") and the user's name (None: unnamed)."""
     return process_set.process_set_id, kind, name
-
-
-def checked(tensor, what="tensor", kind="allgather"):
-    """`tensor`, after the checks the sizes-first path makes first (the
-    one-call path makes them in C++ and declines what fails them)."""
-    calls.check_dense(tensor, what)
-    if not tensor.shape:
-        raise ArgumentError(f"{kind}: {what} must have at least one dimension")
-    return tensor
 
 
 def fits(key):

@@ -210,9 +210,7 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
         group = calls.group_key(base, name)
         names = calls.group_names(base, len(arrays), name is not None)
         key = host_exchange.key(process_set, "allgather", name)
-        if host_exchange.fits(key):
-            for i, t in enumerate(arrays):
-                calls.check_array(t, f"tensor {i}")
+        if host_exchange.fits(key):  # group_list has checked that each is an NDArray
             made = host_exchange.allgather(arrays, names, process_set, priority, group, key)
             if made is not None:
                 return made

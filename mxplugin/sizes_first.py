@@ -10,15 +10,16 @@ from mxplugin.dtypes import describe as _describe
 from mxplugin.errors import ArgumentError
 
 
-def described(tensor, what="tensor"):
-    """(dtype code, device, shape) of an allgather's `tensor`, after its
-    checks, whose errors name it by `what`. A group's tensors are all
-    described before the first exchange, so that a bad one fails the call
-    before anything is submitted (and refuses it on the other ranks)."""
+def described(tensor, what="tensor", kind="allgather"):
+    """(dtype code, device, shape) of `tensor`, an input of a call of
+    `kind`, after its checks, whose errors name it by `what`. A group's
+    tensors are all described before the first exchange, so that a bad one
+    fails the call before anything is submitted (and refuses it on the
+    other ranks)."""
     dtype, device, shape = _describe(tensor, what)
     calls.check_dense(tensor, what)
     if not shape:
-        raise ArgumentError(f"allgather: {what} must have at least one dimension")
+        raise ArgumentError(f"{kind}: {what} must have at least one dimension")
     return dtype, device, shape
 
 
@@ -39,8 +40,7 @@ def allgather_output(tensor, name, process_set, group, description):
 def alltoall(tensor, given, base, process_set, priority, group, key):
     """(output, rows each rank sends here) of an alltoall as an engine op,
     after a blocking exchange of the splits (given: None for equal blocks)."""
-    dtype, device, shape = _describe(tensor)
-    host_exchange.checked(tensor, kind="alltoall")
+    dtype, device, shape = described(tensor, kind="alltoall")
     n = len(process_set.ranks)
     if given is None:
         if shape[0] % n:
