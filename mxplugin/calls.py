@@ -158,12 +158,18 @@ def submit(kind, name, process_set, body):
     base = base_name(kind, name, process_set)
     try:
         return body(base)
-    except (MismatchError, PeerFailureError):
-        raise
     except Exception as e:
-        if not getattr(e, "_mxplugin_nothing_submitted", False):
-            refuse(group_key(base, name), process_set)
+        refuse_after(e, group_key(base, name), process_set)
         raise
+
+
+def refuse_after(error, group, process_set):
+    """Refuses the call negotiated under `group` that raised `error` on this
+    rank (refuse), unless negotiation returned it (a mismatch, a lost peer:
+    every rank has it) or the call submits nothing (nothing_submitted)."""
+    if isinstance(error, (MismatchError, PeerFailureError)) or getattr(error, "_mxplugin_nothing_submitted", False):
+        return
+    refuse(group, process_set)
 
 
 def nothing_submitted(error):

@@ -10,7 +10,7 @@ import warnings
 import mxnet as mx
 import numpy as np
 
-from mxplugin import array_kinds, basics, calls, exchange, host_exchange, sizes_first
+from mxplugin import array_kinds, basics, calls, exchange, host_exchange, plain_calls, sizes_first
 from mxplugin.dtypes import BFLOAT16, describe as _describe  # noqa: F401  (both: others' import of them)
 from mxplugin.basics import global_process_set
 from mxplugin._reference_ops import reference
@@ -46,6 +46,15 @@ def _reduce_code(op):
         return _core_reduce[op]
     except KeyError:
         raise ArgumentError(f"unknown reduce op {op!r}; use Average, Sum, Min, Max or Product")
+
+
+def _plain_code(op, allowed):
+    """The core's code of `op`, one of `allowed`, for a plain call (Note
+    [Plain calls] in plain_calls.py); None where the general path is to look
+    at it (and until a call of that path has read the codes)."""
+    if _core_reduce is None or type(op) is not int or op not in allowed:  # noqa: E721
+        return None
+    return _core_reduce[op]
 
 
 def _resolve_op(average, op):
@@ -108,6 +117,11 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
                process_set=global_process_set, op=None):
     """Reduces `tensor` over the ranks in place (see allreduce);
     asynchronous: reading it waits."""
+    if average is None and plain_calls.allreduce_(tensor, _plain_code(Average if op is None else op, _core_reduce),
+                                                  name, priority, process_set, prescale_factor,
+                                                  postscale_factor) is not None:
+        return tensor
+
     def body(base):
         reduce = _resolve_op(average, op)
         calls.check_array(tensor)
@@ -252,6 +266,9 @@ def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_proce
 @reference("broadcast_")
 def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
     """Overwrites `tensor` with root_rank's (a global rank), in place."""
+    if plain_calls.broadcast_(tensor, root_rank, name, priority, process_set) is not None:
+        return tensor
+
     def body(base):
         view = array_kinds.legacy(tensor)
         calls.check_array(view)
@@ -311,6 +328,11 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
                   prescale_factor=1.0, postscale_factor=1.0):
     """Reduces `tensor` over the set and returns this rank's block of the first
     dimension (lower ranks get one extra row when it does not divide evenly)."""
+    block = plain_calls.reducescatter(tensor, _plain_code(op, (Average, Sum)), name, priority, process_set,
+                                      prescale_factor, postscale_factor)
+    if block is not None:
+        return block
+
     def body(base):
         _check_reducescatter_op(op)
         pre, post = calls.check_scale(prescale_factor, postscale_factor)

@@ -469,6 +469,33 @@ later("reducescatter default op", out, expected_reduce(per, "Average", "float32"
       "float32")
 run_checks()
 
+# Named calls of legacy NDArrays on the global set, with float scale factors, take the plain path
+# (Note [Plain calls] in mxplugin/plain_calls.py): the same results as the checked path.
+section("plain calls: allreduce_, broadcast_ and reducescatter by name")
+for dtype in ("float32", "float64", "float16", "int32"):
+    scales = [(1.0, 1.0), (0.5, 3.0)] if dtype in FLOATS else [(1.0, 1.0)]
+    for opname in OPS:
+        for pre, post in scales:
+            per = [data((5, 3), r, dtype, seed=700) for r in RANKS]
+            z = hvd.allreduce_(mx.nd.array(per[rank], dtype=dtype), op=OPS[opname], name=f"plain.ar.{dtype}.{opname}",
+                               prescale_factor=pre, postscale_factor=post)
+            later(f"plain allreduce_ {dtype} {opname} pre={pre} post={post}", z,
+                  expected_reduce(per, opname, dtype, pre, post), opname, dtype)
+            if opname not in ("Sum", "Average"):
+                continue
+            per = [data((2 * size + 1, 3), r, dtype, seed=710) for r in RANKS]
+            out = hvd.reducescatter(mx.nd.array(per[rank], dtype=dtype), op=OPS[opname], prescale_factor=pre,
+                                    postscale_factor=post, name=f"plain.rs.{dtype}.{opname}")
+            start, rows = scatter_rows(2 * size + 1, rank)
+            later(f"plain reducescatter {dtype} {opname} pre={pre} post={post}", out,
+                  expected_reduce(per, opname, dtype, pre, post)[start:start + rows], opname, dtype)
+    for root in RANKS:
+        per = [data((4, 2), r, dtype, seed=720) for r in RANKS]
+        z = mx.nd.array(per[rank], dtype=dtype)
+        assert hvd.broadcast_(z, root, name=f"plain.bc.{dtype}.{root}") is z
+        later(f"plain broadcast_ {dtype} root {root}", z, per[root])
+run_checks()
+
 # ---------------------------------------------------------------------------
 section("broadcast_object / allgather_object")
 for root in RANKS:

@@ -65,6 +65,16 @@ one_rank_off("a2s", lambda: hvd.alltoall(x, splits=[2] * n, name="a2s"),
              lambda: hvd.alltoall(x, splits=huge, name="a2s"), ["must be non-negative and sum to the first dimension"])
 one_rank_off("pri", lambda: hvd.allreduce(x, name="pri"), lambda: hvd.allreduce(x, name="pri", priority=2 ** 40),
              ["priority"])
+# ... named calls of the plain path (Note [Plain calls]), refused by the odd rank's push or by its checks
+flags = x.astype("bool")
+one_rank_off("par", lambda: hvd.allreduce_(x.copy(), name="par"), lambda: hvd.allreduce_(flags, name="par"),
+             ["dtype bool"])
+one_rank_off("pbc", lambda: hvd.broadcast_(x.copy(), 0, name="pbc"), lambda: hvd.broadcast_(flags, 0, name="pbc"),
+             ["dtype bool"])
+one_rank_off("prs", lambda: hvd.reducescatter(x, op=hvd.Sum, name="prs"),
+             lambda: hvd.reducescatter(flags, op=hvd.Sum, name="prs"), ["dtype bool"])
+one_rank_off("pbr", lambda: hvd.broadcast_(x.copy(), 0, name="pbr"), lambda: hvd.broadcast_(x.copy(), n, name="pbr"),
+             ["root_rank"])
 # ... an auto-named call (the auto names advance alike whatever the arguments)
 if r == ODD:
     raises(lambda: hvd.allreduce(x, prescale_factor="2"), ["prescale_factor"], "auto-named: the odd rank")
