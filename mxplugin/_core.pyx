@@ -331,6 +331,32 @@ cdef class Core:
         finally:
             free(made)
 
+    def enqueue_mxnet_array(self, int op_type, tensor, output, str name, int reduce_op, double prescale,
+                            double postscale, int priority, str group, int root_rank=0):
+        """enqueue_mxnet_arrays of one NDArray on the global process set,
+        with no records of a group to build (the plain calls of
+        mxplugin/plain_calls.py): output None for a reducescatter, whose new
+        array's handle it returns (an int the caller owns); 0 otherwise."""
+        cdef mxp_op o
+        memset(&o, 0, sizeof(o))
+        cdef bytes name_bytes = name.encode()
+        cdef bytes group_bytes = group.encode()
+        o.name = name_bytes
+        o.group = group_bytes
+        o.op_type = op_type
+        o.reduce_op = reduce_op
+        o.dtype = MXP_DTYPE_OF_ARRAY
+        o.device = MXP_CPU_DEVICE
+        o.prescale = prescale
+        o.postscale = postscale
+        o.priority = priority
+        o.root_rank = root_rank
+        o.input = <void*><uintptr_t>tensor.handle.value
+        o.output = NULL if output is None else <void*><uintptr_t>output.handle.value
+        cdef void* made = NULL
+        _check(mxp_mxnet_enqueue(self.c, &o, 1, 0, priority, &made if output is None else NULL))
+        return <uintptr_t>made
+
 
 include "_core_exchange.pxi"
 include "_core_optim.pxi"

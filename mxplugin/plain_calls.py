@@ -45,8 +45,7 @@ def _op_codes():
 
 def _enqueue(core, name, op_type, tensor, output, base, reduce, pre, post, priority, root_rank=0):
     try:
-        return core.enqueue_mxnet_arrays(op_type, [tensor], [output], [base], reduce, pre, post, 0, priority, name,
-                                         root_rank)
+        return core.enqueue_mxnet_array(op_type, tensor, output, base, reduce, pre, post, priority, name, root_rank)
     except Exception as e:
         calls.refuse_after(e, name, global_process_set)
         raise
@@ -81,4 +80,4 @@ def reducescatter(tensor, reduce, name, priority, process_set, prescale_factor, 
         return None
     made = _enqueue(core, name, _op_codes()[2], tensor, None, "reducescatter." + name, reduce, prescale_factor,
                     postscale_factor, priority)
-    return _NDArray(ctypes.c_void_p(made[0]))
+    return _NDArray(ctypes.c_void_p(made))
