@@ -415,3 +415,16 @@ def test_a_failing_rank_is_reported_not_hidden():
 
     with pytest.raises(RankFailed, match="rank 1 fails on purpose"):
         run_ranks(2, body)
+
+
+def test_alltoall_splits_whose_sum_wraps_to_the_rows_are_refused():
+    """Checked where the op is queued: splits of int64 entries whose sum
+    wraps around 2**64 to exactly the rows are refused, not taken."""
+    def body(core, rank, size, job):
+        x = np.zeros((6, 2), "float32")
+        out = np.zeros((6, 2), "float32")
+        bad = op("wraps", m.OP_ALLTOALL, x, out, splits=[2 ** 63 - 1, 2 ** 63 - 1, 8])
+        with pytest.raises(m.ArgumentError, match="splits sum to more than the first dimension, 6"):
+            run(core, [bad])
+
+    run_ranks(3, body)

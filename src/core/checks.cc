@@ -48,11 +48,16 @@ Status CheckTensorOp(const TensorOp& op, int set_size, const GpuBackend& gpu) {
                                      std::to_string(set_size) + "), got " + std::to_string(m.splits.size()));
     }
     int64_t total = 0;
+    const int64_t rows = m.shape.empty() ? 1 : m.shape[0];
     for (int64_t s : m.splits) {
       if (s < 0) return Status::InvalidArgument(who() + ": splits must be non-negative");
+      // Each split at most what is left of the rows, so the sum cannot wrap around to them.
+      if (s > rows - total) {
+        return Status::InvalidArgument(who() + ": splits sum to more than the first dimension, " +
+                                       std::to_string(rows));
+      }
       total += s;
     }
-    int64_t rows = m.shape.empty() ? 1 : m.shape[0];
     if (total != rows) {
       return Status::InvalidArgument(who() + ": splits sum to " + std::to_string(total) +
                                      " but the first dimension is " + std::to_string(rows));
