@@ -2,6 +2,7 @@
 process, or ranks under mpiexec) and reads back what its rank 0 printed as
 one `RESULT <json>` line. A job that fails ends the driver, with the tail of
 its output: a benchmark goes on with no missing figure."""
+import functools
 import json
 import os
 import subprocess
@@ -44,12 +45,24 @@ def run_job(cmd, env=None, timeout=600, what=None):
     return result_in(run(cmd, env, timeout, what), what)
 
 
-def mpi_command(ranks, argv):
+def mpi_command(ranks, argv, bind=False):
     """argv on `ranks` ranks under the mpiexec mxplugin was built with (one
-    rank: a plain process)."""
+    rank: a plain process); bind: each rank bound to a core of its own, as a
+    user binds them with mxplugin-run's --binding-args."""
     from mpi_harness import mpiexec_path
 
-    return ([mpiexec_path(), "-n", str(ranks)] if ranks > 1 else []) + [str(a) for a in argv]
+    if ranks <= 1:
+        return [str(a) for a in argv]
+    return [mpiexec_path(), *(binding_arguments(mpiexec_path()) if bind else []), "-n", str(ranks)] + [
+        str(a) for a in argv]
+
+
+@functools.lru_cache(maxsize=None)
+def binding_arguments(mpiexec):
+    """The launcher's arguments that bind each rank to a core (Hydra's or Open MPI's spelling)."""
+    from mxplugin_run.mpi_family import OPEN_MPI, launcher_family
+
+    return ["--bind-to", "core"] if launcher_family(mpiexec)[0] == OPEN_MPI else ["-bind-to", "core"]
 
 
 def this_script(path, *args):

@@ -1,6 +1,6 @@
 """Small-message latency end to end, against the plain MPI program:
 
-    python bench/latency.py              # 2 and 3 ranks, ~6 minutes; writes bench/results/latency.json
+    python bench/latency.py              # 2 and 3 ranks, ~10 minutes; writes bench/results/latency.json
     python bench/latency.py --report     # print the table from the results
 
 mxplugin, in a job of its own (this file's `worker` mode under mpiexec), each
@@ -25,6 +25,9 @@ through MXNet's engine from Python costs before it moves a byte.
 Each figure is rank 0's median over CALLS back-to-back calls after warm-up;
 the two kinds of job alternate for ROUNDS rounds, and the report gives the
 median over rounds. OMP_NUM_THREADS=1 and MXNET_CPU_WORKER_NTHREADS=1 per rank.
+Where there are no more ranks than cores, each round runs both programs
+with every rank bound to a core, the figures the targets read, and then
+both unbound, shown beside them (Note [Ranks bound to cores]).
 
     python bench/latency.py --calls 200 --rounds 1 --output /tmp/latency.json   # a quick look
 """
@@ -97,16 +100,45 @@ def worker(num_calls=CALLS):
     per_call = {}
     if hvd.size() == CURVE_RANKS:
         per_call.update(curves(hvd, mx, num_calls))
-    for label, call, calls in ways + [(ENGINE_OP, engine_op, num_calls)]:
-        # back to back, one kind of call at a time; the warm-up caches names and makes buffers
-        per_call.update(medians(interleave({label: timed(call)}, calls, warmup=calls // 10)))
+    for label, call, calls in ways:
+        # back to back in blocks, beside the engine op; the warm-up caches names and makes buffers
+        per_call.update(beside_op(label, call, engine_op, calls))
         # Sums of ones grow: keep them small and finite.
         x[:] = 1
         for a in xs:
             a[:] = 1
+    per_call.update(medians(interleave({ENGINE_OP: timed(engine_op)}, num_calls, warmup=num_calls // 10)))
     if hvd.rank() == 0:
         print_result(per_call)
     hvd.shutdown()
+
+
+# Note [The op beside each call]: the budget of a call is the engine op's
+# time plus twice the plain program's. Measured once per job, after every
+# call, the op met whatever the machine was doing then, not what it did
+# during the call: on this machine both change by 2x from one stretch of
+# seconds to the next. So each call runs in BLOCKS blocks of back-to-back
+# calls that alternate with as many blocks of the op, and its budget reads
+# the op's median from those blocks.
+BLOCKS = 10
+
+
+def beside(label):
+    """The key of the engine op measured beside `label`'s call."""
+    return f"{ENGINE_OP} beside {label}"
+
+
+def beside_op(label, call, engine_op, calls):
+    """{label: median seconds, beside(label): median seconds}: `calls` calls
+    and as many engine ops in BLOCKS alternating blocks of back-to-back
+    calls, after a warm-up block of each (Note [The op beside each call])."""
+    per_block = max(1, calls // BLOCKS)
+
+    def block(fn):
+        one = timed(fn)
+        return lambda: [one() for _ in range(per_block)]
+    got = interleave({label: block(call), beside(label): block(engine_op)}, BLOCKS, warmup=1)
+    return {name: statistics.median(t for each in blocks for t in each) for name, blocks in got.items()}
 
 
 def sized_ways(hvd, mx, suffix, x, calls):
@@ -162,27 +194,43 @@ def env():
     return rank_env({"MXNET_CPU_WORKER_NTHREADS": 1})
 
 
-def run_ours(ranks, num_calls=CALLS):
-    return run_job(mpi_command(ranks, this_script(__file__, "worker", "--calls", num_calls)), env=env(),
+def run_ours(ranks, num_calls=CALLS, bind=False):
+    return run_job(mpi_command(ranks, this_script(__file__, "worker", "--calls", num_calls), bind=bind), env=env(),
                    what=f"the mxplugin job at {ranks} ranks")
 
 
-def run_plain(exe, ranks):
+def run_plain(exe, ranks, bind=False):
     """{label: median seconds per call} of the plain program."""
     from mpi_plain import parse
 
     out = {}
     plain_ops = {**PLAIN_OPS, **({**SIZED_OPS, **curve_plain_ops()} if ranks == CURVE_RANKS else {})}
     for label, (op, size) in plain_ops.items():
-        text = run(mpi_command(ranks, [exe, "--op", op, "20", "5", str(size)]), env=env())
+        text = run(mpi_command(ranks, [exe, "--op", op, "20", "5", str(size)], bind=bind), env=env())
         out[label] = statistics.median(parse(text)[size])
     return out
+
+
+# Note [Ranks bound to cores]: a rank's call hands work between three
+# threads (Python's, the engine worker's, the core's), and 2 ranks run six
+# on this machine's 2 cores. Unbound, where the scheduler puts them changes
+# from stretch to stretch within one job: a 4 KB broadcast_ took 18-20 us
+# in some stretches and 45-55 us in others, while the engine op, one hand-off
+# that overlaps Python's return, stayed at 19 us. Bound one core per rank
+# (mpiexec -bind-to core; with mxplugin-run, --binding-args "-bind-to core")
+# the same calls read 17.4-17.6 us, run after run. So where the cores allow
+# it, each round runs both programs bound, whose figures the targets read,
+# and then both unbound, which the report shows beside them.
+def binds(ranks):
+    """Whether the jobs of `ranks` ranks bind each to a core of its own (Note [Ranks bound to cores])."""
+    return ranks <= (os.cpu_count() or 1)
 
 
 def measure(num_rounds=ROUNDS, num_calls=CALLS, ranks_list=RANKS):
     from mpi_plain import build
 
-    result = {"bytes": BYTES, "calls": num_calls, "group": GROUP, "rounds": num_rounds, "ranks": {}}
+    result = {"bytes": BYTES, "calls": num_calls, "group": GROUP, "rounds": num_rounds, "ranks": {},
+              "bound": [ranks for ranks in ranks_list if binds(ranks)]}
     with tempfile.TemporaryDirectory() as workdir:
         exe = build(workdir)
         for ranks in ranks_list:
@@ -195,9 +243,13 @@ def measure(num_rounds=ROUNDS, num_calls=CALLS, ranks_list=RANKS):
                     f"{k} {v * 1e6:.1f} us" + (f" (MPI {plain[k] * 1e6:.1f})" if k in plain else "")
                     for k, v in got["mxplugin_s"].items()), flush=True)
 
-            interleave({"plain_s": lambda: run_plain(exe, ranks),
-                        "mxplugin_s": lambda: run_ours(ranks, num_calls)},
-                       num_rounds, after_round=record)
+            bind = binds(ranks)
+            jobs = {"plain_s": lambda: run_plain(exe, ranks, bind),
+                    "mxplugin_s": lambda: run_ours(ranks, num_calls, bind)}
+            if bind:  # the same jobs unbound, in the same rounds (Note [Ranks bound to cores])
+                jobs.update({"plain_unbound_s": lambda: run_plain(exe, ranks),
+                             "mxplugin_unbound_s": lambda: run_ours(ranks, num_calls)})
+            interleave(jobs, num_rounds, after_round=record)
             result["ranks"][str(ranks)] = rounds
     return result
 
@@ -217,16 +269,18 @@ def summary(result):
     return out
 
 
-def budget_ratios(result, ranks=CURVE_RANKS):
+def budget_ratios(result, ranks=CURVE_RANKS, placement=""):
     """{label: median over rounds of call / (engine op + 2 x plain MPI)}, in
-    each round its own figures, for the calls whose target is that budget."""
+    each round its own figures, for the calls whose target is that budget;
+    placement "_unbound": of the unbound jobs (Note [Ranks bound to cores])."""
     rounds = result["ranks"].get(str(ranks), [])
+    ours, plain = f"mxplugin{placement}_s", f"plain{placement}_s"
     out = {}
     for (label, at), target in TARGETS.items():
-        if at != ranks or target != "<= op + 2x" or not rounds or label not in rounds[0]["mxplugin_s"]:
+        if at != ranks or target != "<= op + 2x" or not rounds or label not in rounds[0].get(ours, {}):
             continue
-        out[label] = statistics.median(r["mxplugin_s"][label] / (r["mxplugin_s"][ENGINE_OP] + 2 * r["plain_s"][label])
-                                       for r in rounds)
+        out[label] = statistics.median(r[ours][label] / (r[ours].get(beside(label), r[ours][ENGINE_OP]) +
+                                                         2 * r[plain][label]) for r in rounds)
     return out
 
 
@@ -254,7 +308,8 @@ def report_section(result):
              f"size is a reference measured in the mxplugin job: one trivial MXNet op (`y += 1` on a "
              f"{result['bytes']} B NDArray, then wait_to_read), what any call MXNet's engine runs costs from Python."
              " \"vs op + 2x\": a call against that op's time plus twice the plain program's, each round its own "
-             "figures (median over rounds; at most 1 meets the target).",
+             "figures (median over rounds; at most 1 meets the target)" + beside_text(result) + "." +
+             bound_text(result),
              "", "| ranks | call | mxplugin | rounds' range | plain MPI | ratio | target | vs op + 2x |",
              "|---|---|---|---|---|---|---|---|"]
     budgets = budget_ratios(result)
@@ -266,10 +321,49 @@ def report_section(result):
                          f"{f'{plain:.1f} us' if plain is not None else '-'} | "
                          f"{f'{ours / plain:.1f}x' if plain else ''} | "
                          f"{target} | {f'{budget:.2f}' if budget is not None else ''} |")
+    lines += unbound_section(result)
     lines += curve_section(result)
     lines += ["", f"This machine has {os.cpu_count()} cores: at 3 ranks they are oversubscribed (each rank has its "
               "Python thread and mxplugin's thread; the plain program's ranks busy-poll), and every figure, the "
               "plain program's included, is set by the scheduler's time slices rather than by the path.", ""]
+    return lines
+
+
+def beside_text(result):
+    rounds = result["ranks"].get(str(CURVE_RANKS), [])
+    if not rounds or beside("broadcast_") not in rounds[0]["mxplugin_s"]:
+        return ""
+    return (f", the op measured beside each call: {BLOCKS} blocks of {result['calls'] // BLOCKS} back-to-back "
+            "calls alternating with as many of the op, so that both meet the same stretch of the machine")
+
+
+def bound_text(result):
+    bound = result.get("bound", [])
+    if not bound:
+        return ""
+    return (f" At {', '.join(map(str, bound))} ranks each rank is bound to a core of its own, in both programs "
+            "(mpiexec -bind-to core; with mxplugin-run, --binding-args \"-bind-to core\"): unbound, this "
+            "machine's scheduler moves the ranks' threads between placements from stretch to stretch, and calls "
+            "that hand work between threads change by up to 3x with them (the table after this one).")
+
+
+def unbound_section(result):
+    """The calls with a budget, from the same rounds' unbound jobs (Note [Ranks bound to cores])."""
+    lines = []
+    for ranks in result.get("bound", []):
+        rounds = result["ranks"].get(str(ranks), [])
+        ratios = budget_ratios(result, ranks, "_unbound")
+        if not ratios:
+            continue
+        lines += ["", f"The same rounds at {ranks} ranks, both programs unbound:", "",
+                  "| call | mxplugin | rounds' range | plain MPI | vs op + 2x |", "|---|---|---|---|---|"]
+        for label in [ENGINE_OP] + [k for k in rounds[0]["mxplugin_unbound_s"] if k in ratios]:
+            each = [r["mxplugin_unbound_s"][label] * 1e6 for r in rounds]
+            plain = (f"{statistics.median(r['plain_unbound_s'][label] for r in rounds) * 1e6:.1f} us"
+                     if label in rounds[0]["plain_unbound_s"] else "-")
+            ratio = f"{ratios[label]:.2f}" if label in ratios else ""
+            lines.append(f"| {label} | {statistics.median(each):.1f} us | {min(each):.1f}-{max(each):.1f} us | "
+                         f"{plain} | {ratio} |")
     return lines
 
 
