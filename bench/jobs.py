@@ -45,24 +45,26 @@ def run_job(cmd, env=None, timeout=600, what=None):
     return result_in(run(cmd, env, timeout, what), what)
 
 
-def mpi_command(ranks, argv, bind=False):
+def mpi_command(ranks, argv, bind=None):
     """argv on `ranks` ranks under the mpiexec mxplugin was built with (one
-    rank: a plain process); bind: each rank bound to a core of its own, as a
-    user binds them with mxplugin-run's --binding-args."""
+    rank: a plain process); bind "core": each rank bound to a core of its
+    own (as a user binds them with mxplugin-run's --binding-args), "none":
+    not bound whatever the launcher's default (Open MPI binds 2 ranks),
+    None: the launcher's default."""
     from mpi_harness import mpiexec_path
 
     if ranks <= 1:
         return [str(a) for a in argv]
-    return [mpiexec_path(), *(binding_arguments(mpiexec_path()) if bind else []), "-n", str(ranks)] + [
+    return [mpiexec_path(), *(binding_arguments(mpiexec_path(), bind) if bind else []), "-n", str(ranks)] + [
         str(a) for a in argv]
 
 
 @functools.lru_cache(maxsize=None)
-def binding_arguments(mpiexec):
-    """The launcher's arguments that bind each rank to a core (Hydra's or Open MPI's spelling)."""
+def binding_arguments(mpiexec, policy):
+    """The launcher's arguments binding each rank by `policy` ("core", "none"), in Hydra's or Open MPI's spelling."""
     from mxplugin_run.mpi_family import OPEN_MPI, launcher_family
 
-    return ["--bind-to", "core"] if launcher_family(mpiexec)[0] == OPEN_MPI else ["-bind-to", "core"]
+    return ["--bind-to" if launcher_family(mpiexec)[0] == OPEN_MPI else "-bind-to", policy]
 
 
 def this_script(path, *args):

@@ -194,12 +194,12 @@ def env():
     return rank_env({"MXNET_CPU_WORKER_NTHREADS": 1})
 
 
-def run_ours(ranks, num_calls=CALLS, bind=False):
+def run_ours(ranks, num_calls=CALLS, bind="none"):
     return run_job(mpi_command(ranks, this_script(__file__, "worker", "--calls", num_calls), bind=bind), env=env(),
                    what=f"the mxplugin job at {ranks} ranks")
 
 
-def run_plain(exe, ranks, bind=False):
+def run_plain(exe, ranks, bind="none"):
     """{label: median seconds per call} of the plain program."""
     from mpi_plain import parse
 
@@ -218,9 +218,10 @@ def run_plain(exe, ranks, bind=False):
 # in some stretches and 45-55 us in others, while the engine op, one hand-off
 # that overlaps Python's return, stayed at 19 us. Bound one core per rank
 # (mpiexec -bind-to core; with mxplugin-run, --binding-args "-bind-to core")
-# the same calls read 17.4-17.6 us, run after run. So where the cores allow
-# it, each round runs both programs bound, whose figures the targets read,
-# and then both unbound, which the report shows beside them.
+# the same calls read 17.4-18.1 us in three runs of 3 rounds, each within 1 %.
+# So where the cores allow it, each round runs both programs bound, whose
+# figures the targets read, and then both unbound (told so: Open MPI binds
+# 2 ranks by default), which the report shows beside them.
 def binds(ranks):
     """Whether the jobs of `ranks` ranks bind each to a core of its own (Note [Ranks bound to cores])."""
     return ranks <= (os.cpu_count() or 1)
@@ -243,10 +244,10 @@ def measure(num_rounds=ROUNDS, num_calls=CALLS, ranks_list=RANKS):
                     f"{k} {v * 1e6:.1f} us" + (f" (MPI {plain[k] * 1e6:.1f})" if k in plain else "")
                     for k, v in got["mxplugin_s"].items()), flush=True)
 
-            bind = binds(ranks)
+            bind = "core" if binds(ranks) else "none"
             jobs = {"plain_s": lambda: run_plain(exe, ranks, bind),
                     "mxplugin_s": lambda: run_ours(ranks, num_calls, bind)}
-            if bind:  # the same jobs unbound, in the same rounds (Note [Ranks bound to cores])
+            if bind == "core":  # the same jobs unbound, in the same rounds (Note [Ranks bound to cores])
                 jobs.update({"plain_unbound_s": lambda: run_plain(exe, ranks),
                              "mxplugin_unbound_s": lambda: run_ours(ranks, num_calls)})
             interleave(jobs, num_rounds, after_round=record)
@@ -310,17 +311,19 @@ def report_section(result):
              " \"vs op + 2x\": a call against that op's time plus twice the plain program's, each round its own "
              "figures (median over rounds; at most 1 meets the target)" + beside_text(result) + "." +
              bound_text(result),
-             "", "| ranks | call | mxplugin | rounds' range | plain MPI | ratio | target | vs op + 2x |",
-             "|---|---|---|---|---|---|---|---|"]
+             "", "| ranks | call | mxplugin | rounds' range | plain MPI | ratio | target | op beside | vs op + 2x |",
+             "|---|---|---|---|---|---|---|---|---|"]
     budgets = budget_ratios(result)
     for ranks, rows in s.items():
         for label, (ours, plain, low, high) in rows.items():
             target = TARGETS.get((label, ranks), "")
             budget = budgets.get(label) if ranks == CURVE_RANKS else None
+            op = beside_median(result, ranks, label)
             lines.append(f"| {ranks} | {label} | {ours:.1f} us | {low:.1f}-{high:.1f} us | "
                          f"{f'{plain:.1f} us' if plain is not None else '-'} | "
                          f"{f'{ours / plain:.1f}x' if plain else ''} | "
-                         f"{target} | {f'{budget:.2f}' if budget is not None else ''} |")
+                         f"{target} | {f'{op:.1f} us' if op is not None else ''} | "
+                         f"{f'{budget:.2f}' if budget is not None else ''} |")
     lines += unbound_section(result)
     lines += curve_section(result)
     lines += ["", f"This machine has {os.cpu_count()} cores: at 3 ranks they are oversubscribed (each rank has its "
@@ -329,12 +332,21 @@ def report_section(result):
     return lines
 
 
+def beside_median(result, ranks, label, placement=""):
+    """The median over rounds of the engine op measured beside `label` (us), or None."""
+    rounds = result["ranks"].get(str(ranks), [])
+    key = f"mxplugin{placement}_s"
+    if not rounds or beside(label) not in rounds[0].get(key, {}):
+        return None
+    return statistics.median(r[key][beside(label)] for r in rounds) * 1e6
+
+
 def beside_text(result):
     rounds = result["ranks"].get(str(CURVE_RANKS), [])
     if not rounds or beside("broadcast_") not in rounds[0]["mxplugin_s"]:
         return ""
-    return (f", the op measured beside each call: {BLOCKS} blocks of {result['calls'] // BLOCKS} back-to-back "
-            "calls alternating with as many of the op, so that both meet the same stretch of the machine")
+    return (f", the op measured beside each call (its column \"op beside\"): the call's back-to-back calls in "
+            f"{BLOCKS} blocks alternating with as many of the op, so that both meet the same stretch of the machine")
 
 
 def bound_text(result):
@@ -343,8 +355,9 @@ def bound_text(result):
         return ""
     return (f" At {', '.join(map(str, bound))} ranks each rank is bound to a core of its own, in both programs "
             "(mpiexec -bind-to core; with mxplugin-run, --binding-args \"-bind-to core\"): unbound, this "
-            "machine's scheduler moves the ranks' threads between placements from stretch to stretch, and calls "
-            "that hand work between threads change by up to 3x with them (the table after this one).")
+            "machine's scheduler places the ranks' threads differently from stretch to stretch, which calls that "
+            "hand work between threads feel and the engine op barely does (the table after this one; Note [Ranks "
+            "bound to cores] in bench/latency.py).")
 
 
 def unbound_section(result):
@@ -356,14 +369,16 @@ def unbound_section(result):
         if not ratios:
             continue
         lines += ["", f"The same rounds at {ranks} ranks, both programs unbound:", "",
-                  "| call | mxplugin | rounds' range | plain MPI | vs op + 2x |", "|---|---|---|---|---|"]
+                  "| call | mxplugin | rounds' range | plain MPI | op beside | vs op + 2x |",
+                  "|---|---|---|---|---|---|"]
         for label in [ENGINE_OP] + [k for k in rounds[0]["mxplugin_unbound_s"] if k in ratios]:
             each = [r["mxplugin_unbound_s"][label] * 1e6 for r in rounds]
             plain = (f"{statistics.median(r['plain_unbound_s'][label] for r in rounds) * 1e6:.1f} us"
                      if label in rounds[0]["plain_unbound_s"] else "-")
             ratio = f"{ratios[label]:.2f}" if label in ratios else ""
+            op = beside_median(result, ranks, label, "_unbound")
             lines.append(f"| {label} | {statistics.median(each):.1f} us | {min(each):.1f}-{max(each):.1f} us | "
-                         f"{plain} | {ratio} |")
+                         f"{plain} | {f'{op:.1f} us' if op is not None else ''} | {ratio} |")
     return lines
 
 

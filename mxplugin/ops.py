@@ -27,6 +27,7 @@ Product = 5
 _op_names = {Average: "Average", Sum: "Sum", Adasum: "Adasum", Min: "Min", Max: "Max", Product: "Product"}
 
 _core_reduce = None  # filled lazily: horovod value -> core value
+_REDUCE_OPS = (Average, Sum, Min, Max, Product)  # those the core reduces
 
 
 # What training/sharding.py builds its calls from.
@@ -50,11 +51,12 @@ def _reduce_code(op):
 
 def _plain_code(op, allowed):
     """The core's code of `op`, one of `allowed`, for a plain call (Note
-    [Plain calls] in plain_calls.py); None where the general path is to look
-    at it (and until a call of that path has read the codes)."""
-    if _core_reduce is None or type(op) is not int or op not in allowed:  # noqa: E721
+    [Plain calls] in plain_calls.py); None where the general path is to look at it."""
+    if type(op) is not int:  # noqa: E721
         return None
-    return _core_reduce[op]
+    if _core_reduce is None:
+        _reduce_code(Sum)  # fills the codes
+    return _core_reduce[op] if op in allowed else None
 
 
 def _resolve_op(average, op):
@@ -117,7 +119,7 @@ def allreduce_(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
                process_set=global_process_set, op=None):
     """Reduces `tensor` over the ranks in place (see allreduce);
     asynchronous: reading it waits."""
-    if average is None and plain_calls.allreduce_(tensor, _plain_code(Average if op is None else op, _core_reduce),
+    if average is None and plain_calls.allreduce_(tensor, _plain_code(Average if op is None else op, _REDUCE_OPS),
                                                   name, priority, process_set, prescale_factor,
                                                   postscale_factor) is not None:
         return tensor

@@ -49,6 +49,7 @@ Status CheckTensorOp(const TensorOp& op, int set_size, const GpuBackend& gpu) {
     }
     int64_t total = 0;
     const int64_t rows = m.shape.empty() ? 1 : m.shape[0];
+    if (rows < 0) return Status::InvalidArgument(who() + ": the first dimension is negative, " + std::to_string(rows));
     for (int64_t s : m.splits) {
       if (s < 0) return Status::InvalidArgument(who() + ": splits must be non-negative");
       // Each split at most what is left of the rows, so the sum cannot wrap around to them.

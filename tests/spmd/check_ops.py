@@ -13,6 +13,7 @@ import warnings
 
 import common
 from common import assert_close, hvd, mx, np, rank_data
+from mxplugin import plain_calls
 
 rank, size = common.start()
 RANKS = range(size)
@@ -472,6 +473,9 @@ run_checks()
 # Named calls of legacy NDArrays on the global set, with float scale factors, take the plain path
 # (Note [Plain calls] in mxplugin/plain_calls.py): the same results as the checked path.
 section("plain calls: allreduce_, broadcast_ and reducescatter by name")
+_plain_push, plain_pushes = plain_calls._enqueue, []
+plain_calls._enqueue = lambda core, name, *rest: (plain_pushes.append(name), _plain_push(core, name, *rest))[1]
+made = 0
 for dtype in ("float32", "float64", "float16", "int32"):
     scales = [(1.0, 1.0), (0.5, 3.0)] if dtype in FLOATS else [(1.0, 1.0)]
     for opname in OPS:
@@ -479,6 +483,7 @@ for dtype in ("float32", "float64", "float16", "int32"):
             per = [data((5, 3), r, dtype, seed=700) for r in RANKS]
             z = hvd.allreduce_(mx.nd.array(per[rank], dtype=dtype), op=OPS[opname], name=f"plain.ar.{dtype}.{opname}",
                                prescale_factor=pre, postscale_factor=post)
+            made += 1
             later(f"plain allreduce_ {dtype} {opname} pre={pre} post={post}", z,
                   expected_reduce(per, opname, dtype, pre, post), opname, dtype)
             if opname not in ("Sum", "Average"):
@@ -486,6 +491,7 @@ for dtype in ("float32", "float64", "float16", "int32"):
             per = [data((2 * size + 1, 3), r, dtype, seed=710) for r in RANKS]
             out = hvd.reducescatter(mx.nd.array(per[rank], dtype=dtype), op=OPS[opname], prescale_factor=pre,
                                     postscale_factor=post, name=f"plain.rs.{dtype}.{opname}")
+            made += 1
             start, rows = scatter_rows(2 * size + 1, rank)
             later(f"plain reducescatter {dtype} {opname} pre={pre} post={post}", out,
                   expected_reduce(per, opname, dtype, pre, post)[start:start + rows], opname, dtype)
@@ -493,7 +499,10 @@ for dtype in ("float32", "float64", "float16", "int32"):
         per = [data((4, 2), r, dtype, seed=720) for r in RANKS]
         z = mx.nd.array(per[rank], dtype=dtype)
         assert hvd.broadcast_(z, root, name=f"plain.bc.{dtype}.{root}") is z
+        made += 1
         later(f"plain broadcast_ {dtype} root {root}", z, per[root])
+plain_calls._enqueue = _plain_push
+assert len(plain_pushes) == made, f"rank {rank}: {len(plain_pushes)} of {made} named calls took the plain path"
 run_checks()
 
 # ---------------------------------------------------------------------------
