@@ -125,6 +125,26 @@ cdef class MemoryJob:
         _check(mxp_memory_job_kill(self.j, rank))
 
 
+cdef int _array_op(mxp_op* o, int op_type, tensor, output, const char* name, const char* group, int reduce_op,
+                   double prescale, double postscale, int priority, int root_rank) except -1:
+    """Fills `o` (zeroed: no shapes, splits or stream) for NDArray `tensor`
+    -> `output` (None: the adapter makes it), whose dtype, shape and device
+    the adapter reads from the array; `name` and `group` must outlive the call."""
+    o.name = name
+    o.group = group
+    o.op_type = op_type
+    o.reduce_op = reduce_op
+    o.dtype = MXP_DTYPE_OF_ARRAY
+    o.device = MXP_CPU_DEVICE
+    o.prescale = prescale
+    o.postscale = postscale
+    o.priority = priority
+    o.root_rank = root_rank
+    o.input = <void*><uintptr_t>tensor.handle.value
+    o.output = NULL if output is None else <void*><uintptr_t>output.handle.value
+    return 0
+
+
 cdef class Core:
     """Owns the C++ core: this process's rank of the MPI job, or with `job`,
     rank `rank` of an in-memory job (tests; several per process)."""
@@ -301,26 +321,14 @@ cdef class Core:
         if len(outputs) != n or len(names) != n:
             raise ArgumentError(f"enqueue_mxnet_arrays: {n} inputs, {len(outputs)} outputs, {len(names)} names")
         cdef _OpBatch batch = _OpBatch(n)
-        cdef mxp_op* o
         cdef bytes name
         cdef int i
         cdef const char* group_ptr = batch.text(group)
         for i in range(n):
-            o = &batch.ops[i]  # zeroed: no shapes, splits or stream
             name = (<str>names[i]).encode()
             batch.keep.append(name)
-            o.name = name
-            o.op_type = op_type
-            o.reduce_op = reduce_op
-            o.dtype = MXP_DTYPE_OF_ARRAY
-            o.device = MXP_CPU_DEVICE  # the adapter reads it from the array
-            o.prescale = prescale
-            o.postscale = postscale
-            o.priority = priority
-            o.root_rank = root_rank
-            o.input = <void*><uintptr_t>inputs[i].handle.value
-            o.output = NULL if outputs[i] is None else <void*><uintptr_t>outputs[i].handle.value
-            o.group = group_ptr
+            _array_op(&batch.ops[i], op_type, inputs[i], outputs[i], name, group_ptr, reduce_op, prescale, postscale,
+                      priority, root_rank)
         if op_type != MXP_OP_REDUCESCATTER:
             _check(mxp_mxnet_enqueue(self.c, batch.ops, n, process_set_id, priority, NULL))
             return None
@@ -341,18 +349,8 @@ cdef class Core:
         memset(&o, 0, sizeof(o))
         cdef bytes name_bytes = name.encode()
         cdef bytes group_bytes = group.encode()
-        o.name = name_bytes
-        o.group = group_bytes
-        o.op_type = op_type
-        o.reduce_op = reduce_op
-        o.dtype = MXP_DTYPE_OF_ARRAY
-        o.device = MXP_CPU_DEVICE
-        o.prescale = prescale
-        o.postscale = postscale
-        o.priority = priority
-        o.root_rank = root_rank
-        o.input = <void*><uintptr_t>tensor.handle.value
-        o.output = NULL if output is None else <void*><uintptr_t>output.handle.value
+        _array_op(&o, op_type, tensor, output, name_bytes, group_bytes, reduce_op, prescale, postscale, priority,
+                  root_rank)
         cdef void* made = NULL
         _check(mxp_mxnet_enqueue(self.c, &o, 1, 0, priority, &made if output is None else NULL))
         return <uintptr_t>made

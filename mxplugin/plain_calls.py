@@ -22,7 +22,6 @@ from mxplugin.basics import global_process_set
 
 _NDArray = mx.nd.NDArray
 _INT32 = 2 ** 31
-_codes = None  # (allreduce, broadcast, reducescatter, reduce sum): the binding's, once
 
 
 def _scales(prescale_factor, postscale_factor):
@@ -35,14 +34,6 @@ def _core(tensor, name, priority, process_set):
             and process_set is global_process_set and -_INT32 <= priority < _INT32):
         return basics._state.core
     return None
-
-
-def _op_codes():
-    global _codes
-    if _codes is None:
-        m = calls.core_module()
-        _codes = (m.OP_ALLREDUCE, m.OP_BROADCAST, m.OP_REDUCESCATTER, m.REDUCE_SUM)
-    return _codes
 
 
 def _enqueue(core, name, op_type, tensor, output, base, reduce, pre, post, priority, root_rank=0):
@@ -58,8 +49,9 @@ def broadcast_(tensor, root_rank, name, priority, process_set):
     core = _core(tensor, name, priority, process_set)
     if core is None or type(root_rank) is not int or not 0 <= root_rank < basics._state.topology["size"]:  # noqa: E721
         return None
-    codes = _op_codes()
-    _enqueue(core, name, codes[1], tensor, tensor, "broadcast." + name, codes[3], 1.0, 1.0, priority, root_rank)
+    m = calls.core_module()
+    _enqueue(core, name, m.OP_BROADCAST, tensor, tensor, "broadcast." + name, m.REDUCE_SUM, 1.0, 1.0, priority,
+             root_rank)
     return tensor
 
 
@@ -69,7 +61,7 @@ def allreduce_(tensor, reduce, name, priority, process_set, prescale_factor, pos
     core = _core(tensor, name, priority, process_set)
     if core is None or reduce is None or not _scales(prescale_factor, postscale_factor):
         return None
-    _enqueue(core, name, _op_codes()[0], tensor, tensor, "allreduce." + name, reduce, prescale_factor,
+    _enqueue(core, name, calls.core_module().OP_ALLREDUCE, tensor, tensor, "allreduce." + name, reduce, prescale_factor,
              postscale_factor, priority)
     return tensor
 
@@ -80,6 +72,6 @@ def reducescatter(tensor, reduce, name, priority, process_set, prescale_factor, 
     core = _core(tensor, name, priority, process_set)
     if core is None or reduce is None or not _scales(prescale_factor, postscale_factor):
         return None
-    made = _enqueue(core, name, _op_codes()[2], tensor, None, "reducescatter." + name, reduce, prescale_factor,
-                    postscale_factor, priority)
+    made = _enqueue(core, name, calls.core_module().OP_REDUCESCATTER, tensor, None, "reducescatter." + name, reduce,
+                    prescale_factor, postscale_factor, priority)
     return _NDArray(ctypes.c_void_p(made))
